@@ -1,0 +1,274 @@
+"""Typed configuration: the schema every YAML file in `conf/` is merged onto.
+
+The dataclasses are registered in Hydra's ConfigStore as `mltrain_schema`; `conf/config.yaml` lists it
+first in its defaults, so a misspelt key (`train.max_step=...`) or a wrong type (`train.max_steps=abc`)
+fails at start-up with Hydra's own message, before any data is read or any model is built.
+
+Checks that need more than a type (δ in [0, 1], the depth divisible by the coarsening, batch size
+divisible by gradient accumulation, ...) live in `validate()`, which `run` calls before any compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class ConfigError(ValueError):
+    """A configuration that type-checks but cannot run. The message says which key and why."""
+
+
+@dataclass
+class ModelConfig:
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 64  # context length in tokens
+    bias: bool = False  # biases in Linear layers (the paper's model has none)
+    dropout: float = 0.0
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    norm_affine: bool = False  # False = parameter-free norms (the paper's 22,368,512 count)
+    attention: str = "sdpa"  # sdpa (F.scaled_dot_product_attention) | explicit (softmax(QK^T)V, for FLOP counting)
+    # Filled from the tokenizer at start-up; set it only to pad the vocabulary (e.g. 50304 for speed).
+    vocab_size: Optional[int] = None
+
+
+@dataclass
+class DataConfig:
+    source: str = "embedded"  # embedded | text | shards
+    tokenizer: str = "bytes"  # bytes | gpt2 | any tiktoken encoding name
+    path: Optional[str] = None  # data=text: a file, a directory or a glob
+    dir: Optional[str] = None  # data=shards: folder of llm.c-format .bin shards
+    val_fraction: float = 0.05  # held-out share (by document; a single text file: its last fraction)
+    cache_dir: str = "${oc.env:MLTRAIN_CACHE,${oc.env:HOME,.}/.cache/mltrain}"
+    # data=fineweb_edu: when no shards exist, prepare them (downloads!) instead of stopping with the command.
+    prepare_if_missing: bool = False
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 300  # fine-level optimizer steps
+    batch_size: int = 16  # sequences per optimizer step (split into grad_accum micro-batches)
+    grad_accum: int = 1
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+    eval_interval: int = 50  # fine steps between held-out evaluations (also at step 0 and at the end)
+    eval_batches: int = 8
+    log_interval: int = 10  # fine steps between train rows in metrics.jsonl (coarse phases: see multilevel)
+    dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
+    compile: bool = False  # torch.compile the model (CUDA roadmap; off by default)
+    progress: bool = True  # tqdm progress bar
+
+
+@dataclass
+class OptimConfig:
+    name: str = "sgd"  # sgd | adamw
+    lr: float = 1.2e-3  # peak learning rate
+    weight_decay: float = 0.0
+    momentum: float = 0.9  # sgd only
+    nesterov: bool = False  # sgd only
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])  # adamw only
+    eps: float = 1e-8  # adamw only
+    fused: Optional[bool] = None  # None: fused kernels where the device supports them
+
+
+@dataclass
+class CoarseOptimConfig:
+    """The coarse levels' optimizer. Every field left null inherits the fine optimizer's value."""
+
+    name: Optional[str] = None
+    lr: Optional[float] = None
+    weight_decay: Optional[float] = None
+    momentum: Optional[float] = None
+    nesterov: Optional[bool] = None
+    betas: Optional[List[float]] = None
+    eps: Optional[float] = None
+
+
+@dataclass
+class ScheduleConfig:
+    name: str = "cosine"  # cosine | constant
+    warmup_steps: int = 0  # linear warm-up from 0 to optim.lr
+    min_lr: float = 0.0  # cosine floor, reached at train.max_steps
+
+
+@dataclass
+class CoarseningConfig:
+    name: str = "none"  # the preset's name, used in run names and reports
+    scheme: str = "none"  # none | stride | random | average
+    k: int = 2  # stride/random: number of coarse models; average: blocks merged into one
+    redraw: bool = False  # random: draw a new permutation every cycle
+    seed: Optional[int] = None  # random: permutation seed (null: the run's seed)
+
+
+@dataclass
+class MultilevelConfig:
+    levels: int = 2  # 2 = fine + coarse; 3+ recurse (e.g. 12 -> 6 -> 3 blocks), a V-cycle
+    n_cycles: int = 35
+    fine_steps_per_cycle: int = 1
+    coarse_steps: int = 100  # per coarse model, per cycle, at every coarse level
+    delta: float = 0.25  # prolongation mix; for `average` it is Zou et al.'s alpha
+    order: str = "ascending"  # ascending | descending: which coarse model trains first
+    coarse_batch_size: Optional[int] = None  # null: train.batch_size
+    coarse_optim: CoarseOptimConfig = field(default_factory=CoarseOptimConfig)
+    coarse_schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig(name="constant"))
+    coarse_optimizer_state: str = "keep"  # keep | reset (at the start of every coarse phase)
+    fine_momentum_after_prolong: str = "keep"  # keep | reset
+    coarse_log_interval: int = 25  # coarse steps between coarse train rows
+    diagnostics: bool = True  # diag/* each cycle: coarse vs fine loss and gradient cosine
+    # schedule: the review's LR control. Each coarse phase trains the *fine* model instead, with the
+    # coarse optimizer and LR, for as many steps as cost the same FLOPs. Needs a coarsening scheme to
+    # know those FLOPs; nothing is coarsened or prolonged.
+    control: str = "none"  # none | schedule
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "jsonl"  # jsonl | wandb (metrics.jsonl is always written)
+    project: str = "mltrain"
+    entity: Optional[str] = None
+    mode: str = "offline"  # online | offline | disabled
+    group: Optional[str] = None  # null: derived from the overrides minus the seed
+    run_name: Optional[str] = None  # null: derived from the overrides
+    tags: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    coarsening: CoarseningConfig = field(default_factory=CoarseningConfig)
+    multilevel: MultilevelConfig = field(default_factory=MultilevelConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    experiment: Optional[str] = None  # name of the preset, set by conf/experiment/*.yaml
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="mltrain_schema", node=Config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Semantic validation (types are Hydra's job; this is everything a type cannot say)
+
+
+def _choice(value: Any, key: str, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(map(str, allowed))}")
+
+
+def _positive(value: Any, key: str, zero_ok: bool = False) -> None:
+    if value is None or (value < 0 if zero_ok else value <= 0):
+        raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
+
+
+def validate(cfg: Any) -> None:
+    """Raise ConfigError with one clear message for the first problem found. Touches no data."""
+    m, t, ml, c = cfg.model, cfg.train, cfg.multilevel, cfg.coarsening
+    _choice(cfg.device, "device", ("auto", "cpu", "cuda"))
+    for key in ("n_layer", "n_head", "n_embd", "block_size"):
+        _positive(m[key], f"model.{key}")
+    if m.n_embd % m.n_head:
+        raise ConfigError(f"model.n_embd={m.n_embd} must be divisible by model.n_head={m.n_head}")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError(f"model.dropout={m.dropout} must be in [0, 1)")
+    _choice(m.norm, "model.norm", ("layernorm", "rmsnorm"))
+    _choice(m.attention, "model.attention", ("sdpa", "explicit"))
+    _choice(cfg.data.source, "data.source", ("embedded", "text", "shards"))
+    if cfg.data.source == "text" and not cfg.data.path:
+        raise ConfigError("data=text needs data.path (a file, a directory or a glob of text files)")
+    if cfg.data.source == "shards" and not cfg.data.dir:
+        raise ConfigError("data=shards needs data.dir (a folder of .bin token shards)")
+    if not 0.0 < cfg.data.val_fraction < 1.0:
+        raise ConfigError(f"data.val_fraction={cfg.data.val_fraction} must be in (0, 1)")
+    for key in ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval"):
+        _positive(t[key], f"train.{key}")
+    _positive(t.grad_clip, "train.grad_clip", zero_ok=True)
+    if t.batch_size % t.grad_accum:
+        raise ConfigError(
+            f"train.batch_size={t.batch_size} must be divisible by train.grad_accum={t.grad_accum}"
+        )
+    _choice(t.dtype, "train.dtype", ("auto", "float32", "bfloat16"))
+    _validate_optim(cfg.optim, "optim")
+    _validate_schedule(cfg.schedule, "schedule", cfg.optim.lr)
+    if cfg.schedule.warmup_steps > t.max_steps:
+        raise ConfigError(
+            f"schedule.warmup_steps={cfg.schedule.warmup_steps} exceeds train.max_steps={t.max_steps}"
+        )
+    _choice(cfg.logger.name, "logger.name", ("jsonl", "wandb"))
+    _choice(cfg.logger.mode, "logger.mode", ("online", "offline", "disabled"))
+    _validate_multilevel(cfg)
+
+
+def _validate_optim(o: Any, key: str) -> None:
+    _choice(o.name, f"{key}.name", ("sgd", "adamw"))
+    _positive(o.lr, f"{key}.lr")
+    _positive(o.weight_decay, f"{key}.weight_decay", zero_ok=True)
+    if not 0.0 <= o.momentum < 1.0:
+        raise ConfigError(f"{key}.momentum={o.momentum} must be in [0, 1)")
+    if o.nesterov and o.momentum == 0:
+        raise ConfigError(f"{key}.nesterov=true needs {key}.momentum > 0")
+    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ConfigError(f"{key}.betas={list(o.betas)} must be two numbers in [0, 1)")
+
+
+def _validate_schedule(s: Any, key: str, peak_lr: float) -> None:
+    _choice(s.name, f"{key}.name", ("cosine", "constant"))
+    _positive(s.warmup_steps, f"{key}.warmup_steps", zero_ok=True)
+    if not 0.0 <= s.min_lr <= peak_lr:
+        raise ConfigError(f"{key}.min_lr={s.min_lr} must be in [0, peak lr={peak_lr}]")
+
+
+def _validate_multilevel(cfg: Any) -> None:
+    c, ml = cfg.coarsening, cfg.multilevel
+    _choice(c.scheme, "coarsening.scheme", ("none", "stride", "random", "average"))
+    _choice(ml.control, "multilevel.control", ("none", "schedule"))
+    if c.scheme == "none":
+        if ml.control != "none":
+            raise ConfigError(
+                "multilevel.control=schedule needs a coarsening scheme (it matches that scheme's "
+                "coarse FLOPs), e.g. coarsening=evenodd"
+            )
+        return
+    if not 0.0 <= ml.delta <= 1.0 or math.isnan(ml.delta):
+        raise ConfigError(f"multilevel.delta={ml.delta} must be in [0, 1]")
+    if ml.levels < 2:
+        raise ConfigError(f"multilevel.levels={ml.levels} must be >= 2 with coarsening={c.name}")
+    for key in ("n_cycles", "fine_steps_per_cycle", "coarse_steps", "coarse_log_interval"):
+        _positive(ml[key], f"multilevel.{key}")
+    if ml.coarse_batch_size is not None:
+        _positive(ml.coarse_batch_size, "multilevel.coarse_batch_size")
+        if ml.coarse_batch_size % cfg.train.grad_accum:
+            raise ConfigError(
+                f"multilevel.coarse_batch_size={ml.coarse_batch_size} must be divisible by "
+                f"train.grad_accum={cfg.train.grad_accum}"
+            )
+    _choice(ml.order, "multilevel.order", ("ascending", "descending"))
+    _choice(ml.coarse_optimizer_state, "multilevel.coarse_optimizer_state", ("keep", "reset"))
+    _choice(ml.fine_momentum_after_prolong, "multilevel.fine_momentum_after_prolong", ("keep", "reset"))
+    fine_in_cycles = ml.n_cycles * ml.fine_steps_per_cycle
+    if fine_in_cycles > cfg.train.max_steps:
+        raise ConfigError(
+            f"multilevel.n_cycles*fine_steps_per_cycle={fine_in_cycles} fine steps exceed "
+            f"train.max_steps={cfg.train.max_steps}"
+        )
+    from mltrain.optim import resolve_coarse_optim  # local: optim imports torch
+
+    co = resolve_coarse_optim(cfg.optim, ml.coarse_optim)
+    _validate_optim(co, "multilevel.coarse_optim")
+    _validate_schedule(ml.coarse_schedule, "multilevel.coarse_schedule", co.lr)
+    if ml.coarse_schedule.warmup_steps > ml.coarse_steps:
+        raise ConfigError(
+            f"multilevel.coarse_schedule.warmup_steps={ml.coarse_schedule.warmup_steps} exceeds "
+            f"multilevel.coarse_steps={ml.coarse_steps}"
+        )
+    from mltrain.coarsening import check_depth  # local: keeps this module import-light
+
+    check_depth(c.scheme, c.k, cfg.model.n_layer, ml.levels)

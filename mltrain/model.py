@@ -1,0 +1,164 @@
+"""The GPT decoder. One file, nothing about levels.
+
+Pre-norm residual blocks: x_{t+1} = x_t + F(x_t, θ_t). Read as an ODE, depth is a discretisation, which
+is what multilevel training exploits; this file only needs to make the blocks an indexable list, so
+that another component can run any ordered subset of them (`forward(idx, blocks=...)`). A coarse model
+is then the same embeddings, final norm and head around fewer blocks: no copies, no new modules.
+
+The paper's 22,368,512-parameter model is this class with d=256, 12 blocks, 8 heads, context 256,
+no biases, parameter-free norms and the GPT-2 vocabulary (50257):
+    50257·256 (tied embedding/head) + 256·256 (positions) + 12 · 12·256² (blocks) = 22,368,512.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 64
+    bias: bool = False
+    dropout: float = 0.0
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    norm_affine: bool = False
+    attention: str = "sdpa"  # sdpa | explicit
+
+
+def make_norm(cfg: GPTConfig) -> nn.Module:
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.n_embd, elementwise_affine=cfg.norm_affine)
+    # LayerNorm's `bias` flag exists only when it is affine; a parameter-free norm has neither.
+    return nn.LayerNorm(cfg.n_embd, elementwise_affine=cfg.norm_affine, bias=cfg.bias and cfg.norm_affine)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.c_proj.residual_projection = True  # scaled init, see GPT._init_weights
+        self.dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.explicit = cfg.attention == "explicit"
+        if self.explicit:
+            mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
+            self.register_buffer("causal_mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        # (B, T, C) -> (B, n_head, T, head_dim)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        p = self.dropout if self.training else 0.0
+        if self.explicit:
+            # Plain softmax(QK^T/sqrt(d))V: slower, but every matmul is visible to FlopCounterMode,
+            # which does not see inside CPU scaled_dot_product_attention.
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(~self.causal_mask[:, :, :T, :T], float("-inf"))
+            att = F.dropout(F.softmax(att, dim=-1), p=p, training=self.training)
+            y = att @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.c_proj.residual_projection = True
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """One residual step x + F(x). Self-contained, so it can be run, copied or averaged on its own."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = make_norm(cfg)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = make_norm(cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = make_norm(cfg)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied: one matrix, counted once
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # GPT-2: N(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2·n_layer) so the
+        # residual stream's variance does not grow with depth.
+        if isinstance(module, nn.Linear):
+            std = 0.02
+            if getattr(module, "residual_projection", False):
+                std /= math.sqrt(2 * self.config.n_layer)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def shared_modules(self) -> list[nn.Module]:
+        """The modules every coarse model shares with the fine one (everything but the blocks)."""
+        return [self.wte, self.wpe, self.ln_f]  # lm_head is wte (tied)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # parameters() deduplicates the tied weight
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: Optional[torch.Tensor] = None,
+        blocks: Optional[Iterable[nn.Module]] = None,
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Logits (and mean cross-entropy if targets are given), running `blocks` in order.
+
+        `blocks=None` runs all of self.blocks (the fine model). Any other ordered sequence of Block
+        modules gives a shallower model that shares embeddings, final norm and head.
+        """
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.blocks if blocks is None else blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+
+
+def select_blocks(model: GPT, indices: Sequence[int]) -> list[Block]:
+    return [model.blocks[i] for i in indices]

@@ -1,0 +1,190 @@
+"""The algebra of coarsening must be exact: views, covers, restriction and δ-prolongation."""
+
+import types
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from mltrain.coarsening import CoarseningError, Hierarchy, check_depth, partition
+from mltrain.model import GPT, GPTConfig
+from mltrain.optim import build_optimizer
+from mltrain.trainer import Trainer
+
+CFG = dict(vocab_size=64, n_layer=12, n_embd=32, n_head=2, block_size=8)
+
+
+def make_model(n_layer=12, seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**{**CFG, "n_layer": n_layer}))
+
+
+def selected(groups):
+    return [g[0] for g in groups]
+
+
+def snapshot(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_coarse_forward_equals_a_standalone_model_of_the_selected_blocks():
+    model = make_model()
+    h = Hierarchy(model, "stride", 2, 0.25)
+    idx = torch.randint(0, 64, (3, 8))
+    for path, expected in (((0,), [0, 2, 4, 6, 8, 10]), ((1,), [1, 3, 5, 7, 9, 11])):
+        view = h.view(path)
+        assert selected(view.groups) == expected
+        # An independently built 6-block GPT holding copies of the selected blocks.
+        small = GPT(GPTConfig(**{**CFG, "n_layer": 6}))
+        state = {k: v for k, v in model.state_dict().items() if not k.startswith("blocks.")}
+        for j, i in enumerate(expected):
+            for k, v in model.blocks[i].state_dict().items():
+                state[f"blocks.{j}.{k}"] = v
+        small.load_state_dict(state)
+        assert torch.equal(view(idx)[0], small(idx)[0])  # bitwise
+        assert all(b is model.blocks[i] for b, i in zip(view.blocks, expected))  # no copies
+
+
+@pytest.mark.parametrize("scheme,k", [("stride", 2), ("stride", 3), ("random", 2), ("random", 3), ("random", 4)])
+def test_subset_schemes_give_exact_covers(scheme, k):
+    models = partition(scheme, k, 12, seed=[7, 0])
+    assert len(models) == k
+    chosen = sorted(i for groups in models for i in selected(groups))
+    assert chosen == list(range(12))  # every block in exactly one coarse model
+    for groups in models:
+        assert len(groups) == 12 // k
+        assert selected(groups) == sorted(selected(groups))  # depth order
+        covered = [j for g in groups for j in g]
+        assert covered == list(range(groups[0][0], 12))  # contiguous from the first selected block
+
+
+def test_stride3_groups():
+    a, b, c = partition("stride", 3, 12)
+    assert a == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)]
+    assert b == [(1, 2, 3), (4, 5, 6), (7, 8, 9), (10, 11)]
+    assert selected(c) == [2, 5, 8, 11]
+
+
+def test_random_is_reproducible_per_seed_and_differs_between_seeds():
+    assert partition("random", 2, 12, seed=[1, 0]) == partition("random", 2, 12, seed=[1, 0])
+    draws = {str(partition("random", 2, 12, seed=[s, 0])) for s in range(5)}
+    assert len(draws) > 1
+    model = make_model()
+    fixed = Hierarchy(model, "random", 2, 0.25, seed=3)
+    assert fixed.view((0,), cycle=0).groups == fixed.view((0,), cycle=5).groups
+    redraw = Hierarchy(model, "random", 2, 0.25, seed=3, redraw=True)
+    assert len({str(redraw.view((0,), cycle=c).groups) for c in range(6)}) > 1
+
+
+class ListSampler:
+    def __init__(self, batches):
+        self.batches = batches
+
+    def next_batch(self):
+        return self.batches.pop(0)
+
+
+def train_view(model, view, steps=3):
+    train_cfg = types.SimpleNamespace(grad_accum=1, grad_clip=1.0, progress=False, eval_batches=1)
+    trainer = Trainer(model, train_cfg, torch.device("cpu"), None, None, lambda row: None, steps)
+    params = list(model.parameters()) + ([p for b in view.blocks for p in b.parameters()] if view.owns_blocks else [])
+    sgd = OmegaConf.create({"name": "sgd", "lr": 0.5, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0})
+    opt = build_optimizer(params, sgd, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(0, 64, (4, 8), generator=g), torch.randint(0, 64, (4, 8), generator=g))
+               for _ in range(steps)]
+    sampler = ListSampler(batches)
+    for _ in range(steps):
+        trainer.step(view, opt, 0.5, sampler, "coarse")
+    trainer.close()
+
+
+def changed_blocks(before, model):
+    after = model.state_dict()
+    return sorted({int(k.split(".")[1]) for k in after if k.startswith("blocks.") and not torch.equal(before[k], after[k])})
+
+
+def test_training_a_coarse_model_changes_exactly_its_blocks_and_the_shared_modules():
+    model = make_model()
+    view = Hierarchy(model, "stride", 2, 0.25).view((1,))
+    before = snapshot(model)
+    train_view(model, view)
+    assert changed_blocks(before, model) == [1, 3, 5, 7, 9, 11]
+    after = model.state_dict()
+    for key in ("wte.weight", "wpe.weight"):
+        assert not torch.equal(before[key], after[key])
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.25, 0.5, 1.0])
+def test_prolongation_mixes_exactly_the_covered_blocks(delta):
+    model = make_model()
+    h = Hierarchy(model, "stride", 2, delta)
+    view = h.view((1,))  # odd blocks; each covers the even block after it; block 0 is before all
+    train_view(model, view)
+    before = snapshot(model)
+    h.prolong(view)
+    assert changed_blocks(before, model) == ([] if delta == 0 else [2, 4, 6, 8, 10])
+    after = model.state_dict()
+    for j in range(12):
+        for name in [k for k in after if k.startswith(f"blocks.{j}.")]:
+            if j in (2, 4, 6, 8, 10):
+                coarse = before[name.replace(f"blocks.{j}.", f"blocks.{j - 1}.", 1)]
+                expected = (1 - delta) * before[name] + delta * coarse
+                if delta in (0.0, 1.0):
+                    assert torch.equal(after[name], before[name] if delta == 0 else coarse)
+                else:
+                    torch.testing.assert_close(after[name], expected, rtol=1e-6, atol=1e-7)
+            else:
+                assert torch.equal(after[name], before[name])  # selected blocks and block 0 untouched
+
+
+def test_average_restriction_and_interpolation_are_exact():
+    model = make_model()
+    h = Hierarchy(model, "average", 3, 0.25)
+    view = h.view((0,))
+    assert view.owns_blocks and view.groups == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)]
+    assert all(b is not fb for b in view.blocks for fb in model.blocks)
+    h.restrict(view)
+    for coarse, group in zip(view.blocks, view.groups):
+        for name, p in coarse.named_parameters():
+            mean = torch.stack([model.blocks[j].get_parameter(name) for j in group]).mean(0)
+            assert torch.equal(p, mean)
+    before_fine = snapshot(model)
+    train_view(model, view)
+    assert changed_blocks(before_fine, model) == []  # coarse storage trained, fine blocks untouched
+    before = snapshot(model)
+    h.prolong(view)
+    after = model.state_dict()
+    for i, group in enumerate(view.groups):
+        for j in group:
+            for name, p in view.blocks[i].named_parameters():
+                key = f"blocks.{j}.{name}"
+                torch.testing.assert_close(after[key], 0.75 * before[key] + 0.25 * p.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_three_levels_are_views_of_views():
+    model = make_model()
+    h = Hierarchy(model, "stride", 2, 0.5)
+    leaf = h.view((1, 0))
+    assert leaf.parent is h.view((1,)) and leaf.level == 2
+    assert [next(i for i, fb in enumerate(model.blocks) if fb is b) for b in leaf.blocks] == [1, 5, 9]
+    # prolonging level 2 into level 1 mixes only level-1 blocks (3, 7, 11), positions within the parent
+    before = snapshot(model)
+    with torch.no_grad():
+        for b in leaf.blocks:
+            for p in b.parameters():
+                p.add_(1.0)
+    h.prolong(leaf)
+    assert changed_blocks(before, model) == [1, 3, 5, 7, 9, 11]
+
+
+@pytest.mark.parametrize("scheme,k,n_layer,levels,needle", [
+    ("stride", 5, 12, 2, "not divisible by coarsening.k=5"),
+    ("stride", 2, 12, 4, "more than the depth allows"),
+    ("random", 2, 6, 3, "more than the depth allows"),
+    ("average", 1, 12, 2, "must be >= 2"),
+])
+def test_check_depth_errors(scheme, k, n_layer, levels, needle):
+    with pytest.raises(CoarseningError, match=needle):
+        check_depth(scheme, k, n_layer, levels)
+    check_depth("stride", 2, 12, 3)  # 12 -> 6 -> 3 is fine
