@@ -1,0 +1,162 @@
+"""`load_tokens(cfg.data)`: the train and validation token arrays of the configured source.
+
+* `embedded`: the Python documentation corpus (see embedded.py), split by document.
+* `text`: local files (see text.py); several files are split by document, a single file by position
+  (its last `val_fraction` of tokens is validation).
+* `shards`: a folder of llm.c-format shards (see shards.py), one array per shard.
+
+Document splits: documents are ordered by the SHA-1 of their name (stable across runs, machines and
+Python processes) and taken into validation in that order until they hold `val_fraction` of the
+text's bytes; at least one document goes to each side. Documents keep their corpus order inside each
+split, each followed by the tokenizer's separator (end-of-text, or "\\n\\n" for `bytes`).
+
+`embedded` and `text` are tokenized once and cached (see cache.py); `shards` are used in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from mltrain.data import cache, embedded, shards, text
+from mltrain.data.errors import DataError
+from mltrain.data.tokenizers import Tokenizer, get_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TokenSplits:
+    train: list[np.ndarray]  # 1-D token arrays (uint16 when the vocabulary fits, else uint32)
+    val: list[np.ndarray]
+    vocab_size: int  # the tokenizer's n_vocab
+    tokenizer: str
+    description: str  # one human line: source, tokenizer and token counts
+
+
+def data_config(cfg: Any) -> Any:
+    """`cfg` (the `data` DictConfig, a DataConfig or a dict) as a DataConfig with interpolations resolved."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from mltrain.config import DataConfig
+
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    elif dataclasses.is_dataclass(cfg):
+        cfg = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), cfg))
+
+
+def validation_documents(names: Sequence[str], sizes: Sequence[int], val_fraction: float) -> list[bool]:
+    """is_val flag per document: see the module docstring. Needs at least two documents."""
+    if len(names) < 2:
+        raise DataError("a split by document needs at least two documents")
+    order = sorted(range(len(names)), key=lambda i: hashlib.sha1(names[i].encode("utf-8")).hexdigest())
+    target = val_fraction * sum(sizes)
+    is_val = [False] * len(names)
+    taken = 0
+    for i in order[:-1]:  # the last one always stays in train
+        if taken >= target and taken > 0:
+            break
+        is_val[i] = True
+        taken += max(int(sizes[i]), 1)
+    return is_val
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()
+
+
+def _describe(meta: dict, tok: Tokenizer) -> str:
+    t = meta["tokens"]
+    return f"{meta['what']}, {tok.name}: {t['train']:,} train / {t['val']:,} val tokens"
+
+
+def _write_documents(
+    writers: dict, tok: Tokenizer, docs: Any, names: Sequence[str], is_val: Sequence[bool]
+) -> int:
+    n_bytes = 0
+    for name, flag, body in zip(names, is_val, docs, strict=True):
+        tokens, _ = tok.encode_documents([body], separator="after")
+        writers["val" if flag else "train"].write(tokens)
+        n_bytes += len(body.encode("utf-8"))
+    return n_bytes
+
+
+def _load_embedded(c: Any, tok: Tokenizer) -> TokenSplits:
+    version = embedded.python_version()
+    key = _key("embedded", cache.CACHE_VERSION, embedded.fingerprint(), tok.name, c.val_fraction)
+    store = cache.TokenCache(c.cache_dir, "embedded", tok.name, key)
+    found = store.load()
+    if found is None:
+        log.info("tokenizing the embedded corpus (Python %s docs) with %s, once", version, tok.name)
+        docs = embedded.documents()
+        names = [n for n, _ in docs]
+        is_val = validation_documents(names, [len(t.encode("utf-8")) for _, t in docs], c.val_fraction)
+
+        def fill(writers: dict) -> dict:
+            n_bytes = _write_documents(writers, tok, (t for _, t in docs), names, is_val)
+            return {
+                "what": f"embedded (Python {version} docs: {len(docs)} documents, {n_bytes / 1e6:.2f} MB)",
+                "val_documents": [n for n, v in zip(names, is_val) if v],
+            }
+
+        found = store.build(tok.dtype, fill)
+    arrays, meta = found
+    return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok))
+
+
+def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
+    if not c.path:
+        raise DataError("data.source=text needs data.path: a text file, a folder of *.txt/*.md files, or a glob")
+    files = text.resolve_files(c.path)
+    names = text.document_names(files)
+    key = _key("text", cache.CACHE_VERSION, text.fingerprint(files), tok.name, c.val_fraction, len(files) == 1)
+    store = cache.TokenCache(c.cache_dir, "text", tok.name, key)
+    found = store.load()
+    if found is None:
+        log.info("tokenizing %d text file(s) from %s with %s, once", len(files), c.path, tok.name)
+        sizes = [f.stat().st_size for f in files]
+        what = f"text ({c.path}: {len(files)} file{'s' if len(files) > 1 else ''}, {sum(sizes) / 1e6:.2f} MB)"
+
+        def fill(writers: dict) -> dict:
+            docs = text.read_documents(files, c.cache_dir)
+            if len(files) == 1:  # one document: its last val_fraction is validation
+                tokens = tok.encode_array(next(iter(docs)))
+                n_val = max(1, int(round(len(tokens) * c.val_fraction)))
+                if len(tokens) < 2:
+                    raise DataError(f"data.path={c.path!r}: {files[0]} is too short to split ({len(tokens)} tokens)")
+                writers["train"].write(tokens[:-n_val])
+                writers["val"].write(tokens[-n_val:])
+                return {"what": what}
+            is_val = validation_documents(names, sizes, c.val_fraction)
+            _write_documents(writers, tok, docs, names, is_val)
+            return {"what": what, "val_documents": [n for n, v in zip(names, is_val) if v]}
+
+        found = store.build(tok.dtype, fill)
+    arrays, meta = found
+    return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok))
+
+
+def load_tokens(cfg: Any) -> TokenSplits:
+    """Train/validation token arrays for `cfg` (the `data` config). DataError on bad or missing data."""
+    c = data_config(cfg)
+    tok = get_tokenizer(c.tokenizer)
+    if c.source == "embedded":
+        splits = _load_embedded(c, tok)
+    elif c.source == "text":
+        splits = _load_text(c, tok)
+    elif c.source == "shards":
+        if not c.dir:
+            raise DataError("data.source=shards needs data.dir: a folder of llm.c-format .bin shards")
+        train, val, desc = shards.load_shard_splits(c.dir, tok.name, tok.n_vocab, c.prepare_if_missing)
+        splits = TokenSplits(train, val, tok.n_vocab, tok.name, desc)
+    else:
+        raise DataError(f"data.source={c.source!r} is not one of embedded, text, shards")
+    log.info("data: %s", splits.description)
+    return splits

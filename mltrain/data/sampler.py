@@ -1,0 +1,92 @@
+"""Random-window batches from token arrays, as a pure function of (seed, batch index).
+
+Batch `index` draws `batch_size` windows of `block_size + 1` tokens with
+`np.random.default_rng([seed, index])`: each window start is uniform over all valid starts of all
+arrays together, so an array is chosen with probability proportional to its number of valid starts
+(len - block_size) and a window never crosses from one array (shard) into the next. x is the first
+block_size tokens of the window, y the last block_size (x shifted by one).
+
+The global batch does not depend on world_size: rank r of W returns rows [r*B/W, (r+1)*B/W), so any
+number of ranks together see exactly the single-process batch. Nothing is consumed: resuming needs
+only `position` (see state_dict), and evaluation can ask for `batch(i)` directly.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from mltrain.data.errors import DataError
+
+
+class BatchSampler:
+    def __init__(
+        self,
+        arrays: Sequence[np.ndarray],
+        batch_size: int,
+        block_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        split: str = "train",
+    ):
+        """`split` only names the data in error messages."""
+        if batch_size <= 0 or block_size <= 0:
+            raise ValueError(f"batch_size={batch_size} and block_size={block_size} must be > 0")
+        if world_size <= 0 or not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+        if batch_size % world_size:
+            raise DataError(f"batch size {batch_size} is not divisible by world_size={world_size}")
+        if not arrays:
+            raise DataError(f"the {split} split has no token arrays")
+        for i, a in enumerate(arrays):
+            if len(a) < block_size + 1:
+                where = f" (array {i} of {len(arrays)})" if len(arrays) > 1 else ""
+                raise DataError(
+                    f"the {split} split{where} has {len(a):,} tokens, fewer than block_size + 1 = "
+                    f"{block_size + 1}: use a smaller model.block_size or more data"
+                )
+        self.arrays = list(arrays)
+        self.batch_size, self.block_size, self.seed = batch_size, block_size, int(seed)
+        self.rank, self.world_size = rank, world_size
+        self.local_batch_size = batch_size // world_size
+        starts = np.array([len(a) - block_size for a in self.arrays], dtype=np.int64)
+        self._cum_starts = np.cumsum(starts)  # valid window starts of arrays[0..i] together
+        self.position = 0
+
+    @property
+    def n_windows(self) -> int:
+        """Number of distinct windows (valid start positions) over all arrays."""
+        return int(self._cum_starts[-1])
+
+    def windows(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(array index, start offset) of each of the global batch's `batch_size` windows."""
+        rng = np.random.default_rng([self.seed, int(index)])
+        flat = rng.integers(0, self.n_windows, size=self.batch_size, dtype=np.int64)
+        which = np.searchsorted(self._cum_starts, flat, side="right")
+        before = np.concatenate([[0], self._cum_starts[:-1]])
+        return which, flat - before[which]
+
+    def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows [rank*B/W, (rank+1)*B/W) of global batch `index`: int64 (x, y), y = x shifted by one."""
+        which, offset = self.windows(index)
+        lo = self.rank * self.local_batch_size
+        rows = np.empty((self.local_batch_size, self.block_size + 1), dtype=np.int64)
+        for i, (a, s) in enumerate(zip(which[lo : lo + self.local_batch_size], offset[lo : lo + self.local_batch_size])):
+            rows[i] = self.arrays[a][s : s + self.block_size + 1]
+        return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.batch(self.position)
+        self.position += 1
+        return out
+
+    def state_dict(self) -> dict:
+        return {"position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, d: dict) -> None:
+        """Continue the saved stream: its seed and position (batch size, ranks may differ)."""
+        self.seed = int(d.get("seed", self.seed))
+        self.position = int(d["position"])

@@ -1,0 +1,130 @@
+"""Tokenizers: raw UTF-8 bytes, or any tiktoken encoding (gpt2, r50k_base, cl100k_base, ...).
+
+Documents are always encoded *ordinarily*: a literal "<|endoftext|>" inside a document is plain text,
+never the special token. The special end-of-text token (when the tokenizer has one) only ever appears
+where this package puts it, as the separator between documents. The `bytes` tokenizer has no special
+token; its documents are separated by a blank line ("\\n\\n") instead.
+
+This module is deliberately light (numpy and tiktoken only): the parallel workers of `mltrain-prepare`
+import it in fresh processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from mltrain.data.errors import DataError
+
+BYTES = "bytes"
+BYTES_SEPARATOR = b"\n\n"
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    name: str
+    n_vocab: int
+    eot_token: int | None
+    _encoding: Any = field(default=None, repr=False, compare=False)  # tiktoken.Encoding; None for bytes
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; special-token text in it is encoded as ordinary text."""
+        if self._encoding is None:
+            return list(text.encode("utf-8"))
+        return self._encoding.encode_ordinary(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        ids = [int(i) for i in ids]
+        if self._encoding is None:
+            return bytes(ids).decode("utf-8", errors="replace")
+        return self._encoding.decode(ids)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Smallest unsigned dtype that holds every id: uint16 up to 65,536 ids, else uint32."""
+        return np.dtype(np.uint16 if self.n_vocab <= 65536 else np.uint32)
+
+    @property
+    def separator(self) -> list[int]:
+        """Tokens put between documents: [eot] when the tokenizer has one, else the bytes of "\\n\\n"."""
+        return [self.eot_token] if self.eot_token is not None else list(BYTES_SEPARATOR)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """`encode(text)` as a 1-D array of `self.dtype`."""
+        if self._encoding is None:
+            return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(self.dtype)
+        return np.array(self._encoding.encode_ordinary(text), dtype=self.dtype)
+
+    def encode_documents(self, texts: Sequence[str], separator: str = "after") -> tuple[np.ndarray, np.ndarray]:
+        """Encode documents into one array, the separator `before` or `after` each document.
+
+        Returns (tokens, lengths): lengths[i] counts document i's tokens plus its separator, so
+        `np.cumsum(lengths)` gives the document boundaries inside `tokens`.
+        """
+        if separator not in ("before", "after"):
+            raise ValueError(f"separator must be 'before' or 'after', not {separator!r}")
+        sep = np.array(self.separator, dtype=self.dtype)
+        parts: list[np.ndarray] = []
+        lengths = np.empty(len(texts), dtype=np.int64)
+        for i, text in enumerate(texts):
+            ids = self.encode_array(text)
+            if separator == "before":
+                parts += [sep, ids]
+            else:
+                parts += [ids, sep]
+            lengths[i] = len(ids) + len(sep)
+        tokens = np.concatenate(parts) if parts else np.empty(0, dtype=self.dtype)
+        return tokens, lengths
+
+
+def _offline_fix(name: str, key: str) -> str:
+    return (
+        f"Fix: set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's cached BPE files for '{name}' "
+        f"(for gpt2: encoder.json and vocab.bpe, each named by the sha1 of its download URL), "
+        f"or use {key}=bytes (no download needed)."
+    )
+
+
+def get_tokenizer(name: str, key: str = "data.tokenizer") -> Tokenizer:
+    """`bytes` or a tiktoken encoding name. `key` is the config key named in error messages."""
+    if name == BYTES:
+        return Tokenizer(name=BYTES, n_vocab=256, eot_token=None)
+    import tiktoken
+
+    known = tiktoken.list_encoding_names()
+    if name not in known:
+        raise DataError(
+            f"{key}={name!r} is not a known tokenizer; use 'bytes' or a tiktoken encoding: {', '.join(known)}"
+        )
+    try:
+        enc = tiktoken.get_encoding(name)
+    except (OSError, ImportError) as err:  # requests' ConnectionError/Timeout are OSErrors
+        raise DataError(
+            f"tiktoken could not download the BPE files for encoding '{name}' (offline?): "
+            f"{type(err).__name__}: {str(err)[:200]}. {_offline_fix(name, key)}"
+        ) from err
+    except ValueError as err:  # tiktoken: hash mismatch of a downloaded or cached file
+        raise DataError(
+            f"tiktoken rejected the BPE files for encoding '{name}': {str(err)[:300]}. "
+            f"Check the files in TIKTOKEN_CACHE_DIR. {_offline_fix(name, key)}"
+        ) from err
+    return Tokenizer(name=name, n_vocab=enc.n_vocab, eot_token=enc.eot_token, _encoding=enc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker-process side of parallel tokenization (mltrain-prepare). Picklable top-level functions.
+
+_worker_tokenizer: Tokenizer | None = None
+
+
+def init_worker(name: str) -> None:
+    global _worker_tokenizer
+    _worker_tokenizer = get_tokenizer(name, key="prepare.tokenizer")
+
+
+def encode_batch_before(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task: `encode_documents(texts, "before")` with the worker's tokenizer."""
+    assert _worker_tokenizer is not None, "init_worker was not called in this process"
+    return _worker_tokenizer.encode_documents(texts, separator="before")
