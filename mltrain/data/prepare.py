@@ -1,0 +1,453 @@
+"""`mltrain-prepare`: FineWeb-Edu (or local files) -> llm.c-format uint16 token shards.
+
+    mltrain-prepare                                    # the ~10B-token sample-10BT, streamed from the Hub
+    mltrain-prepare prepare.max_tokens=20000000        # a small sample of it
+    mltrain-prepare prepare.data_files='dump/*.parquet' prepare.out_dir=/data/mine
+
+Documents are streamed with `datasets` (Hub, or local json/jsonl/parquet/text files through the same
+`load_dataset` call), tokenized in `workers` processes (ordered, so the output never depends on the
+worker count), and written as in llm.c's fineweb.py: the end-of-text token comes BEFORE each document,
+documents run on across shard boundaries, and the shards are
+
+    {prefix}_val_000000.bin     the first `val_tokens` tokens (validation)
+    {prefix}_train_000001.bin   then `shard_tokens` tokens per shard (the last one may be shorter)
+    ...
+
+Validation size rule: `val_tokens`, but at most a tenth of `max_tokens` when that is set (so a small
+sample still gets >= 90% training tokens), and at least 1.
+
+Every file is written atomically. After each shard, `prepare_state.json` records the shards done, the
+documents consumed and how many tokens of the next document were already written (plus `datasets`'
+own stream position when streaming). An interrupted run, restarted with the same settings, resumes
+there; its shards are byte-identical to an uninterrupted run's.
+
+Hydra: `conf/prepare.yaml` writes the run's config and log under `<out_dir>/.prepare_logs/<time>/`,
+never into the current directory.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import hydra
+import numpy as np
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from mltrain.data import atomic, shards
+from mltrain.data.errors import DataError
+from mltrain.data.tokenizers import Tokenizer, encode_batch_before, get_tokenizer, init_worker
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OUT_DIR = "${oc.env:MLTRAIN_DATA,${oc.env:HOME,.}/.cache/mltrain/data}/fineweb_edu_sample-10BT"
+STATE_FILE = "prepare_state.json"
+STATE_VERSION = 1
+BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".md": "text"}
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
+
+
+@dataclass
+class PrepareConfig:
+    dataset: str = "HuggingFaceFW/fineweb-edu"  # Hub dataset (ignored when data_files is set)
+    name: Optional[str] = "sample-10BT"  # its configuration: sample-10BT | sample-100BT | sample-350BT | CC-MAIN-...
+    split: str = "train"
+    # Local json/jsonl/parquet/text files instead of the Hub: a file, a folder or a glob. The builder
+    # (json, parquet, text) follows the extension; a text file is one document.
+    data_files: Optional[str] = None
+    text_field: str = "text"  # column holding each document's text
+    tokenizer: str = "gpt2"  # tiktoken encoding (<= 65,536 ids: shards are uint16)
+    out_dir: str = DEFAULT_OUT_DIR
+    prefix: str = "fineweb_edu"  # shard names: {prefix}_val_000000.bin, {prefix}_train_000001.bin, ...
+    shard_tokens: int = 100_000_000  # tokens per training shard (llm.c: 1e8)
+    val_tokens: int = 100_000_000  # the validation shard (first shard); at most max_tokens/10
+    max_tokens: Optional[int] = None  # cap on all tokens written (null: the whole dataset)
+    workers: int = max(1, (os.cpu_count() or 2) - 1)  # tokenizer processes; 1 = in the main process
+    docs_per_task: int = 256  # documents per worker task
+    streaming: bool = True  # stream (Hub: no full download); false = datasets' Arrow cache first
+    cache_dir: Optional[str] = None  # datasets' cache folder (null: its default, ~/.cache/huggingface)
+    progress: bool = True  # tqdm bar with tokens/s
+
+
+@dataclass
+class PrepareRoot:
+    prepare: PrepareConfig = field(default_factory=PrepareConfig)
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="prepare_schema", node=PrepareRoot)
+
+
+register_configs()
+
+
+def prepare_config(cfg: Any) -> PrepareConfig:
+    """A PrepareConfig, the `prepare` DictConfig (or the root holding it) or a dict -> resolved PrepareConfig."""
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg.prepare if "prepare" in cfg else cfg, resolve=True)
+    elif isinstance(cfg, PrepareConfig):
+        cfg = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    elif isinstance(cfg, dict) and "prepare" in cfg:
+        cfg = cfg["prepare"]
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PrepareConfig), cfg))
+
+
+def validation_tokens(c: PrepareConfig) -> int:
+    """Size of the validation shard: val_tokens, capped at max_tokens // 10 (at least 1)."""
+    if c.max_tokens is None:
+        return c.val_tokens
+    return max(1, min(c.val_tokens, c.max_tokens // 10))
+
+
+def shard_name(c: PrepareConfig, index: int) -> str:
+    return f"{c.prefix}_{'val' if index == 0 else 'train'}_{index:06d}.bin"
+
+
+# ---------------------------------------------------------------------------------------------
+# Input documents
+
+
+def resolve_data_files(spec: str) -> tuple[list[Path], str]:
+    """(files sorted by name, datasets builder) for prepare.data_files; DataError naming it if none."""
+    p = Path(os.path.expanduser(spec))
+
+    def builder_of(f: Path) -> str | None:
+        name = f.name.lower()
+        for comp in COMPRESSIONS:
+            name = name.removesuffix(comp)
+        return BUILDERS.get(Path(name).suffix)
+
+    if p.is_file():
+        files = [p]
+    elif p.is_dir():
+        files = [f for f in p.rglob("*") if f.is_file() and builder_of(f)]
+    else:
+        files = [Path(f) for f in glob.glob(str(p), recursive=True) if Path(f).is_file()]
+    if not files:
+        raise DataError(f"prepare.data_files={spec!r} matches no files (give a file, a folder or a quoted glob)")
+    kinds = {builder_of(f) for f in files}
+    if None in kinds:
+        bad = next(f for f in files if builder_of(f) is None)
+        raise DataError(f"prepare.data_files: {bad} is not .json/.jsonl/.parquet/.txt/.md (optionally compressed)")
+    if len(kinds) > 1:
+        raise DataError(f"prepare.data_files={spec!r} mixes file types ({', '.join(sorted(kinds))}); use one type")
+    return sorted(f.resolve() for f in files), kinds.pop()
+
+
+def _offline_message(c: PrepareConfig, err: BaseException | None) -> str:
+    why = f" ({type(err).__name__}: {str(err)[:200]})" if err else ""
+    return (
+        f"cannot reach the Hugging Face Hub to stream {c.dataset} ({c.name}): this machine looks offline{why}. "
+        f"Run mltrain-prepare where the Hub is reachable, or tokenize local files instead: "
+        f"prepare.data_files=/path/to/*.parquet (json, jsonl, parquet or text; column prepare.text_field={c.text_field})."
+    )
+
+
+def _check_hub_reachable(c: PrepareConfig) -> None:
+    """Fail in seconds, not after datasets' minute of retries, when the Hub cannot be reached."""
+    import datasets
+
+    if datasets.config.HF_HUB_OFFLINE:  # the user asked for offline mode: datasets may serve its cache
+        return
+    import requests
+    from huggingface_hub import constants
+
+    try:
+        requests.head(constants.ENDPOINT, timeout=10, allow_redirects=False)
+    except requests.RequestException as err:
+        raise DataError(_offline_message(c, err)) from err
+
+
+def open_dataset(c: PrepareConfig) -> tuple[Any, str]:
+    """(dataset: an IterableDataset when streaming, else a Dataset; a description for the log)."""
+    import datasets
+
+    from mltrain.data.text import datasets_local_only
+
+    if c.data_files:
+        files, builder = resolve_data_files(c.data_files)
+        kwargs = {"sample_by": "document", "encoding_errors": "replace"} if builder == "text" else {}
+        with datasets_local_only():
+            ds = datasets.load_dataset(
+                builder, data_files=[str(f) for f in files], split="train", streaming=c.streaming,
+                cache_dir=c.cache_dir, **kwargs,
+            )  # fmt: skip
+        return ds, f"{len(files)} local {builder} file(s) from {c.data_files}"
+    _check_hub_reachable(c)
+    log.warning(
+        "downloading (streaming=%s) %s, name=%s, split=%s from the Hugging Face Hub%s",
+        c.streaming, c.dataset, c.name, c.split,
+        "" if c.max_tokens else " - all of it (sample-10BT: ~10B tokens, ~27 GB of parquet)",
+    )  # fmt: skip
+    try:
+        ds = datasets.load_dataset(c.dataset, name=c.name, split=c.split, streaming=c.streaming, cache_dir=c.cache_dir)
+    except (ConnectionError, OSError) as err:
+        raise DataError(_offline_message(c, err)) from err
+    return ds, f"{c.dataset} ({c.name}, {c.split})"
+
+
+@dataclass
+class _Batch:
+    first_doc: int  # index of texts[0] in the document stream
+    texts: list[str] | None
+    stream_state: dict | None  # datasets' stream position just before texts[0] (streaming only)
+
+
+def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> Iterator[_Batch]:
+    """The documents from index start_doc on, in lists of docs_per_task, with stream positions."""
+    import datasets
+
+    streaming = isinstance(ds, datasets.IterableDataset)
+    pos = 0
+    if streaming and resume and resume.get("stream_state") is not None:
+        ds.load_state_dict(resume["stream_state"])
+        pos = int(resume["stream_state_doc"])
+    elif not streaming and start_doc:
+        ds = ds.select(range(min(start_doc, len(ds)), len(ds)))
+        pos = start_doc
+    rows = iter(ds)
+    try:
+        for _ in range(start_doc - pos):  # skip the rest by reading, without tokenizing
+            if next(rows, None) is None:
+                return
+        index = start_doc
+        while True:
+            state = ds.state_dict() if streaming else None
+            texts = []
+            for row in rows:
+                try:
+                    value = row[c.text_field]
+                except KeyError:
+                    raise DataError(
+                        f"prepare.text_field={c.text_field!r} is not a column of the data (columns: {', '.join(row)})"
+                    ) from None
+                texts.append(value or "")
+                if len(texts) == c.docs_per_task:
+                    break
+            if not texts:
+                return
+            yield _Batch(index, texts, state)
+            index += len(texts)
+    finally:
+        close = getattr(rows, "close", None)  # stop datasets' reader now, not at interpreter exit
+        if close is not None:
+            close()
+
+
+def _encoded(batches: Iterator[_Batch], tok: Tokenizer, workers: int) -> Iterator[tuple[_Batch, np.ndarray, np.ndarray]]:
+    """(batch, tokens, per-document lengths) in input order; eot before each document."""
+    if workers <= 1:
+        for b in batches:
+            tokens, lengths = tok.encode_documents(b.texts, separator="before")
+            b.texts = None
+            yield b, tokens, lengths
+        return
+    # spawn: workers start clean (no inherited Arrow/threads state) and import only tokenizers.py.
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers, initializer=init_worker, initargs=(tok.name,)) as pool:
+        pending: collections.deque = collections.deque()
+        for b in batches:
+            pending.append((b, pool.apply_async(encode_batch_before, (b.texts,))))
+            b.texts = None
+            if len(pending) >= 4 * workers:  # bounded read-ahead keeps memory flat
+                done, res = pending.popleft()
+                yield done, *res.get()
+        while pending:
+            done, res = pending.popleft()
+            yield done, *res.get()
+
+
+# ---------------------------------------------------------------------------------------------
+# State and resume
+
+
+def _fingerprint(c: PrepareConfig) -> dict:
+    """Everything that changes the bytes of the shards (not workers, streaming, caches, progress)."""
+    source: Any = {"dataset": c.dataset, "name": c.name, "split": c.split}
+    if c.data_files:
+        files, builder = resolve_data_files(c.data_files)
+        source = {"builder": builder, "files": [[str(f), f.stat().st_size] for f in files]}
+    return {
+        "format": STATE_VERSION,
+        "source": source,
+        "text_field": c.text_field,
+        "tokenizer": c.tokenizer,
+        "prefix": c.prefix,
+        "shard_tokens": c.shard_tokens,
+        "val_tokens": validation_tokens(c),
+        "max_tokens": c.max_tokens,
+    }
+
+
+def _fresh_state(fp: dict) -> dict:
+    return {
+        "version": STATE_VERSION, "fingerprint": fp, "done": False, "shards": [], "tokens": 0,
+        "docs": 0, "skip_tokens": 0, "stream_state": None, "stream_state_doc": 0,
+    }  # fmt: skip
+
+
+def _load_state(out: Path, fp: dict) -> dict:
+    path = out / STATE_FILE
+    if not path.exists():
+        stray = sorted(p.name for p in out.glob("*.bin"))
+        if stray:
+            raise DataError(
+                f"prepare.out_dir={out} already holds .bin files ({', '.join(stray[:3])}{', ...' if len(stray) > 3 else ''}) "
+                f"but no {STATE_FILE}: they were not made by this preparation. Choose another prepare.out_dir."
+            )
+        return _fresh_state(fp)
+    try:
+        state = json.loads(path.read_text())
+    except ValueError as err:
+        raise DataError(f"{path} is not valid JSON ({err}); delete {out} and start again") from err
+    if state.get("fingerprint") != fp:
+        old = state.get("fingerprint") or {}
+        diff = sorted(k for k in set(old) | set(fp) if old.get(k) != fp.get(k))
+        raise DataError(
+            f"prepare.out_dir={out} holds a preparation made with other settings ({', '.join(diff)} differ). "
+            f"Use another prepare.out_dir, or delete that folder to start again."
+        )
+    for entry in state["shards"]:
+        p = out / entry["name"]
+        expected = shards.HEADER_BYTES + 2 * entry["tokens"]
+        if not p.is_file() or p.stat().st_size != expected:
+            raise DataError(f"{p} is missing or has changed since it was written; delete {out} and start again")
+    return state
+
+
+def check_shard_tokenizer(tok: Tokenizer) -> None:
+    """DataError unless every id of `tok` fits the shards' uint16."""
+    if tok.n_vocab > 65536:
+        raise DataError(
+            f"prepare.tokenizer={tok.name} has {tok.n_vocab:,} token ids; llm.c shards store uint16 "
+            f"(at most 65,536 ids): use gpt2, r50k_base or p50k_base"
+        )
+    if tok.eot_token is None:
+        log.warning("prepare.tokenizer=%s has no end-of-text token: documents are separated by a blank line", tok.name)
+
+
+def _after_shard(path: Path) -> None:
+    """Called after each shard and its state are committed. (Tests replace it to simulate a crash.)"""
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run_prepare(cfg: PrepareConfig | DictConfig | dict) -> Path:
+    """Prepare (or finish preparing) the shards in cfg.out_dir and return that folder."""
+    c = prepare_config(cfg)
+    for key in ("shard_tokens", "val_tokens", "workers", "docs_per_task"):
+        if getattr(c, key) <= 0:
+            raise DataError(f"prepare.{key}={getattr(c, key)} must be > 0")
+    if c.max_tokens is not None and c.max_tokens < 2:
+        raise DataError(f"prepare.max_tokens={c.max_tokens} must be >= 2 (a validation and a training token)")
+    tok = get_tokenizer(c.tokenizer, key="prepare.tokenizer")
+    check_shard_tokenizer(tok)
+    out = Path(os.path.expanduser(c.out_dir))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"cannot create prepare.out_dir={out} ({err})") from err
+    atomic.remove_stale_temps(out)
+    state = _load_state(out, _fingerprint(c))
+    if state["done"]:
+        log.info("%s is already complete: %d shards, %s tokens", out, len(state["shards"]), f"{state['tokens']:,}")
+        return out
+
+    ds, what = open_dataset(c)
+    index, written = len(state["shards"]), state["tokens"]
+    log.info(
+        "tokenizing %s with %s in %d worker(s) into %s%s",
+        what, tok.name, c.workers, out, f" (resuming at shard {index}, {written:,} tokens done)" if index else "",
+    )  # fmt: skip
+
+    def capacity(i: int) -> int:
+        n = validation_tokens(c) if i == 0 else c.shard_tokens
+        return n if c.max_tokens is None else min(n, c.max_tokens - written)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=c.max_tokens, initial=written, unit="tok", unit_scale=True, disable=not c.progress, desc="tokens")
+    started, new_tokens = time.perf_counter(), 0
+    buf = np.empty(capacity(index), dtype=shards.TOKEN_DTYPE)
+    fill, skip = 0, int(state["skip_tokens"])
+    batches = _batches(ds, c, int(state["docs"]), state)
+    encoded = _encoded(batches, tok, c.workers)
+    finished = len(buf) == 0
+
+    def commit(batch: _Batch, cum: np.ndarray, off: int) -> None:
+        nonlocal index, written, buf, fill
+        name = shard_name(c, index)
+        shards.write_shard(out / name, buf[:fill])
+        k = int(np.searchsorted(cum, off, side="right"))  # documents of this batch fully written
+        written += fill
+        state.update(
+            shards=[*state["shards"], {"name": name, "tokens": fill}], tokens=written,
+            docs=batch.first_doc + k, skip_tokens=off - (int(cum[k - 1]) if k else 0),
+            stream_state=batch.stream_state, stream_state_doc=batch.first_doc,
+        )  # fmt: skip
+        atomic.write_json(out / STATE_FILE, state)
+        _after_shard(out / name)
+        index += 1
+        buf, fill = np.empty(max(capacity(index), 0), dtype=shards.TOKEN_DTYPE), 0
+
+    try:
+        last: tuple[_Batch, np.ndarray, int] | None = None
+        for batch, tokens, lengths in encoded:
+            if finished:
+                break
+            cum = np.cumsum(lengths)
+            off, skip = skip, 0  # a resumed run drops what the last shard already holds of its first document
+            while off < len(tokens):
+                n = min(len(tokens) - off, len(buf) - fill)
+                buf[fill : fill + n] = tokens[off : off + n]
+                fill, off = fill + n, off + n
+                new_tokens += n
+                bar.update(n)
+                if fill == len(buf):
+                    commit(batch, cum, off)
+                    if len(buf) == 0:  # max_tokens reached
+                        finished = True
+                        break
+            last = (batch, cum, off)
+            if finished:
+                break
+        if fill and last is not None:  # the data ran out: the final, shorter shard
+            commit(*last)
+    finally:
+        encoded.close()
+        batches.close()
+        bar.close()
+    if len(state["shards"]) < 2:
+        raise DataError(
+            f"the data held only {written:,} tokens, not enough for a training shard after the "
+            f"{validation_tokens(c):,}-token validation shard: lower prepare.val_tokens (and delete {out})"
+        )
+    state["done"] = True
+    atomic.write_json(out / STATE_FILE, state)
+    elapsed = time.perf_counter() - started
+    log.info(
+        "done: %s tokens in %d shards in %s (%.0f tokens/s this run)",
+        f"{written:,}", len(state["shards"]), out, new_tokens / max(elapsed, 1e-9),
+    )  # fmt: skip
+    return out
+
+
+@hydra.main(version_base="1.3", config_path="pkg://mltrain.conf", config_name="prepare")
+def hydra_main(cfg: DictConfig) -> None:
+    try:
+        run_prepare(cfg.prepare)
+    except DataError as err:
+        log.error("%s", err)
+        sys.exit(2)
