@@ -148,7 +148,7 @@ class Config:
     coarsening: CoarseningConfig = field(default_factory=CoarseningConfig)
     multilevel: MultilevelConfig = field(default_factory=MultilevelConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    experiment: Optional[str] = None  # name of the preset, set by conf/experiment/*.yaml
+    preset: Optional[str] = None  # name of the experiment preset, set by conf/experiment/*.yaml
 
 
 def register_configs() -> None:
@@ -198,10 +198,6 @@ def validate(cfg: Any) -> None:
     _choice(t.dtype, "train.dtype", ("auto", "float32", "bfloat16"))
     _validate_optim(cfg.optim, "optim")
     _validate_schedule(cfg.schedule, "schedule", cfg.optim.lr)
-    if cfg.schedule.warmup_steps > t.max_steps:
-        raise ConfigError(
-            f"schedule.warmup_steps={cfg.schedule.warmup_steps} exceeds train.max_steps={t.max_steps}"
-        )
     _choice(cfg.logger.name, "logger.name", ("jsonl", "wandb"))
     _choice(cfg.logger.mode, "logger.mode", ("online", "offline", "disabled"))
     _validate_multilevel(cfg)
@@ -264,11 +260,6 @@ def _validate_multilevel(cfg: Any) -> None:
     co = resolve_coarse_optim(cfg.optim, ml.coarse_optim)
     _validate_optim(co, "multilevel.coarse_optim")
     _validate_schedule(ml.coarse_schedule, "multilevel.coarse_schedule", co.lr)
-    if ml.coarse_schedule.warmup_steps > ml.coarse_steps:
-        raise ConfigError(
-            f"multilevel.coarse_schedule.warmup_steps={ml.coarse_schedule.warmup_steps} exceeds "
-            f"multilevel.coarse_steps={ml.coarse_steps}"
-        )
     from mltrain.coarsening import check_depth  # local: keeps this module import-light
 
     check_depth(c.scheme, c.k, cfg.model.n_layer, ml.levels)

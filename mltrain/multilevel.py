@@ -1,0 +1,187 @@
+"""The cycle and its recursion over levels, as a flat *plan* of phases; which optimizer and LR each
+phase uses.
+
+One cycle at level l (the paper's, for levels=2):
+    train the level-l model (fine_steps_per_cycle fine steps at level 0, coarse_steps at levels ≥ 1);
+    then, if a coarser level exists, for each coarse model c of it (multilevel.order):
+        restrict c  →  diagnostics (coarse vs parent)  →  cycle(c, l+1)  →  prolong c into level l.
+n_cycles of those run first; fine-only training then continues to train.max_steps. Single-level
+training is the plan with one phase, so there is one loop for both.
+
+The plan is a list fixed at start-up and executed with a position (phase index, step within the
+phase) kept in TrainState: the resumable "schedule position".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from mltrain.coarsening import Hierarchy, ModelView, fine_view
+from mltrain.flops import train_flops_per_token
+from mltrain.optim import build_optimizer, lr_at, resolve_coarse_optim
+from mltrain.trainer import Trainer
+
+
+@dataclass(frozen=True)
+class Phase:
+    kind: str  # train | restrict | diagnose | prolong
+    path: tuple[int, ...] = ()  # which model: () fine, (a,) coarse model a, (a, b) its coarse model b…
+    steps: int = 0
+    cycle: Optional[int] = None
+
+    @property
+    def level(self) -> int:
+        return len(self.path)
+
+
+def run_kind(cfg: Any) -> str:
+    if cfg.coarsening.scheme == "none":
+        return "single"
+    return "schedule_control" if cfg.multilevel.control == "schedule" else "multilevel"
+
+
+def control_steps(cfg: Any, level: int) -> int:
+    """Fine steps that cost the same FLOPs as `coarse_steps` steps of a level-`level` coarse model."""
+    m, k = cfg.model, cfg.coarsening.k
+    vocab = m.vocab_size
+    coarse = train_flops_per_token(m.n_layer // k**level, m.n_embd, vocab, m.block_size)
+    fine = train_flops_per_token(m.n_layer, m.n_embd, vocab, m.block_size)
+    return max(1, round(cfg.multilevel.coarse_steps * coarse / fine))
+
+
+def build_plan(cfg: Any) -> list[Phase]:
+    ml, t = cfg.multilevel, cfg.train
+    kind = run_kind(cfg)
+    if kind == "single":
+        return [Phase("train", (), t.max_steps)]
+    n_children = 1 if cfg.coarsening.scheme == "average" else cfg.coarsening.k
+    children = list(range(n_children))
+    if ml.order == "descending":
+        children.reverse()
+
+    def cycle(path: tuple[int, ...], c: int) -> list[Phase]:
+        level = len(path)
+        if level == 0:
+            steps = ml.fine_steps_per_cycle
+        else:
+            steps = control_steps(cfg, level) if kind == "schedule_control" else ml.coarse_steps
+        phases = [Phase("train", path, steps, c)]
+        if level + 1 < ml.levels:
+            for child in children:
+                sub = path + (child,)
+                phases += [Phase("restrict", sub, cycle=c), Phase("diagnose", sub, cycle=c)]
+                phases += cycle(sub, c)
+                phases.append(Phase("prolong", sub, cycle=c))
+        return phases
+
+    plan = [phase for c in range(ml.n_cycles) for phase in cycle((), c)]
+    rest = t.max_steps - ml.n_cycles * ml.fine_steps_per_cycle
+    if rest > 0:
+        plan.append(Phase("train", (), rest))
+    return plan
+
+
+def planned_steps(plan: list[Phase]) -> int:
+    return sum(p.steps for p in plan)
+
+
+class MultilevelRunner:
+    """Executes a plan with one Trainer. Owns the optimizers: the fine one, and one per coarse model."""
+
+    def __init__(self, cfg: Any, trainer: Trainer, hierarchy: Optional[Hierarchy], fine_optimizer,
+                 sampler: Any, coarse_sampler: Any, diag_sampler: Any, device: torch.device):
+        self.cfg, self.trainer, self.hierarchy = cfg, trainer, hierarchy
+        self.fine = hierarchy.fine if hierarchy else fine_view(trainer.model)
+        self.fine_optimizer, self.device = fine_optimizer, device
+        self.sampler, self.coarse_sampler, self.diag_sampler = sampler, coarse_sampler, diag_sampler
+        self.kind = run_kind(cfg)
+        self.control = self.kind == "schedule_control"
+        self.plan = build_plan(cfg)
+        self.coarse_optim_cfg = resolve_coarse_optim(cfg.optim, cfg.multilevel.coarse_optim)
+        self.coarse_optimizers: dict[tuple[int, ...], torch.optim.Optimizer] = {}
+        self.diag_index = 0
+
+    # -- which model, optimizer and LR a phase uses -------------------------------------------------
+    def view_for(self, phase: Phase) -> ModelView:
+        if not phase.path or self.control:
+            return self.fine
+        return self.hierarchy.view(phase.path, phase.cycle or 0)
+
+    def coarse_optimizer(self, phase: Phase, view: ModelView) -> torch.optim.Optimizer:
+        """One optimizer per coarse model (per path). It holds every fine parameter (plus the view's own
+        storage for `average`): parameters outside the current view get no gradient and are skipped,
+        so a `random` scheme that redraws its blocks every cycle keeps per-parameter state."""
+        opt = self.coarse_optimizers.get(phase.path)
+        if opt is None:
+            params = list(self.trainer.model.parameters())
+            if view.owns_blocks:
+                params += [p for b in view.blocks for p in b.parameters()]
+            opt = build_optimizer(params, self.coarse_optim_cfg, self.device)
+            self.coarse_optimizers[phase.path] = opt
+        elif self.cfg.multilevel.coarse_optimizer_state == "reset":
+            opt.state.clear()
+        return opt
+
+    def fine_lr(self) -> float:
+        return lr_at(self.trainer.state.fine_steps, self.cfg.schedule, self.cfg.optim.lr, self.cfg.train.max_steps)
+
+    def coarse_lr(self, step_in_phase: int, phase_steps: int) -> float:
+        return lr_at(step_in_phase, self.cfg.multilevel.coarse_schedule, self.coarse_optim_cfg.lr, phase_steps)
+
+    # -- execution ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        state = self.trainer.state
+        while state.phase_index < len(self.plan):
+            phase = self.plan[state.phase_index]
+            getattr(self, "_" + phase.kind)(phase)
+            state.phase_index += 1
+            state.step_in_phase = 0
+
+    def _train(self, phase: Phase) -> None:
+        t, state, cfg = self.trainer, self.trainer.state, self.cfg
+        view = self.view_for(phase)
+        fine = not phase.path
+        kind = "fine" if fine else ("control" if self.control else "coarse")
+        optimizer = self.fine_optimizer if fine else self.coarse_optimizer(phase, view)
+        sampler = self.sampler if fine else self.coarse_sampler
+        extra = {} if phase.cycle is None else {"cycle": phase.cycle}
+        if self.control and not fine:
+            extra["control_for"] = ".".join(map(str, phase.path))
+        while state.step_in_phase < phase.steps:
+            lr = self.fine_lr() if fine else self.coarse_lr(state.step_in_phase, phase.steps)
+            t.step(view, optimizer, lr, sampler, kind)
+            state.step_in_phase += 1
+            if fine:
+                n = state.fine_steps
+                # Every fine step of a cycle is logged: the jumps after prolongation are the point.
+                if n % cfg.train.log_interval == 0 or n == cfg.train.max_steps or phase.cycle is not None:
+                    t.log_train(kind, view, lr, **extra)
+                if n % cfg.train.eval_interval == 0 or n == cfg.train.max_steps:
+                    t.log_eval(view)
+            elif state.step_in_phase % cfg.multilevel.coarse_log_interval == 0 or state.step_in_phase == phase.steps:
+                t.log_train(kind, view, lr, **extra)
+
+    def _restrict(self, phase: Phase) -> None:
+        if not self.control:
+            self.hierarchy.restrict(self.view_for(phase))
+
+    def _diagnose(self, phase: Phase) -> None:
+        if self.control or not self.cfg.multilevel.diagnostics:
+            return
+        view = self.view_for(phase)
+        batch = self.diag_sampler.batch(self.diag_index)
+        self.diag_index += 1
+        row = {"step": self.trainer.state.fine_steps, "level": view.level, "cycle": phase.cycle,
+               "coarse_model": phase.path[-1], **self.trainer.gradient_agreement(view, view.parent, batch),
+               **self.trainer.counters()}
+        self.trainer.log(row)
+
+    def _prolong(self, phase: Phase) -> None:
+        if not self.control:
+            self.hierarchy.prolong(self.view_for(phase))
+        if phase.level == 1 and self.cfg.multilevel.fine_momentum_after_prolong == "reset":
+            self.fine_optimizer.state.clear()
+

@@ -1,0 +1,186 @@
+"""Build the parts from the config, run the plan, write the summary.
+
+    config → validate → data → model → samplers, optimizer, hierarchy → Trainer + MultilevelRunner
+           → metrics.jsonl / W&B (Tracker) → summary.json
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mltrain.coarsening import Hierarchy
+from mltrain.config import ConfigError, validate
+from mltrain.data import BatchSampler, load_tokens
+from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
+from mltrain.model import GPT, GPTConfig
+from mltrain.multilevel import MultilevelRunner, build_plan, planned_steps, run_kind
+from mltrain.optim import build_optimizer
+from mltrain.tracking import Tracker, run_label, run_name
+from mltrain.trainer import EVAL_SEED, Trainer
+
+log = logging.getLogger("mltrain")
+
+# Offsets that give the diagnostic batches and a differently sized coarse stream their own seeds.
+DIAG_SEED_OFFSET = 1_000_003
+COARSE_SEED_OFFSET = 2_000_003
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but torch sees no CUDA device (use device=auto or device=cpu)")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
+    """The autocast dtype, or None for plain fp32."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    return torch.bfloat16 if name == "bfloat16" else None
+
+
+def existing_run(run_dir: Path) -> Optional[Path]:
+    for name in ("summary.json", "metrics.jsonl"):
+        if (run_dir / name).exists():
+            return run_dir / name
+    return None
+
+
+def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
+    m = OmegaConf.to_container(cfg.model, resolve=True)
+    if m["vocab_size"] is None:
+        m["vocab_size"] = vocab_size
+    elif m["vocab_size"] < vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={m['vocab_size']} is smaller than the tokenizer's vocabulary ({vocab_size})"
+        )
+    return GPT(GPTConfig(**m))
+
+
+def _overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return list(HydraConfig.get().overrides.task)
+    return []
+
+
+def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
+    """Train as `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise)."""
+    validate(cfg)
+    if run_dir is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        run_dir = HydraConfig.get().runtime.output_dir
+    run_dir = Path(run_dir)
+    if (found := existing_run(run_dir)) is not None:
+        raise ConfigError(f"{found} exists: this run dir holds an earlier run; choose another hydra.run.dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.train.dtype, device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    data = load_tokens(cfg.data)
+    log.info("data: %s", data.description)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    model = build_model(cfg, data.vocab_size)
+    with open_dict(cfg):
+        cfg.model.vocab_size = model.config.vocab_size  # resolved: recorded in W&B and used by the plan
+    model.to(device)
+    if cfg.train.compile:
+        for block in model.blocks:  # per block, so any subset (a coarse view) reuses the compiled code
+            block.compile()
+    n_params = model.num_params()
+    log.info(
+        "model: %s parameters (%d blocks, d=%d, %d heads, context %d, vocab %d)",
+        f"{n_params:,}", model.config.n_layer, model.config.n_embd, model.config.n_head,
+        model.config.block_size, model.config.vocab_size,
+    )
+
+    t, ml = cfg.train, cfg.multilevel
+    kind = run_kind(cfg)
+    B, T = t.batch_size, cfg.model.block_size
+    sampler = BatchSampler(data.train, B, T, seed=cfg.seed)
+    coarse_B = ml.coarse_batch_size or B
+    coarse_sampler = sampler if coarse_B == B else BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
+    diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET)
+    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED)
+
+    hierarchy = None
+    if kind != "single":
+        c = cfg.coarsening
+        hierarchy = Hierarchy(model, c.scheme, c.k, ml.delta, seed=cfg.seed if c.seed is None else c.seed,
+                              redraw=c.redraw, order=ml.order)
+    plan = build_plan(cfg)
+    fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
+
+    overrides = _overrides()
+    config_dict = OmegaConf.to_container(cfg, resolve=True)
+    tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind),
+                      group=run_label(overrides, kind), job_type=kind)
+    with tracker:
+        trainer = Trainer(model, t, device, dtype, val_sampler, tracker.log, planned_steps(plan),
+                          peak_flops=peak_flops(device))
+        runner = MultilevelRunner(cfg, trainer, hierarchy, fine_optimizer, sampler, coarse_sampler,
+                                  diag_sampler, device)
+        initial_val = trainer.log_eval(runner.fine)
+        model.train()
+        try:
+            runner.run()
+        finally:
+            trainer.close()
+        wall = trainer.elapsed()
+        s = trainer.state
+        fine_step_flops = train_flops_per_step(cfg.model.n_layer, cfg.model.n_embd, model.config.vocab_size, T, B)
+        summary = {
+            "n_params": n_params,
+            "total_flops": s.flops,
+            "tokens": s.tokens,
+            "fine_steps": s.fine_steps,
+            "final_train_loss": trainer.last_loss.get("fine"),
+            "final_val_loss": trainer.last_loss.get("val"),
+            "initial_val_loss": initial_val,
+            "wall_time_s": wall,
+            "tokens_per_s": s.tokens / wall,
+            "flops_formula": FLOPS_FORMULA,
+            "flops_per_fine_step": fine_step_flops,
+            "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+            "seed": cfg.seed,
+            "run_kind": kind,
+            "coarsening": cfg.coarsening.name,
+            "delta": ml.delta if kind != "single" else None,
+            "label": run_label(overrides, kind),
+            "preset": cfg.preset,
+        }
+        if kind != "single":
+            summary.update(
+                coarse_steps=s.coarse_steps,
+                coarse_flops=s.coarse_flops,
+                control_steps=s.control_steps,
+                fine_equivalent_steps=s.flops / fine_step_flops,
+            )
+        if device.type == "cuda":
+            summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+        tracker.write_summary(summary)
+    log.info(
+        "done: %d fine steps%s | %.3g FLOPs (%.0f fine-step equivalents) | train %.4f | val %.4f (from %.4f) "
+        "| %.0f tok/s | %.1f s | %s",
+        s.fine_steps,
+        f" + {s.coarse_steps} coarse" if s.coarse_steps else (f" + {s.control_steps} control" if s.control_steps else ""),
+        s.flops, s.flops / fine_step_flops, summary["final_train_loss"], summary["final_val_loss"],
+        initial_val, summary["tokens_per_s"], wall, run_dir,
+    )
+    return summary["final_val_loss"]

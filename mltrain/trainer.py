@@ -1,0 +1,203 @@
+"""One training-step function for every level, evaluation, and per-step FLOP/token accounting.
+
+`Trainer.step(view, optimizer, lr, sampler)` trains whatever `ModelView` it is handed — the fine model,
+a coarse model, or the fine model inside the schedule control — so there is no copy of the training loop
+per level. Everything that must survive a resume lives in `TrainState` (counters and the plan position)
+and in the samplers' own state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from mltrain.coarsening import ModelView
+from mltrain.flops import train_flops_per_token
+from mltrain.optim import set_lr
+
+EVAL_SEED = 1234  # the held-out batches are the same for every run and seed, so val losses compare
+
+
+@dataclass
+class TrainState:
+    fine_steps: int = 0
+    coarse_steps: int = 0  # optimizer steps at any coarse level
+    control_steps: int = 0  # fine-model steps taken in place of coarse phases (schedule control)
+    tokens: int = 0
+    flops: float = 0.0  # cumulative training FLOPs, all levels
+    coarse_flops: float = 0.0
+    phase_index: int = 0  # position in the multilevel plan
+    step_in_phase: int = 0
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_cfg: Any,
+        device: torch.device,
+        dtype: Optional[torch.dtype],
+        val_sampler: Any,
+        log: Callable[[dict], None],
+        total_steps: int,
+        peak_flops: Optional[float] = None,
+    ):
+        self.model, self.cfg, self.device, self.dtype = model, train_cfg, device, dtype
+        self.val_sampler, self.log = val_sampler, log
+        self.state = TrainState()
+        self.peak_flops = peak_flops
+        cfg = model.config
+        self._flops_per_token: dict[int, float] = {}
+        self._dims = (cfg.n_embd, cfg.vocab_size, cfg.block_size)
+        self.t0 = time.perf_counter()
+        self.last_loss: dict[str, float] = {}  # by phase kind, for the summary
+        self._pending: dict[str, list] = {}  # per phase kind: [loss_sum tensor, n_steps, tokens, t_start]
+        self.bar = tqdm(total=total_steps, disable=not train_cfg.progress, unit="step", dynamic_ncols=True)
+
+    # -- accounting -------------------------------------------------------------------------------
+    def flops_per_token(self, n_blocks: int) -> float:
+        if n_blocks not in self._flops_per_token:
+            self._flops_per_token[n_blocks] = train_flops_per_token(n_blocks, *self._dims)
+        return self._flops_per_token[n_blocks]
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def _to_device(self, batch):
+        x, y = batch
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device), y.to(self.device)
+
+    # -- the step -----------------------------------------------------------------------------------
+    def step(self, view: ModelView, optimizer: torch.optim.Optimizer, lr: float, sampler: Any, kind: str) -> None:
+        """One optimizer step of `view` on the next batch of `sampler`; `kind` is fine|coarse|control."""
+        # Per-kind accumulator since that kind's last row: [loss sum, steps, tokens, start time].
+        pending = self._pending.setdefault(kind, [torch.zeros((), device=self.device), 0, 0, time.perf_counter()])
+        set_lr(optimizer, lr)
+        x, y = self._to_device(sampler.next_batch())
+        accum = self.cfg.grad_accum
+        loss_sum = torch.zeros((), device=self.device)
+        for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
+            with self.autocast():
+                _, loss = view(xs, ys)
+            (loss / accum).backward()
+            loss_sum += loss.detach()
+        if self.cfg.grad_clip > 0:
+            params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        n_tokens = x.numel()
+        flops = self.flops_per_token(view.n_blocks) * n_tokens
+        s = self.state
+        s.tokens += n_tokens
+        s.flops += flops
+        if kind == "fine":
+            s.fine_steps += 1
+        elif kind == "coarse":
+            s.coarse_steps += 1
+            s.coarse_flops += flops
+        else:
+            s.control_steps += 1
+        pending[0] += loss_sum / accum
+        pending[1] += 1
+        pending[2] += n_tokens
+        self.bar.update(1)
+
+    def log_train(self, kind: str, view: ModelView, lr: float, **extra: Any) -> float:
+        """Write one train row: the mean loss of the `kind` steps since its last row (one host sync)."""
+        loss_sum, n, tokens, t_start = self._pending.pop(kind)
+        loss = (loss_sum / n).item()
+        dt = max(time.perf_counter() - t_start, 1e-9)
+        self.last_loss[kind] = loss
+        row = {
+            "step": self.state.fine_steps,
+            "level": view.level,
+            "phase": kind,
+            "train/loss": loss,
+            "lr": lr,
+            **self.counters(),
+            "tokens_per_s": tokens / dt,
+            **extra,
+        }
+        if view.path:
+            row["coarse_model"] = view.path[-1]
+        if self.peak_flops:
+            row["mfu"] = self.flops_per_token(view.n_blocks) * tokens / dt / self.peak_flops
+        self.log(row)
+        self.bar.set_postfix_str(f"{view.name} loss {loss:.3f} {tokens / dt:,.0f} tok/s", refresh=False)
+        return loss
+
+    def counters(self) -> dict:
+        s = self.state
+        return {"flops": s.flops, "tokens": s.tokens, "time_s": self.elapsed()}
+
+    # -- evaluation ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, view: ModelView) -> float:
+        """Mean held-out loss of `view` over train.eval_batches fixed batches."""
+        was_training = self.model.training
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        for i in range(self.cfg.eval_batches):
+            x, y = self._to_device(self.val_sampler.batch(i))
+            for xs, ys in zip(x.chunk(self.cfg.grad_accum), y.chunk(self.cfg.grad_accum)):
+                with self.autocast():
+                    _, loss = view(xs, ys)
+                total += loss.float() / self.cfg.grad_accum
+        self.model.train(was_training)
+        return (total / self.cfg.eval_batches).item()
+
+    def log_eval(self, view: ModelView) -> float:
+        loss = self.evaluate(view)
+        self.log({"step": self.state.fine_steps, "level": view.level, "val/loss": loss, **self.counters()})
+        self.last_loss["val"] = loss
+        return loss
+
+    def gradients(self, view: ModelView, batch) -> tuple[float, dict[int, torch.Tensor]]:
+        """Loss and gradients of `view` on `batch` (no optimizer step; grads are cleared after)."""
+        x, y = self._to_device(batch)
+        with self.autocast():
+            _, loss = view(x, y)
+        params = view.parameters()
+        grads = torch.autograd.grad(loss, params)
+        return loss.item(), {id(p): g.float() for p, g in zip(params, grads)}
+
+    def gradient_agreement(self, coarse: ModelView, parent: ModelView, batch) -> dict:
+        """The review's evidence: losses of a coarse model and its parent on one batch, and the cosine
+        between their gradients over the parameters they share (all of them, the shared embedding/norm/
+        head alone, and the shared blocks alone). Measurement only: not counted as training FLOPs."""
+        coarse_loss, g_coarse = self.gradients(coarse, batch)
+        parent_loss, g_parent = self.gradients(parent, batch)
+        shared_ids = {id(p) for m in self.model.shared_modules() for p in m.parameters()}
+        common = [i for i in g_coarse if i in g_parent]
+        out = {"diag/coarse_loss": coarse_loss, "diag/fine_loss": parent_loss}
+        for key, ids in (
+            ("diag/grad_cosine", common),
+            ("diag/grad_cosine_shared", [i for i in common if i in shared_ids]),
+            ("diag/grad_cosine_blocks", [i for i in common if i not in shared_ids]),
+        ):
+            if ids:
+                a = torch.cat([g_coarse[i].flatten() for i in ids])
+                b = torch.cat([g_parent[i].flatten() for i in ids])
+                out[key] = F.cosine_similarity(a, b, dim=0).item()
+        return out
+
+    def close(self) -> None:
+        self.bar.close()
