@@ -107,6 +107,11 @@ def _read_wandb_log(path: Path) -> list:
 
 def _offline_run(run_dir: Path) -> dict:
     """Decode the one offline W&B run under run_dir/wandb into plain dicts."""
+    import wandb
+
+    # run.finish() returns once the run is finalized, but wandb-core may still hold the transaction log
+    # in a write buffer; shutting the service down (as at interpreter exit) flushes and closes it.
+    wandb.teardown()
     dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(dirs) == 1, dirs
     files = list(dirs[0].glob("run-*.wandb"))
