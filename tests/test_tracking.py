@@ -109,8 +109,8 @@ def _offline_run(run_dir: Path) -> dict:
     """Decode the one offline W&B run under run_dir/wandb into plain dicts."""
     import wandb
 
-    # run.finish() returns once the run is finalized, but wandb-core may still hold the transaction log
-    # in a write buffer; shutting the service down (as at interpreter exit) flushes and closes it.
+    # wandb-core writes the transaction log asynchronously: run.finish() can return ~0.1 s before the
+    # last records reach the file. Shutting the service down (as at interpreter exit) flushes it.
     wandb.teardown()
     dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(dirs) == 1, dirs
