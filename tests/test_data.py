@@ -174,7 +174,13 @@ def corpus(tmp_path) -> Path:
     for name, body in texts.items():
         (root / name).write_text(body, encoding="utf-8")
     (root / "skip.py").write_text("print('not text data')\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "notes.md").write_text("hidden: not text data either")
     return root
+
+
+def text_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.suffix in (".txt", ".md") and ".git" not in p.parts]
 
 
 def _all_text(splits: TokenSplits) -> tuple[str, str]:
@@ -184,12 +190,12 @@ def _all_text(splits: TokenSplits) -> tuple[str, str]:
 def test_text_directory_split_by_document(corpus):
     splits = load_tokens(cfg(source="text", path=str(corpus), val_fraction=0.3))
     train, val = _all_text(splits)
-    docs = {p.relative_to(corpus).as_posix(): p.read_text(encoding="utf-8") for p in corpus.rglob("*") if p.suffix in (".txt", ".md")}
+    docs = {p.relative_to(corpus).as_posix(): p.read_text(encoding="utf-8") for p in text_files(corpus)}
     assert len(docs) == 5
     for name, body in docs.items():
         assert (body + "\n\n" in train) != (body + "\n\n" in val), name  # each document on exactly one side
     assert len((train + val).encode()) == sum(len(b.encode()) + 2 for b in docs.values())  # nothing else
-    assert "not text data" not in train + val
+    assert "not text data" not in train + val  # neither *.py nor hidden folders
     assert val and train
     assert "5 files" in splits.description
 
@@ -215,7 +221,7 @@ def test_text_with_gpt2_puts_eot_between_documents(corpus, gpt2_cache):
     eots = sum(int((a == 50256).sum()) for a in splits.train + splits.val)
     assert eots == n_docs  # the literal "<|endoftext|>" in b.md stays ordinary text
     decoded = [tok.decode(splits.train[0]), tok.decode(splits.val[0])]
-    for p in [*corpus.rglob("*.txt"), *corpus.rglob("*.md")]:
+    for p in text_files(corpus):
         assert sum(p.read_text(encoding="utf-8") + "<|endoftext|>" in d for d in decoded) == 1, p
 
 
@@ -229,7 +235,7 @@ def test_cache_reused_without_tokenizing_and_invalidated_by_content(corpus, tmp_
     c = cfg(source="text", path=str(corpus), cache_dir=str(tmp_path / "cache"))
     first = load_tokens(c)
     cached = sorted((tmp_path / "cache" / "tokens").glob("*"))
-    assert [p.suffix for p in cached] == [".json", ".bin", ".bin"] or len(cached) == 3
+    assert [p.name.split(".", 1)[1] for p in cached] == ["json", "train.bin", "val.bin"]
     mtimes = {p: p.stat().st_mtime_ns for p in cached}
 
     def boom(self, text):

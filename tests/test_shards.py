@@ -59,11 +59,18 @@ def test_reads_independently_written_llmc_shards(tmp_path):
 
 
 def test_first_shard_is_val_without_val_name(tmp_path):
-    for i, name in enumerate(["b.bin", "a.bin", "interval.bin"]):  # "interval" is not a val shard
+    for i, name in enumerate(["b.bin", "a.bin", "interval.bin"]):  # "interval" is not a validation shard
         llmc_shard(tmp_path / name, np.full(100 + i, i, dtype=np.uint16))
     splits = load_tokens(shard_cfg(tmp_path))
     assert [len(a) for a in splits.val] == [101]  # a.bin: first by name
     assert sorted(len(a) for a in splits.train) == [100, 102]
+
+
+def test_val_named_shards_are_validation(tmp_path):
+    for i, name in enumerate(["a_train.bin", "b_validation.bin", "c.bin", "d_val_1.bin"]):
+        llmc_shard(tmp_path / name, np.full(100 + i, i, dtype=np.uint16))
+    splits = load_tokens(shard_cfg(tmp_path))
+    assert [len(a) for a in splits.val] == [101, 103] and [len(a) for a in splits.train] == [100, 102]
 
 
 def test_only_val_shards_is_an_error(tmp_path):

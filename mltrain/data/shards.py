@@ -6,9 +6,9 @@ One shard file:
              [2] number of tokens N, the rest zero
     body     N x uint16 little-endian token ids
 
-A folder of shards: every `*.bin`, sorted by name. Validation is the shard(s) whose name has `val` as a
-word (`fineweb_val_000000.bin`, `val.bin`; not `interval.bin`), else the first shard; the rest is
-training data. Shards are memory-mapped, never read whole. Every shard's header and size are checked
+A folder of shards: every `*.bin`, sorted by name. Validation is the shard(s) whose name has a word
+starting with `val` (`fineweb_val_000000.bin`, `val.bin`, `validation.bin`; not `interval.bin`), else
+the first shard; the rest is training data. Shards are memory-mapped, never read whole. Every shard's header and size are checked
 on each load; its largest token id is scanned (in chunks) once and remembered by (name, size, mtime) in
 `.mltrain_shards.json` beside the shards when the folder is writable, so huge folders load instantly.
 """
@@ -36,7 +36,7 @@ TOKEN_DTYPE = np.dtype("<u2")
 SIDECAR = ".mltrain_shards.json"
 SCAN_CHUNK = 1 << 24  # tokens per chunk of the max-id scan (32 MiB of uint16)
 
-_VAL_NAME = re.compile(r"(?<![a-z])val(?![a-z])")
+_VAL_NAME = re.compile(r"(?<![a-z])val")  # val, valid, validation at a word start; not "interval"
 
 
 def header(n_tokens: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Local text files (`data.source=text`): finding them, fingerprinting them and reading them.
 
-`data.path` is a file, a directory (every *.txt and *.md below it, recursively) or a glob (`**`
-allowed). Files are read through the `datasets` library's local `text` builder, one document per
+`data.path` is a file, a directory (every *.txt and *.md below it, recursively, hidden folders such
+as .git/ skipped) or a glob (`**` allowed). Files are read through the `datasets` library's local `text` builder, one document per
 file (`sample_by="document"`, streaming, so nothing is copied into an Arrow cache). The read is kept
 strictly local: `datasets`' Hub access is switched off for the duration of the call only.
 """
@@ -26,7 +26,11 @@ def resolve_files(path: str) -> list[Path]:
     if p.is_file():
         files = [p]
     elif p.is_dir():
-        files = [f for f in p.rglob("*") if f.suffix.lower() in TEXT_SUFFIXES and f.is_file()]
+        files = [
+            f for f in p.rglob("*")
+            if f.suffix.lower() in TEXT_SUFFIXES and f.is_file()
+            and not any(part.startswith(".") for part in f.relative_to(p).parts)  # .git/, .venv/, ...
+        ]  # fmt: skip
     elif glob.has_magic(str(p)):
         files = [Path(f) for f in glob.glob(str(p), recursive=True) if Path(f).is_file()]
     else:
