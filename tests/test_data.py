@@ -337,9 +337,15 @@ def test_sampler_picks_arrays_in_proportion_to_window_starts():
     assert set(starts.tolist()) == {0}
 
 
-def test_sampler_rejects_too_short_array():
-    with pytest.raises(DataError, match=r"val split .* 20 tokens.*block_size \+ 1 = 33"):
+def test_sampler_rejects_too_short_split_and_skips_a_short_array(caplog):
+    with pytest.raises(DataError, match=r"val split has 20 tokens.*block_size \+ 1 = 33"):
         BatchSampler([np.arange(20, dtype=np.uint16)], 2, 32, seed=0, split="val")
+    with pytest.raises(DataError, match=r"train split has 30 tokens \(arrays of 20, 10\)"):
+        BatchSampler([np.zeros(20, np.uint16), np.zeros(10, np.uint16)], 2, 32, seed=0)
+    arrays = [np.zeros(100, np.uint16), np.ones(5, np.uint16)]  # e.g. a short last shard
+    s = BatchSampler(arrays, 16, 32, seed=0)
+    assert "only 5 tokens" in caplog.text
+    assert all(int(s.batch(i)[0].max()) == 0 for i in range(20))  # never drawn from
 
 
 def test_sampler_over_real_tokens():

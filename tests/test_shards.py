@@ -41,6 +41,9 @@ def test_round_trip_exact(tmp_path):
     back = shards.read_shard(tmp_path / "x.bin")
     assert isinstance(back, np.memmap) and back.dtype == np.uint16 and np.array_equal(back, t)
     assert not list(tmp_path.glob(".*.tmp"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "x.bin").stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0600
 
 
 def test_reads_independently_written_llmc_shards(tmp_path):

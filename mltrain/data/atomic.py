@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 TMP_SUFFIX = ".tmp"
+# mkstemp creates 0600 files; finished files get the usual 0666 & ~umask (shared data folders stay readable).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 @contextlib.contextmanager
@@ -23,6 +26,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()

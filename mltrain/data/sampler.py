@@ -3,7 +3,9 @@
 Batch `index` draws `batch_size` windows of `block_size + 1` tokens with
 `np.random.default_rng([seed, index])`: each window start is uniform over all valid starts of all
 arrays together, so an array is chosen with probability proportional to its number of valid starts
-(len - block_size) and a window never crosses from one array (shard) into the next. x is the first
+(len - block_size) and a window never crosses from one array (shard) into the next. An array shorter
+than block_size + 1 has no valid start: it is skipped with a warning (the short last shard of a
+folder), and DataError is raised only when no array of the split is long enough. x is the first
 block_size tokens of the window, y the last block_size (x shifted by one).
 
 The global batch does not depend on world_size: rank r of W returns rows [r*B/W, (r+1)*B/W), so any
@@ -13,12 +15,15 @@ only `position` (see state_dict), and evaluation can ask for `batch(i)` directly
 
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from mltrain.data.errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 class BatchSampler:
@@ -41,14 +46,21 @@ class BatchSampler:
             raise DataError(f"batch size {batch_size} is not divisible by world_size={world_size}")
         if not arrays:
             raise DataError(f"the {split} split has no token arrays")
+        usable = [a for a in arrays if len(a) >= block_size + 1]
+        if not usable:
+            sizes = ", ".join(f"{len(a):,}" for a in arrays[:8])
+            raise DataError(
+                f"the {split} split has {sum(map(len, arrays)):,} tokens ({'arrays of ' if len(arrays) > 1 else ''}"
+                f"{sizes}{', ...' if len(arrays) > 8 else ''}), fewer than block_size + 1 = {block_size + 1} "
+                f"in {'every array' if len(arrays) > 1 else 'it'}: use a smaller model.block_size or more data"
+            )
         for i, a in enumerate(arrays):
-            if len(a) < block_size + 1:
-                where = f" (array {i} of {len(arrays)})" if len(arrays) > 1 else ""
-                raise DataError(
-                    f"the {split} split{where} has {len(a):,} tokens, fewer than block_size + 1 = "
-                    f"{block_size + 1}: use a smaller model.block_size or more data"
-                )
-        self.arrays = list(arrays)
+            if len(a) < block_size + 1:  # e.g. the short last shard of a prepared folder: never sampled
+                log.warning(
+                    "the %s split's array %d of %d has only %s tokens (< block_size + 1 = %d): not sampled",
+                    split, i, len(arrays), f"{len(a):,}", block_size + 1,
+                )  # fmt: skip
+        self.arrays = usable
         self.batch_size, self.block_size, self.seed = batch_size, block_size, int(seed)
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = batch_size // world_size

@@ -146,7 +146,7 @@ def missing_message(folder: str, tokenizer: str, reason: str) -> str:
         f"data.dir={folder!r} {reason}. To make the shards, run:\n"
         f"    mltrain-prepare prepare.out_dir={folder}{extra}\n"
         f"By default that streams and tokenizes the ~10B-token FineWeb-Edu sample (HuggingFaceFW/fineweb-edu, "
-        f"sample-10BT: a large download and hours of CPU); add prepare.max_tokens=N for a small sample "
+        f"sample-10BT: a ~27 GB download and about one CPU-hour of tokenization); add prepare.max_tokens=N for a small sample "
         f"(e.g. prepare.max_tokens=20000000) or prepare.data_files=... for local files. "
         f"Or rerun with data.prepare_if_missing=true to prepare automatically (this downloads)."
     )
