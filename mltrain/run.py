@@ -129,7 +129,7 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
 
     overrides = _overrides()
     config_dict = OmegaConf.to_container(cfg, resolve=True)
-    tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind),
+    tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind, seed=cfg.seed),
                       group=run_label(overrides, kind), job_type=kind)
     with tracker:
         trainer = Trainer(model, t, device, dtype, val_sampler, tracker.log, planned_steps(plan),
