@@ -228,3 +228,21 @@ def test_hydra_entry_point_keeps_cwd_clean(local_files, tmp_path, gpt2_cache):
     bad = subprocess.run([*cmd[:3], "prepare.shard_tokens=0", f"prepare.out_dir={out}"], cwd=cwd,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "prepare.shard_tokens=0 must be > 0" in bad.stdout + bad.stderr
+
+
+def test_a_second_preparation_of_the_same_folder_waits(reference, local_files, tmp_path):
+    import fcntl
+    import threading
+
+    out = tmp_path / "locked"
+    out.mkdir()
+    with open(out / prepare.LOCK_FILE, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as if another process (rank) were preparing this folder
+        worker = threading.Thread(target=run_prepare, args=(config(out, local_files["parquet"]),))
+        worker.start()
+        worker.join(timeout=0.5)
+        assert worker.is_alive() and not list(out.glob("*.bin"))  # waiting, nothing written
+        fcntl.flock(held, fcntl.LOCK_UN)
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert shard_bytes(out) == shard_bytes(reference)

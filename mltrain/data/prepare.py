@@ -19,7 +19,8 @@ sample still gets >= 90% training tokens), and at least 1.
 Every file is written atomically. After each shard, `prepare_state.json` records the shards done, the
 documents consumed and how many tokens of the next document were already written (plus `datasets`'
 own stream position when streaming). An interrupted run, restarted with the same settings, resumes
-there; its shards are byte-identical to an uninterrupted run's.
+there; its shards are byte-identical to an uninterrupted run's. A file lock allows one preparation per
+folder at a time: a concurrent one (another rank with data.prepare_if_missing) waits, then finds it done.
 
 Hydra: `conf/prepare.yaml` writes the run's config and log under `<out_dir>/.prepare_logs/<time>/`,
 never into the current directory.
@@ -28,6 +29,7 @@ never into the current directory.
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import json
 import logging
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_OUT_DIR = "${oc.env:MLTRAIN_DATA,${oc.env:HOME,.}/.cache/mltrain/data}/fineweb_edu_sample-10BT"
 STATE_FILE = "prepare_state.json"
+LOCK_FILE = ".prepare.lock"
 STATE_VERSION = 1
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".md": "text"}
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
@@ -370,6 +373,31 @@ def run_prepare(cfg: PrepareConfig | DictConfig | dict) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"cannot create prepare.out_dir={out} ({err})") from err
+    with _exclusive(out):
+        return _prepare_locked(c, tok, out)
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """One preparation per folder at a time; a second one (e.g. another rank) waits, then sees it done."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no lock
+        yield
+        return
+    with open(out / LOCK_FILE, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("another mltrain-prepare is writing %s; waiting for it to finish", out)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path) -> Path:
     atomic.remove_stale_temps(out)
     state = _load_state(out, _fingerprint(c))
     if state["done"]:
