@@ -158,5 +158,5 @@ def load_tokens(cfg: Any) -> TokenSplits:
         splits = TokenSplits(train, val, tok.n_vocab, tok.name, desc)
     else:
         raise DataError(f"data.source={c.source!r} is not one of embedded, text, shards")
-    log.info("data: %s", splits.description)
+    log.debug("data: %s", splits.description)  # the caller logs splits.description
     return splits
