@@ -117,7 +117,7 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
     coarse_B = ml.coarse_batch_size or B
     coarse_sampler = sampler if coarse_B == B else BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
     diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET)
-    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED)
+    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val")
 
     hierarchy = None
     if kind != "single":
