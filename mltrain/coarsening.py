@@ -182,3 +182,13 @@ class Hierarchy:
                 target = view.parent.blocks[j]
                 for name, p in target.named_parameters():
                     p.mul_(1.0 - d).add_(coarse_block.get_parameter(name), alpha=d)
+
+    # `average` keeps coarse blocks of its own; subset schemes have nothing beyond the fine model.
+    def state_dict(self) -> dict:
+        return {".".join(map(str, path)): [b.state_dict() for b in blocks] for path, blocks in self._storage.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, blocks in state.items():
+            view = self.view(tuple(int(i) for i in key.split(".")))
+            for block, block_state in zip(view.blocks, blocks):
+                block.load_state_dict(block_state)

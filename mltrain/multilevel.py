@@ -15,14 +15,14 @@ phase) kept in TrainState: the resumable "schedule position".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
 from mltrain.coarsening import Hierarchy, ModelView, fine_view
 from mltrain.flops import train_flops_per_token
 from mltrain.optim import build_optimizer, lr_at, resolve_coarse_optim
-from mltrain.trainer import Trainer
+from mltrain.trainer import Trainer, TrainState
 
 
 @dataclass(frozen=True)
@@ -110,19 +110,25 @@ class MultilevelRunner:
             return self.fine
         return self.hierarchy.view(phase.path, phase.cycle or 0)
 
-    def coarse_optimizer(self, phase: Phase, view: ModelView) -> torch.optim.Optimizer:
+    def coarse_optimizer(self, phase: Phase, view: ModelView, phase_start: bool) -> torch.optim.Optimizer:
+        """The optimizer of coarse model `phase.path`; with coarse_optimizer_state=reset its state is
+        cleared at the start of every coarse phase (not when a phase resumes mid-way)."""
+        opt = self.coarse_optimizers.get(phase.path)
+        if opt is None:
+            opt = self._new_coarse_optimizer(phase.path, view)
+        elif phase_start and self.cfg.multilevel.coarse_optimizer_state == "reset":
+            opt.state.clear()
+        return opt
+
+    def _new_coarse_optimizer(self, path: tuple[int, ...], view: ModelView) -> torch.optim.Optimizer:
         """One optimizer per coarse model (per path). It holds every fine parameter (plus the view's own
         storage for `average`): parameters outside the current view get no gradient and are skipped,
         so a `random` scheme that redraws its blocks every cycle keeps per-parameter state."""
-        opt = self.coarse_optimizers.get(phase.path)
-        if opt is None:
-            params = list(self.trainer.model.parameters())
-            if view.owns_blocks:
-                params += [p for b in view.blocks for p in b.parameters()]
-            opt = build_optimizer(params, self.coarse_optim_cfg, self.device)
-            self.coarse_optimizers[phase.path] = opt
-        elif self.cfg.multilevel.coarse_optimizer_state == "reset":
-            opt.state.clear()
+        params = list(self.trainer.model.parameters())
+        if view.owns_blocks:
+            params += [p for b in view.blocks for p in b.parameters()]
+        opt = build_optimizer(params, self.coarse_optim_cfg, self.device)
+        self.coarse_optimizers[path] = opt
         return opt
 
     def fine_lr(self) -> float:
@@ -132,20 +138,29 @@ class MultilevelRunner:
         return lr_at(step_in_phase, self.cfg.multilevel.coarse_schedule, self.coarse_optim_cfg.lr, phase_steps)
 
     # -- execution ----------------------------------------------------------------------------------
-    def run(self) -> None:
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Execute the plan from the current position. Returns False when `should_stop()` ended it
+        early (e.g. on preemption): the position then says exactly where to resume, mid-phase or not."""
         state = self.trainer.state
         while state.phase_index < len(self.plan):
+            if should_stop():
+                return False
             phase = self.plan[state.phase_index]
-            getattr(self, "_" + phase.kind)(phase)
+            if phase.kind == "train":
+                if not self._train(phase, should_stop):
+                    return False
+            else:
+                getattr(self, "_" + phase.kind)(phase)
             state.phase_index += 1
             state.step_in_phase = 0
+        return True
 
-    def _train(self, phase: Phase) -> None:
+    def _train(self, phase: Phase, should_stop: Callable[[], bool]) -> bool:
         t, state, cfg = self.trainer, self.trainer.state, self.cfg
         view = self.view_for(phase)
         fine = not phase.path
         kind = "fine" if fine else ("control" if self.control else "coarse")
-        optimizer = self.fine_optimizer if fine else self.coarse_optimizer(phase, view)
+        optimizer = self.fine_optimizer if fine else self.coarse_optimizer(phase, view, state.step_in_phase == 0)
         sampler = self.sampler if fine else self.coarse_sampler
         extra = {} if phase.cycle is None else {"cycle": phase.cycle}
         if self.control and not fine:
@@ -163,6 +178,9 @@ class MultilevelRunner:
                     t.log_eval(view)
             elif state.step_in_phase % cfg.multilevel.coarse_log_interval == 0 or state.step_in_phase == phase.steps:
                 t.log_train(kind, view, lr, **extra)
+            if state.step_in_phase < phase.steps and should_stop():
+                return False
+        return True
 
     def _restrict(self, phase: Phase) -> None:
         if not self.control:
@@ -185,3 +203,40 @@ class MultilevelRunner:
         if phase.level == 1 and self.cfg.multilevel.fine_momentum_after_prolong == "reset":
             self.fine_optimizer.state.clear()
 
+    # -- resumable state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly where this runner is: weights, every optimizer, the
+        `average` coarse storage, counters and plan position, sampler positions, RNG states."""
+        return {
+            "model": self.trainer.model.state_dict(),
+            "fine_optimizer": self.fine_optimizer.state_dict(),
+            "coarse_optimizers": {_key(p): opt.state_dict() for p, opt in self.coarse_optimizers.items()},
+            "coarse_storage": self.hierarchy.state_dict() if self.hierarchy else {},
+            "train_state": self.trainer.state.state_dict(),
+            "samplers": {"fine": self.sampler.state_dict(), "coarse": self.coarse_sampler.state_dict()},
+            "diag_index": self.diag_index,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a runner built from the same config (same plan) to the saved position."""
+        self.trainer.model.load_state_dict(state["model"])
+        self.fine_optimizer.load_state_dict(state["fine_optimizer"])
+        if self.hierarchy:
+            self.hierarchy.load_state_dict(state["coarse_storage"])
+        for key, opt_state in state["coarse_optimizers"].items():
+            path = tuple(int(i) for i in key.split("."))
+            view = self.hierarchy.view(path) if self.hierarchy and not self.control else self.fine
+            self._new_coarse_optimizer(path, view).load_state_dict(opt_state)
+        self.trainer.state = TrainState(**state["train_state"])
+        self.sampler.load_state_dict(state["samplers"]["fine"])
+        self.coarse_sampler.load_state_dict(state["samplers"]["coarse"])
+        self.diag_index = state["diag_index"]
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"]:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def _key(path: tuple[int, ...]) -> str:
+    return ".".join(map(str, path))

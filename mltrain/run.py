@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import random
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -73,6 +75,64 @@ def _overrides() -> list[str]:
     return []
 
 
+@dataclass
+class Session:
+    """Everything a run is made of, built from the config: what `run` drives and a checkpoint captures."""
+
+    cfg: DictConfig
+    model: GPT
+    trainer: Trainer
+    runner: MultilevelRunner
+    data_description: str
+
+    @property
+    def kind(self) -> str:
+        return self.runner.kind
+
+
+def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
+    """Data, model, samplers, optimizer, hierarchy, trainer and runner for a validated `cfg`.
+
+    Deterministic in cfg.seed: two sessions built from one config train identically (what resume relies
+    on). Resolves model.vocab_size into cfg from the tokenizer."""
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.train.dtype, device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    data = load_tokens(cfg.data)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    model = build_model(cfg, data.vocab_size)
+    with open_dict(cfg):
+        cfg.model.vocab_size = model.config.vocab_size  # resolved: recorded in W&B and used by the plan
+    model.to(device)
+    if cfg.train.compile:
+        for block in model.blocks:  # per block, so any subset (a coarse view) reuses the compiled code
+            block.compile()
+
+    t, ml = cfg.train, cfg.multilevel
+    B, T = t.batch_size, cfg.model.block_size
+    sampler = BatchSampler(data.train, B, T, seed=cfg.seed)
+    coarse_B = ml.coarse_batch_size or B
+    coarse_sampler = sampler if coarse_B == B else BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
+    diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET)
+    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val")
+
+    hierarchy = None
+    if run_kind(cfg) != "single":
+        c = cfg.coarsening
+        hierarchy = Hierarchy(model, c.scheme, c.k, ml.delta, seed=cfg.seed if c.seed is None else c.seed,
+                              redraw=c.redraw, order=ml.order)
+    fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
+    trainer = Trainer(model, t, device, dtype, val_sampler, log_row, planned_steps(build_plan(cfg)),
+                      peak_flops=peak_flops(device))
+    runner = MultilevelRunner(cfg, trainer, hierarchy, fine_optimizer, sampler, coarse_sampler, diag_sampler, device)
+    return Session(cfg, model, trainer, runner, data.description)
+
+
 def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
     """Train as `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise)."""
     validate(cfg)
@@ -85,57 +145,26 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
         raise ConfigError(f"{found} exists: this run dir holds an earlier run; choose another hydra.run.dir")
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    device = resolve_device(cfg.device)
-    dtype = resolve_dtype(cfg.train.dtype, device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
-    data = load_tokens(cfg.data)
-    log.info("data: %s", data.description)
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    model = build_model(cfg, data.vocab_size)
-    with open_dict(cfg):
-        cfg.model.vocab_size = model.config.vocab_size  # resolved: recorded in W&B and used by the plan
-    model.to(device)
-    if cfg.train.compile:
-        for block in model.blocks:  # per block, so any subset (a coarse view) reuses the compiled code
-            block.compile()
+    # The trainer logs only inside `with tracker` below; the lambda looks the tracker up then.
+    session = build(cfg, lambda row: tracker.log(row))
+    model, trainer, runner, kind = session.model, session.trainer, session.runner, session.kind
+    log.info("data: %s", session.data_description)
     n_params = model.num_params()
     log.info(
         "model: %s parameters (%d blocks, d=%d, %d heads, context %d, vocab %d)",
         f"{n_params:,}", model.config.n_layer, model.config.n_embd, model.config.n_head,
         model.config.block_size, model.config.vocab_size,
     )
-
     t, ml = cfg.train, cfg.multilevel
-    kind = run_kind(cfg)
     B, T = t.batch_size, cfg.model.block_size
-    sampler = BatchSampler(data.train, B, T, seed=cfg.seed)
-    coarse_B = ml.coarse_batch_size or B
-    coarse_sampler = sampler if coarse_B == B else BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
-    diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET)
-    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val")
-
-    hierarchy = None
-    if kind != "single":
-        c = cfg.coarsening
-        hierarchy = Hierarchy(model, c.scheme, c.k, ml.delta, seed=cfg.seed if c.seed is None else c.seed,
-                              redraw=c.redraw, order=ml.order)
-    plan = build_plan(cfg)
-    fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
+    device = trainer.device
 
     overrides = _overrides()
     config_dict = OmegaConf.to_container(cfg, resolve=True)
     tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind, seed=cfg.seed),
                       group=run_label(overrides, kind), job_type=kind)
     with tracker:
-        trainer = Trainer(model, t, device, dtype, val_sampler, tracker.log, planned_steps(plan),
-                          peak_flops=peak_flops(device))
-        runner = MultilevelRunner(cfg, trainer, hierarchy, fine_optimizer, sampler, coarse_sampler,
-                                  diag_sampler, device)
+        trainer.t0 = time.perf_counter()  # wall time counts from here, not from data loading
         initial_val = trainer.log_eval(runner.fine)
         model.train()
         try:

@@ -1,0 +1,53 @@
+"""Stopping anywhere (mid coarse phase included) and resuming from a checkpoint equals never stopping."""
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+from mltrain.checkpoint import load_checkpoint, save_checkpoint
+from mltrain.config import register_configs
+from mltrain.run import build
+
+register_configs()
+
+TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
+        "train.max_steps=12", "train.eval_interval=6", "train.eval_batches=1", "train.progress=false",
+        "schedule.warmup_steps=2", "multilevel.n_cycles=3", "multilevel.coarse_steps=5"]
+
+
+def session(*overrides):
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfg = compose("config", overrides=[*TINY, *overrides])
+    rows = []
+    return build(cfg, rows.append), rows
+
+
+def steps_taken(s):
+    st = s.trainer.state
+    return st.fine_steps + st.coarse_steps + st.control_steps
+
+
+@pytest.mark.parametrize("overrides,stop_at", [
+    (["coarsening=evenodd"], 4),  # inside cycle 0's first coarse phase
+    (["coarsening=evenodd", "optim=adamw", "multilevel.coarse_optimizer_state=reset"], 9),
+    (["coarsening=average", "multilevel.levels=2"], 14),
+    (["coarsening=evenodd", "multilevel.control=schedule"], 5),
+    ([], 7),
+])
+def test_resume_mid_cycle_is_exact(tmp_path, overrides, stop_at):
+    whole, _ = session(*overrides)
+    assert whole.runner.run()
+
+    first, _ = session(*overrides)
+    assert not first.runner.run(should_stop=lambda: steps_taken(first) >= stop_at)
+    assert steps_taken(first) == stop_at
+    save_checkpoint(tmp_path / "ckpt.pt", first.runner)
+
+    resumed, _ = session(*overrides)
+    load_checkpoint(tmp_path / "ckpt.pt", resumed.runner)
+    assert resumed.runner.run()
+
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert resumed.trainer.state == whole.trainer.state
+    assert resumed.runner.sampler.position == whole.runner.sampler.position

@@ -1,0 +1,51 @@
+"""Hydra multirun through the real CLI: the basic launcher and the joblib one, and the job dir names."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+TINY = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
+        "train.max_steps=6", "train.eval_interval=3", "train.eval_batches=1", "train.progress=false",
+        "schedule.warmup_steps=1", "multilevel.n_cycles=2", "multilevel.coarse_steps=2"]
+
+
+def multirun(tmp_path, *args):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *TINY, *args, f"hydra.sweep.dir={sweep}"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep
+
+
+def summaries(sweep):
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/summary.json")}
+
+
+def test_sweep_over_seed_and_delta_names_each_job_dir_after_its_overrides(tmp_path):
+    sweep = multirun(tmp_path, "seed=0,1", "multilevel.delta=0.1,0.5", "coarsening=evenodd")
+    runs = summaries(sweep)
+    assert set(runs) == {f"coarsening=evenodd,multilevel.delta={d},seed={s}" for d in (0.1, 0.5) for s in (0, 1)}
+    for name, s in runs.items():
+        assert s["run_kind"] == "multilevel" and f"seed={s['seed']}" in name and f"delta={s['delta']}" in name
+        # seeds of one configuration share a label (the W&B group); deltas do not
+        assert s["label"] == f"coarsening=evenodd,multilevel.delta={s['delta']}"
+
+
+def test_refuses_a_sweep_dir_that_holds_runs(tmp_path):
+    sweep = multirun(tmp_path, "seed=0")
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *TINY, "seed=1", f"hydra.sweep.dir={sweep}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "holds earlier runs" in proc.stderr
+    assert set(summaries(sweep)) == {"seed=0"}
+
+
+@pytest.mark.slow
+def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
+    sweep = multirun(tmp_path, "hydra/launcher=local", "hydra.launcher.n_jobs=2", "seed=0,1")
+    runs = summaries(sweep)
+    assert set(runs) == {"seed=0", "seed=1"}
+    assert runs["seed=0"]["final_val_loss"] != runs["seed=1"]["final_val_loss"]
