@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import hydra
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from mltrain.config import ConfigError, register_configs
 
@@ -21,6 +22,20 @@ log = logging.getLogger("mltrain")
 CONFIG_PATH = "pkg://mltrain.conf"
 
 register_configs()
+
+MAX_DIRNAME = 200
+
+
+def short_dirname(name: str) -> str:
+    """A job directory name: the overrides as Hydra joins them, cut with a hash past MAX_DIRNAME
+    characters (file systems refuse names over 255 bytes)."""
+    if len(name) <= MAX_DIRNAME:
+        return name or "default"
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    return f"{name[: MAX_DIRNAME - 11]}~{digest}"
+
+
+OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
 
 
 class RunGuard(Callback):

@@ -34,7 +34,7 @@ def test_gpt22m_selects_the_gpt2_tokenizer_unless_overridden():
 
 @pytest.mark.parametrize("preset", ["paper_single", "paper_multilevel", "schedule_control", "random_control",
                                     "stride3", "adamw_reset", "cpu_single", "cpu_multilevel",
-                                    "cpu_schedule_control", "cpu_random_control", "cpu_stride3", "cpu_adamw_reset"])
+                                    "cpu_schedule_control", "cpu_random_control", "cpu_stride3", "cpu_adamw_reset", "smoke"])
 def test_every_preset_composes_and_validates(preset):
     cfg = make(f"experiment={preset}")
     validate(cfg)

@@ -7,9 +7,7 @@ import sys
 
 import pytest
 
-TINY = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-        "train.max_steps=6", "train.eval_interval=3", "train.eval_batches=1", "train.progress=false",
-        "schedule.warmup_steps=1", "multilevel.n_cycles=2", "multilevel.coarse_steps=2"]
+TINY = ["experiment=smoke", "train.progress=false"]
 
 
 def multirun(tmp_path, *args):
@@ -28,11 +26,12 @@ def summaries(sweep):
 def test_sweep_over_seed_and_delta_names_each_job_dir_after_its_overrides(tmp_path):
     sweep = multirun(tmp_path, "seed=0,1", "multilevel.delta=0.1,0.5", "coarsening=evenodd")
     runs = summaries(sweep)
-    assert set(runs) == {f"coarsening=evenodd,multilevel.delta={d},seed={s}" for d in (0.1, 0.5) for s in (0, 1)}
+    assert set(runs) == {f"coarsening=evenodd,experiment=smoke,multilevel.delta={d},seed={s}"
+                         for d in (0.1, 0.5) for s in (0, 1)}
     for name, s in runs.items():
         assert s["run_kind"] == "multilevel" and f"seed={s['seed']}" in name and f"delta={s['delta']}" in name
         # seeds of one configuration share a label (the W&B group); deltas do not
-        assert s["label"] == f"coarsening=evenodd,multilevel.delta={s['delta']}"
+        assert s["label"] == f"coarsening=evenodd,experiment=smoke,multilevel.delta={s['delta']}"
 
 
 def test_refuses_a_sweep_dir_that_holds_runs(tmp_path):
@@ -40,12 +39,21 @@ def test_refuses_a_sweep_dir_that_holds_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *TINY, "seed=1", f"hydra.sweep.dir={sweep}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "holds earlier runs" in proc.stderr
-    assert set(summaries(sweep)) == {"seed=0"}
+    assert set(summaries(sweep)) == {"experiment=smoke,seed=0"}
 
 
 @pytest.mark.slow
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
     sweep = multirun(tmp_path, "hydra/launcher=local", "hydra.launcher.n_jobs=2", "seed=0,1")
     runs = summaries(sweep)
-    assert set(runs) == {"seed=0", "seed=1"}
-    assert runs["seed=0"]["final_val_loss"] != runs["seed=1"]["final_val_loss"]
+    assert set(runs) == {"experiment=smoke,seed=0", "experiment=smoke,seed=1"}
+    assert runs["experiment=smoke,seed=0"]["final_val_loss"] != runs["experiment=smoke,seed=1"]["final_val_loss"]
+
+
+def test_long_override_lists_get_a_short_unique_job_dir():
+    from mltrain.cli import MAX_DIRNAME, short_dirname
+
+    long_a = ",".join(f"model.key{i}=value{i}" for i in range(40)) + ",seed=0"
+    long_b = long_a[:-1] + "1"
+    assert len(short_dirname(long_a)) == MAX_DIRNAME and short_dirname(long_a) != short_dirname(long_b)
+    assert short_dirname("seed=1") == "seed=1"
