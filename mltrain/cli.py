@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-
 from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from mltrain.config import ConfigError, register_configs
@@ -20,10 +22,9 @@ log = logging.getLogger("mltrain")
 # The YAML tree ships inside the package as `mltrain.conf` (mapped from the top-level conf/ folder in
 # pyproject.toml), so the same path works from a checkout, an editable install and a wheel.
 CONFIG_PATH = "pkg://mltrain.conf"
+MAX_DIRNAME = 200
 
 register_configs()
-
-MAX_DIRNAME = 200
 
 
 def short_dirname(name: str) -> str:
@@ -37,42 +38,52 @@ def short_dirname(name: str) -> str:
 
 OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
 
+def _fail(message: str) -> None:
+    print(f"mltrain: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
 
 class RunGuard(Callback):
-    """Checks that run before Hydra creates or writes the output directory.
+    """Checks around Hydra's own steps.
 
-    A single run into a directory that already holds a run would have its `.hydra/` files overwritten
-    before the task starts, so refuse it here; and reject a config that cannot run (ConfigError) before
-    anything is written. Either is one error line and exit status 2.
+    - Before a single run: refuse a directory that already holds a run (Hydra would overwrite its
+      `.hydra/` files before the task starts) and a config that cannot run (ConfigError), before
+      anything is written: one error line, exit status 2.
+    - Before a multirun: refuse a sweep directory that already holds runs.
+    - After each multirun job: a failed job is reported when it fails (one line for bad input, the
+      traceback for a crash) and the sweep goes on; at the end Hydra re-raises the first failure and
+      `mltrain -m` exits with status 1.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from mltrain.config import validate
         from mltrain.run import existing_run
 
         found = existing_run(Path(config.hydra.run.dir))
         if found is not None:
             _fail(f"{found} exists: hydra.run.dir={config.hydra.run.dir} holds an earlier run; "
                   "choose another hydra.run.dir (nothing was changed)")
-        self._validate(config)
+        try:
+            validate(config)
+        except ConfigError as err:
+            _fail(str(err))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         if sweep.is_dir() and any(sweep.rglob("summary.json")):
             _fail(f"hydra.sweep.dir={sweep} holds earlier runs; choose another (nothing was changed)")
 
-    @staticmethod
-    def _validate(config: DictConfig) -> None:
-        from mltrain.config import validate
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if config.hydra.mode != RunMode.MULTIRUN or job_return.status != JobStatus.FAILED:
+            return
+        from mltrain.data import DataError
 
-        try:
-            validate(config)
-        except ConfigError as err:
-            _fail(str(err))
-
-
-def _fail(message: str) -> None:
-    print(f"mltrain: error: {message}", file=sys.stderr)
-    sys.exit(2)
+        err = job_return._return_value
+        job = f"job #{config.hydra.job.num} ({config.hydra.job.override_dirname or 'no overrides'})"
+        if isinstance(err, (ConfigError, DataError)):
+            log.error("%s failed: %s", job, err)
+        else:
+            log.error("%s failed", job, exc_info=err)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
@@ -83,9 +94,10 @@ def _train(cfg: DictConfig) -> float | None:
     try:
         return run(cfg)
     except (ConfigError, DataError) as err:
-        # Known bad input: one clear line, no traceback, non-zero exit (a multirun stops here too).
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # RunGuard.on_job_end reports it in one line and the sweep goes on
         log.error("%s", err)
-        _fail(str(err))
+        _fail(str(err))  # known bad input: one clear line, no traceback, exit status 2
 
 
 def train_main() -> None:
@@ -102,5 +114,7 @@ def compare_main(argv: list[str] | None = None) -> None:
     from mltrain.compare import main
 
     sys.exit(main(argv))
+
+
 if __name__ == "__main__":
     train_main()

@@ -57,3 +57,13 @@ def test_long_override_lists_get_a_short_unique_job_dir():
     long_b = long_a[:-1] + "1"
     assert len(short_dirname(long_a)) == MAX_DIRNAME and short_dirname(long_a) != short_dirname(long_b)
     assert short_dirname("seed=1") == "seed=1"
+
+
+def test_a_failing_job_is_reported_and_the_sweep_goes_on(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *TINY, "coarsening=evenodd",
+                           "multilevel.delta=2.0,0.5", f"hydra.sweep.dir={sweep}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1
+    assert "failed: multilevel.delta=2.0 must be in [0, 1]" in proc.stderr + proc.stdout
+    assert set(summaries(sweep)) == {"coarsening=evenodd,experiment=smoke,multilevel.delta=0.5"}
