@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from mltrain.config import ConfigError, register_configs
 
@@ -22,22 +21,6 @@ log = logging.getLogger("mltrain")
 # The YAML tree ships inside the package as `mltrain.conf` (mapped from the top-level conf/ folder in
 # pyproject.toml), so the same path works from a checkout, an editable install and a wheel.
 CONFIG_PATH = "pkg://mltrain.conf"
-MAX_DIRNAME = 200
-
-register_configs()
-
-
-def short_dirname(name: str) -> str:
-    """A job directory name: the overrides as Hydra joins them, cut with a hash past MAX_DIRNAME
-    characters (file systems refuse names over 255 bytes)."""
-    if len(name) <= MAX_DIRNAME:
-        return name or "default"
-    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
-    return f"{name[: MAX_DIRNAME - 11]}~{digest}"
-
-
-OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
-
 def _fail(message: str) -> None:
     print(f"mltrain: error: {message}", file=sys.stderr)
     sys.exit(2)

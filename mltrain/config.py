@@ -10,12 +10,13 @@ divisible by gradient accumulation, ...) live in `validate()`, which `run` calls
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import OmegaConf
 
 
 class ConfigError(ValueError):
@@ -151,8 +152,22 @@ class Config:
     preset: Optional[str] = None  # name of the experiment preset, set by conf/experiment/*.yaml
 
 
+MAX_DIRNAME = 200
+
+
+def short_dirname(name: str) -> str:
+    """A sweep job's directory name: its overrides as Hydra joins them, cut with a hash past
+    MAX_DIRNAME characters (file systems refuse names over 255 bytes). Used by conf/config.yaml."""
+    if len(name) <= MAX_DIRNAME:
+        return name or "default"
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    return f"{name[: MAX_DIRNAME - 11]}~{digest}"
+
+
 def register_configs() -> None:
+    """The schema, and the resolver the config tree uses; idempotent."""
     ConfigStore.instance().store(name="mltrain_schema", node=Config)
+    OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
 
 
 # ---------------------------------------------------------------------------------------------
