@@ -21,6 +21,8 @@ log = logging.getLogger("mltrain")
 # The YAML tree ships inside the package as `mltrain.conf` (mapped from the top-level conf/ folder in
 # pyproject.toml), so the same path works from a checkout, an editable install and a wheel.
 CONFIG_PATH = "pkg://mltrain.conf"
+
+register_configs()
 def _fail(message: str) -> None:
     print(f"mltrain: error: {message}", file=sys.stderr)
     sys.exit(2)
