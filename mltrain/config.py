@@ -120,6 +120,7 @@ class MultilevelConfig:
     fine_momentum_after_prolong: str = "keep"  # keep | reset
     coarse_log_interval: int = 25  # coarse steps between coarse train rows
     diagnostics: bool = True  # diag/* each cycle: coarse vs fine loss and gradient cosine
+    eval_every_cycle: bool = True  # val/loss of the fine model at the end of every cycle (not counted as training)
     # schedule: the review's LR control. Each coarse phase trains the *fine* model instead, with the
     # coarse optimizer and LR, for as many steps as cost the same FLOPs. Needs a coarsening scheme to
     # know those FLOPs; nothing is coarsened or prolonged.

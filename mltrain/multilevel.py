@@ -1,7 +1,8 @@
 """The cycle and its recursion over levels, as a flat *plan* of phases; which optimizer and LR each
 phase uses.
 
-One cycle at level l (the paper's, for levels=2):
+One cycle at level l (the paper's, for levels=2; at level 0 followed by a held-out evaluation when
+multilevel.eval_every_cycle):
     train the level-l model (fine_steps_per_cycle fine steps at level 0, coarse_steps at levels ≥ 1);
     then, if a coarser level exists, for each coarse model c of it (multilevel.order):
         restrict c  →  diagnostics (coarse vs parent)  →  cycle(c, l+1)  →  prolong c into level l.
@@ -27,7 +28,7 @@ from mltrain.trainer import Trainer, TrainState
 
 @dataclass(frozen=True)
 class Phase:
-    kind: str  # train | restrict | diagnose | prolong
+    kind: str  # train | restrict | diagnose | prolong | evaluate
     path: tuple[int, ...] = ()  # which model: () fine, (a,) coarse model a, (a, b) its coarse model b…
     steps: int = 0
     cycle: Optional[int] = None
@@ -77,7 +78,11 @@ def build_plan(cfg: Any) -> list[Phase]:
                 phases.append(Phase("prolong", sub, cycle=c))
         return phases
 
-    plan = [phase for c in range(ml.n_cycles) for phase in cycle((), c)]
+    plan = []
+    for c in range(ml.n_cycles):
+        plan += cycle((), c)
+        if ml.eval_every_cycle:  # held-out loss right after the cycle's last prolongation
+            plan.append(Phase("evaluate", (), cycle=c))
     rest = t.max_steps - ml.n_cycles * ml.fine_steps_per_cycle
     if rest > 0:
         plan.append(Phase("train", (), rest))
@@ -196,6 +201,9 @@ class MultilevelRunner:
                "coarse_model": phase.path[-1], **self.trainer.gradient_agreement(view, view.parent, batch),
                **self.trainer.counters()}
         self.trainer.log(row)
+
+    def _evaluate(self, phase: Phase) -> None:
+        self.trainer.log_eval(self.fine, cycle=phase.cycle)
 
     def _prolong(self, phase: Phase) -> None:
         if not self.control:

@@ -164,9 +164,9 @@ class Trainer:
         self.model.train(was_training)
         return (total / self.cfg.eval_batches).item()
 
-    def log_eval(self, view: ModelView) -> float:
+    def log_eval(self, view: ModelView, **extra: Any) -> float:
         loss = self.evaluate(view)
-        self.log({"step": self.state.fine_steps, "level": view.level, "val/loss": loss, **self.counters()})
+        self.log({"step": self.state.fine_steps, "level": view.level, "val/loss": loss, **self.counters(), **extra})
         self.last_loss["val"] = loss
         return loss
 

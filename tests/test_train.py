@@ -106,6 +106,7 @@ def test_every_scheme_runs_and_steps_and_flops_add_up(tmp_path, scheme):
     assert s["tokens"] == (24 + s["coarse_steps"]) * 8 * 32
     coarse_rows = [r for r in rows if r.get("phase") == "coarse"]
     assert coarse_rows and all(r["level"] == 1 and "coarse_model" in r and "cycle" in r for r in coarse_rows)
+    assert [r["cycle"] for r in rows if "val/loss" in r and "cycle" in r] == [0, 1, 2]  # eval after each cycle
     diag = [r for r in rows if "diag/grad_cosine" in r]
     assert len(diag) == 3 * k and all(-1 <= r["diag/grad_cosine"] <= 1 for r in diag)
     assert all(math.isfinite(r["diag/coarse_loss"]) and math.isfinite(r["diag/fine_loss"]) for r in diag)
