@@ -22,16 +22,20 @@ register_configs()
 
 
 def readme_commands(program: str) -> list[list[str]]:
-    text = README.read_text()
-    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    return shell_commands("\n".join(blocks), program)
+
+
+def shell_commands(text: str, program: str) -> list[list[str]]:
+    """The arguments of each call of `program` in shell text (continuations joined, comments and the
+    scripts' $out variable left out)."""
     commands = []
-    for block in blocks:
-        for line in block.splitlines():
-            line = line.split("  #")[0].strip()
-            for part in line.split("&&"):
-                words = shlex.split(part)
-                if words and Path(words[0]).name == program:
-                    commands.append(words[1:])
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.split("#")[0].strip() if line.lstrip().startswith("#") else line.split("  #")[0].strip()
+        for part in line.split("&&"):
+            words = shlex.split(part.replace("$out", "out"))
+            if words and Path(words[0]).name == program:
+                commands.append(words[1:])
     return commands
 
 
@@ -57,7 +61,8 @@ def test_readme_has_the_two_commands_and_ci_runs_them():
     assert install in ci and test in ci
 
 
-TRAIN_COMMANDS = readme_commands("mltrain")
+EVIDENCE = (README.parent / "scripts" / "cpu_evidence.sh").read_text()
+TRAIN_COMMANDS = readme_commands("mltrain") + shell_commands(EVIDENCE, "mltrain")
 
 
 @pytest.mark.parametrize("args", TRAIN_COMMANDS, ids=[" ".join(a) or "mltrain" for a in TRAIN_COMMANDS])
