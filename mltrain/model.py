@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional
 
 import torch
 import torch.nn as nn
@@ -159,6 +159,3 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
 
-
-def select_blocks(model: GPT, indices: Sequence[int]) -> list[Block]:
-    return [model.blocks[i] for i in indices]

@@ -1,6 +1,7 @@
 """A plain (non-editable) install ships the config tree and runs from anywhere."""
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,8 +14,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_wheel_ships_every_config_and_composes_outside_the_repo(tmp_path):
+    # Build from a copy: setuptools writes build/ and *.egg-info into the source tree.
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "outputs", "multirun", "wandb", ".ci-cache", "__pycache__", "*.egg-info"))
     wheels = tmp_path / "wheels"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
                            capture_output=True, text=True, timeout=600)
     if build.returncode != 0 and "No matching distribution" in build.stderr:
         pytest.skip("cannot fetch the build backend (setuptools) here")
