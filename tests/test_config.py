@@ -85,7 +85,7 @@ def test_hydra_rejects_typos_and_wrong_types(override, exc):
     (["coarsening=evenodd", "multilevel.coarse_steps=0"], "multilevel.coarse_steps=0 must be > 0"),
     (["coarsening=evenodd", "multilevel.n_cycles=-1"], "multilevel.n_cycles=-1 must be > 0"),
     (["train.max_steps=0"], "train.max_steps=0 must be > 0"),
-    (["coarsening=evenodd", "multilevel.n_cycles=400"], "exceed train.max_steps"),
+    (["coarsening=evenodd", "multilevel.n_cycles=2000"], "exceed train.max_steps"),
     (["train.batch_size=10", "train.grad_accum=3"], "divisible by train.grad_accum"),
     (["multilevel.control=schedule"], "needs a coarsening scheme"),
     (["model.n_head=5"], "divisible by model.n_head"),
