@@ -9,6 +9,7 @@ and in the samplers' own state.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
@@ -20,6 +21,8 @@ from tqdm.auto import tqdm
 from mltrain.coarsening import ModelView
 from mltrain.flops import train_flops_per_token
 from mltrain.optim import set_lr
+
+log = logging.getLogger("mltrain")
 
 EVAL_SEED = 1234  # the held-out batches are the same for every run and seed, so val losses compare
 
@@ -61,7 +64,9 @@ class Trainer:
         self.t0 = time.perf_counter()
         self.last_loss: dict[str, float] = {}  # by phase kind, for the summary
         self._pending: dict[str, list] = {}  # per phase kind: [loss_sum tensor, n_steps, tokens, t_start]
-        self.bar = tqdm(total=total_steps, disable=not train_cfg.progress, unit="step", dynamic_ncols=True)
+        # disable=None: no bar when stderr is not a terminal (CI, SLURM logs); eval lines still show progress.
+        self.bar = tqdm(total=total_steps, disable=None if train_cfg.progress else True, unit="step",
+                        dynamic_ncols=True)
 
     # -- accounting -------------------------------------------------------------------------------
     def flops_per_token(self, n_blocks: int) -> float:
@@ -166,7 +171,11 @@ class Trainer:
 
     def log_eval(self, view: ModelView, **extra: Any) -> float:
         loss = self.evaluate(view)
-        self.log({"step": self.state.fine_steps, "level": view.level, "val/loss": loss, **self.counters(), **extra})
+        row = {"step": self.state.fine_steps, "level": view.level, "val/loss": loss, **self.counters(), **extra}
+        self.log(row)
+        if self.bar.disable:  # without a progress bar, one line per evaluation
+            where = f" (after cycle {extra['cycle']})" if "cycle" in extra else ""
+            log.info("step %d%s: val loss %.4f | %.3g FLOPs | %.0f s", row["step"], where, loss, row["flops"], row["time_s"])
         self.last_loss["val"] = loss
         return loss
 
