@@ -13,16 +13,14 @@ from pathlib import Path
 
 import torch
 
+from mltrain.atomic import atomic_open
 from mltrain.multilevel import MultilevelRunner
 
 
 def save_checkpoint(path: str | os.PathLike, runner: MultilevelRunner) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(runner.state_dict(), tmp)
-    os.replace(tmp, path)
-    return path
+    with atomic_open(path, "wb") as f:
+        torch.save(runner.state_dict(), f)
+    return Path(path)
 
 
 def load_checkpoint(path: str | os.PathLike, runner: MultilevelRunner) -> None:

@@ -187,7 +187,7 @@ def _positive(value: Any, key: str, zero_ok: bool = False) -> None:
 
 def validate(cfg: Any) -> None:
     """Raise ConfigError with one clear message for the first problem found. Touches no data."""
-    m, t, ml, c = cfg.model, cfg.train, cfg.multilevel, cfg.coarsening
+    m, t = cfg.model, cfg.train
     _choice(cfg.device, "device", ("auto", "cpu", "cuda"))
     for key in ("n_layer", "n_head", "n_embd", "block_size"):
         _positive(m[key], f"model.{key}")

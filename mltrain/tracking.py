@@ -29,9 +29,10 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from mltrain import atomic
 
 log = logging.getLogger("mltrain.tracking")
 
@@ -158,22 +159,10 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON to a temp file next to `path`, fsync it, then os.replace: never a half-written file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """JSON through a temp file next to `path` and os.replace: never a half-written file."""
+    with atomic.atomic_open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=_json_default)
+        f.write("\n")
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:

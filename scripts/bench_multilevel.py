@@ -16,13 +16,11 @@ bare, fine, coarse, bare, ...) so that a noisy machine slows all of them alike; 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import resource
 import statistics
 import time
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 

@@ -4,7 +4,6 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
 
 from mltrain.config import ConfigError, register_configs, validate
 from mltrain.multilevel import build_plan, control_steps, run_kind

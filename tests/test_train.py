@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 from mltrain.config import ConfigError, register_configs
 from mltrain.run import run

@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from mltrain.data import atomic
+from mltrain import atomic
 from mltrain.data.errors import DataError
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,8 @@ import numpy as np
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from mltrain.data import atomic, shards
+from mltrain import atomic
+from mltrain.data import shards
 from mltrain.data.errors import DataError
 from mltrain.data.tokenizers import Tokenizer, encode_batch_before, get_tokenizer, init_worker
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mltrain.data import atomic
+from mltrain import atomic
 from mltrain.data.errors import DataError
 
 log = logging.getLogger(__name__)
