@@ -91,17 +91,20 @@ class Trainer:
     # -- the step -----------------------------------------------------------------------------------
     def step(self, view: ModelView, optimizer: torch.optim.Optimizer, lr: float, sampler: Any, kind: str) -> None:
         """One optimizer step of `view` on the next batch of `sampler`; `kind` is fine|coarse|control."""
-        # Per-kind accumulator since that kind's last row: [loss sum, steps, tokens, start time].
-        pending = self._pending.setdefault(kind, [torch.zeros((), device=self.device), 0, 0, time.perf_counter()])
+        # Per-kind accumulator since that kind's last row: [loss sum (on device), steps, tokens, start
+        # time]. Losses stay on the device until a row is written: no host sync per step.
+        pending = self._pending.get(kind)
+        if pending is None:
+            pending = self._pending[kind] = [0.0, 0, 0, time.perf_counter()]
         set_lr(optimizer, lr)
         x, y = self._to_device(sampler.next_batch())
         accum = self.cfg.grad_accum
-        loss_sum = torch.zeros((), device=self.device)
         for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
             with self.autocast():
                 _, loss = view(xs, ys)
-            (loss / accum).backward()
-            loss_sum += loss.detach()
+            loss = loss / accum
+            loss.backward()
+            pending[0] = pending[0] + loss.detach()
         if self.cfg.grad_clip > 0:
             params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
             torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
@@ -120,7 +123,6 @@ class Trainer:
             s.coarse_flops += flops
         else:
             s.control_steps += 1
-        pending[0] += loss_sum / accum
         pending[1] += 1
         pending[2] += n_tokens
         self.bar.update(1)
