@@ -81,8 +81,8 @@ def _train(cfg: DictConfig) -> float | None:
     except (ConfigError, DataError) as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on
-        log.error("%s", err)
-        _fail(str(err))  # known bad input: one clear line, no traceback, exit status 2
+        log.error("%s", err)  # known bad input: one clear line (console and the run's log), no traceback
+        sys.exit(2)
 
 
 def train_main() -> None:

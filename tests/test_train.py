@@ -162,6 +162,7 @@ def test_mltrain_runs_from_outside_the_repository(tmp_path):
     (["coarsening=evenodd", "multilevel.delta=2"], "multilevel.delta=2.0 must be in [0, 1]"),
     (["coarsening=stride3"], "not divisible by coarsening.k=3"),
     (["train.max_stepz=3"], "train.max_stepz"),
+    (["data=text", "data.path=/nonexistent/corpus/*.txt"], "/nonexistent/corpus"),  # a DataError, in the task
 ])
 def test_bad_input_fails_before_compute_with_one_message(tmp_path, args, needle):
     out = tmp_path / "out"
