@@ -43,9 +43,9 @@ def write_bytes(path: str | os.PathLike, data: bytes | memoryview) -> None:
         f.write(data)
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
+def write_json(path: str | os.PathLike, obj: Any, indent: int = 1, default: Any = None) -> None:
     with atomic_open(path, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
+        json.dump(obj, f, indent=indent, sort_keys=True, default=default)
         f.write("\n")
 
 

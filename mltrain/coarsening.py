@@ -127,20 +127,13 @@ class Hierarchy:
     drawn from (seed, cycle, path), otherwise from (seed, path), so a resumed run sees the same views.
     """
 
-    def __init__(self, model: GPT, scheme: str, k: int, delta: float, seed: int = 0, redraw: bool = False,
-                 order: str = "ascending"):
+    def __init__(self, model: GPT, scheme: str, k: int, delta: float, seed: int = 0, redraw: bool = False):
         self.model, self.scheme, self.k, self.delta = model, scheme, k, delta
-        self.seed, self.redraw, self.order = seed, redraw, order
+        self.seed = seed
+        self.redraw = redraw and scheme == "random"  # only a random partition can change between cycles
         self.fine = fine_view(model)
         self._views: dict[tuple[int, tuple[int, ...]], ModelView] = {}
         self._storage: dict[tuple[int, ...], list[nn.Module]] = {}  # `average`: coarse blocks by path
-
-    def n_children(self) -> int:
-        return 1 if self.scheme == "average" else self.k
-
-    def child_order(self) -> list[int]:
-        order = list(range(self.n_children()))
-        return order[::-1] if self.order == "descending" else order
 
     def view(self, path: tuple[int, ...], cycle: int = 0) -> ModelView:
         if not path:

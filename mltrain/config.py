@@ -52,11 +52,11 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    max_steps: int = 300  # fine-level optimizer steps
+    max_steps: int = 1000  # fine-level optimizer steps
     batch_size: int = 16  # sequences per optimizer step (split into grad_accum micro-batches)
     grad_accum: int = 1
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
-    eval_interval: int = 50  # fine steps between held-out evaluations (also at step 0 and at the end)
+    eval_interval: int = 100  # fine steps between held-out evaluations (also at step 0 and at the end)
     eval_batches: int = 8
     log_interval: int = 10  # fine steps between train rows in metrics.jsonl (coarse phases: see multilevel)
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
@@ -132,7 +132,7 @@ class LoggerConfig:
     name: str = "jsonl"  # jsonl | wandb (metrics.jsonl is always written)
     project: str = "mltrain"
     entity: Optional[str] = None
-    mode: str = "offline"  # online | offline | disabled
+    mode: str = "online"  # online | offline | disabled (online falls back to offline, see logger/wandb.yaml)
     group: Optional[str] = None  # null: derived from the overrides minus the seed
     run_name: Optional[str] = None  # null: derived from the overrides
     tags: List[str] = field(default_factory=list)
@@ -189,6 +189,8 @@ def validate(cfg: Any) -> None:
     """Raise ConfigError with one clear message for the first problem found. Touches no data."""
     m, t = cfg.model, cfg.train
     _choice(cfg.device, "device", ("auto", "cpu", "cuda"))
+    if not 0 <= cfg.seed < 2**32:
+        raise ConfigError(f"seed={cfg.seed} must be in [0, 2**32)")
     for key in ("n_layer", "n_head", "n_embd", "block_size"):
         _positive(m[key], f"model.{key}")
     if m.n_embd % m.n_head:
@@ -263,13 +265,21 @@ def _validate_multilevel(cfg: Any) -> None:
                 f"train.grad_accum={cfg.train.grad_accum}"
             )
     _choice(ml.order, "multilevel.order", ("ascending", "descending"))
+    if c.scheme != "random" and (c.redraw or c.seed is not None):
+        raise ConfigError(
+            f"coarsening.redraw and coarsening.seed apply to the random scheme only (scheme is {c.scheme})"
+        )
+    if c.seed is not None and not 0 <= c.seed < 2**32:
+        raise ConfigError(f"coarsening.seed={c.seed} must be null or in [0, 2**32)")
     _choice(ml.coarse_optimizer_state, "multilevel.coarse_optimizer_state", ("keep", "reset"))
     _choice(ml.fine_momentum_after_prolong, "multilevel.fine_momentum_after_prolong", ("keep", "reset"))
     fine_in_cycles = ml.n_cycles * ml.fine_steps_per_cycle
-    if fine_in_cycles > cfg.train.max_steps:
+    if fine_in_cycles >= cfg.train.max_steps:
+        # At least one fine step after the last prolongation, so the final losses describe the model
+        # the run ends with.
         raise ConfigError(
-            f"multilevel.n_cycles*fine_steps_per_cycle={fine_in_cycles} fine steps exceed "
-            f"train.max_steps={cfg.train.max_steps}"
+            f"multilevel.n_cycles*fine_steps_per_cycle={fine_in_cycles} fine steps must be fewer than "
+            f"train.max_steps={cfg.train.max_steps} (fine training continues after the cycles)"
         )
     from mltrain.optim import resolve_coarse_optim  # local: optim imports torch
 

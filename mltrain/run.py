@@ -7,13 +7,11 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -22,7 +20,7 @@ from mltrain.config import ConfigError, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
 from mltrain.model import GPT, GPTConfig
-from mltrain.multilevel import MultilevelRunner, build_plan, planned_steps, run_kind
+from mltrain.multilevel import MultilevelRunner, planned_steps, run_kind
 from mltrain.optim import build_optimizer
 from mltrain.tracking import Tracker, run_label, run_name
 from mltrain.trainer import EVAL_SEED, Trainer
@@ -102,9 +100,7 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
         torch.backends.cudnn.allow_tf32 = True
 
     data = load_tokens(cfg.data)
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # weights and dropout; every numpy draw has its own seeded generator
     model = build_model(cfg, data.vocab_size)
     with open_dict(cfg):
         cfg.model.vocab_size = model.config.vocab_size  # resolved: recorded in W&B and used by the plan
@@ -125,11 +121,13 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     if run_kind(cfg) != "single":
         c = cfg.coarsening
         hierarchy = Hierarchy(model, c.scheme, c.k, ml.delta, seed=cfg.seed if c.seed is None else c.seed,
-                              redraw=c.redraw, order=ml.order)
+                              redraw=c.redraw)
     fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
-    trainer = Trainer(model, t, device, dtype, val_sampler, log_row, planned_steps(build_plan(cfg)),
-                      peak_flops=peak_flops(device))
+    # MFU only means something against the bf16 peak, i.e. under bf16 autocast.
+    peak = peak_flops(device) if dtype == torch.bfloat16 else None
+    trainer = Trainer(model, t, device, dtype, val_sampler, log_row, peak_flops=peak)
     runner = MultilevelRunner(cfg, trainer, hierarchy, fine_optimizer, sampler, coarse_sampler, diag_sampler, device)
+    trainer.bar.reset(total=planned_steps(runner.plan))
     return Session(cfg, model, trainer, runner, data.description)
 
 

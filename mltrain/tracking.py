@@ -160,9 +160,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     """JSON through a temp file next to `path` and os.replace: never a half-written file."""
-    with atomic.atomic_open(path, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=_json_default)
-        f.write("\n")
+    atomic.write_json(path, data, indent=2, default=_json_default)
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:

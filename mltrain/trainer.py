@@ -51,7 +51,6 @@ class Trainer:
         dtype: Optional[torch.dtype],
         val_sampler: Any,
         log: Callable[[dict], None],
-        total_steps: int,
         peak_flops: Optional[float] = None,
     ):
         self.model, self.cfg, self.device, self.dtype = model, train_cfg, device, dtype
@@ -64,9 +63,11 @@ class Trainer:
         self.t0 = time.perf_counter()
         self.last_loss: dict[str, float] = {}  # by phase kind, for the summary
         self._pending: dict[str, list] = {}  # per phase kind: [loss_sum tensor, n_steps, tokens, t_start]
-        # disable=None: no bar when stderr is not a terminal (CI, SLURM logs); eval lines still show progress.
-        self.bar = tqdm(total=total_steps, disable=None if train_cfg.progress else True, unit="step",
-                        dynamic_ncols=True)
+        self._clip_params: dict[int, list] = {}  # per optimizer: its parameters, for gradient clipping
+        self._val_batches: Optional[list] = None  # the fixed held-out batches, on the device
+        # disable=None: no bar when stderr is not a terminal (CI, SLURM logs); eval lines still show
+        # progress. The total (all planned optimizer steps) is set once the plan exists.
+        self.bar = tqdm(disable=None if train_cfg.progress else True, unit="step", dynamic_ncols=True)
 
     # -- accounting -------------------------------------------------------------------------------
     def flops_per_token(self, n_blocks: int) -> float:
@@ -95,7 +96,7 @@ class Trainer:
         # time]. Losses stay on the device until a row is written: no host sync per step.
         pending = self._pending.get(kind)
         if pending is None:
-            pending = self._pending[kind] = [0.0, 0, 0, time.perf_counter()]
+            pending = self._pending[kind] = [torch.zeros((), device=self.device), 0, 0, time.perf_counter()]
         set_lr(optimizer, lr)
         x, y = self._to_device(sampler.next_batch())
         accum = self.cfg.grad_accum
@@ -104,9 +105,12 @@ class Trainer:
                 _, loss = view(xs, ys)
             loss = loss / accum
             loss.backward()
-            pending[0] = pending[0] + loss.detach()
+            pending[0].add_(loss.detach())
         if self.cfg.grad_clip > 0:
-            params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+            # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view).
+            params = self._clip_params.get(id(optimizer))
+            if params is None:
+                params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
             torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -161,9 +165,10 @@ class Trainer:
         """Mean held-out loss of `view` over train.eval_batches fixed batches."""
         was_training = self.model.training
         self.model.eval()
+        if self._val_batches is None:  # the same batches every time: draw and move them once
+            self._val_batches = [self._to_device(self.val_sampler.batch(i)) for i in range(self.cfg.eval_batches)]
         total = torch.zeros((), device=self.device)
-        for i in range(self.cfg.eval_batches):
-            x, y = self._to_device(self.val_sampler.batch(i))
+        for x, y in self._val_batches:
             for xs, ys in zip(x.chunk(self.cfg.grad_accum), y.chunk(self.cfg.grad_accum)):
                 with self.autocast():
                     _, loss = view(xs, ys)
@@ -172,7 +177,10 @@ class Trainer:
         return (total / self.cfg.eval_batches).item()
 
     def log_eval(self, view: ModelView, **extra: Any) -> float:
+        t_start = time.perf_counter()
         loss = self.evaluate(view)
+        for pending in self._pending.values():  # keep evaluation time out of the rows' tokens/s
+            pending[3] += time.perf_counter() - t_start
         row = {"step": self.state.fine_steps, "level": view.level, "val/loss": loss, **self.counters(), **extra}
         self.log(row)
         if self.bar.disable:  # without a progress bar, one line per evaluation
@@ -182,13 +190,19 @@ class Trainer:
         return loss
 
     def gradients(self, view: ModelView, batch) -> tuple[float, dict[int, torch.Tensor]]:
-        """Loss and gradients of `view` on `batch` (no optimizer step; grads are cleared after)."""
+        """Loss and gradients of `view` on `batch` via autograd.grad (no optimizer step, .grad
+        untouched), in train.grad_accum chunks like a training step, so it fits where training fits."""
         x, y = self._to_device(batch)
-        with self.autocast():
-            _, loss = view(x, y)
         params = view.parameters()
-        grads = torch.autograd.grad(loss, params)
-        return loss.item(), {id(p): g.float() for p, g in zip(params, grads)}
+        accum = self.cfg.grad_accum
+        total_loss, grads = 0.0, [torch.zeros_like(p, dtype=torch.float32) for p in params]
+        for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
+            with self.autocast():
+                _, loss = view(xs, ys)
+            for g, part in zip(grads, torch.autograd.grad(loss / accum, params)):
+                g.add_(part.float())
+            total_loss += loss.item() / accum
+        return total_loss, {id(p): g for p, g in zip(params, grads)}
 
     def gradient_agreement(self, coarse: ModelView, parent: ModelView, batch) -> dict:
         """The review's evidence: losses of a coarse model and its parent on one batch, and the cosine

@@ -54,7 +54,7 @@ def setup(p: dict, device: torch.device):
     sgd = OmegaConf.create({"name": "sgd", "lr": 1e-3, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0})
     train_cfg = OmegaConf.create({"grad_accum": 1, "grad_clip": 1.0, "progress": False, "eval_batches": 1})
     dtype = torch.bfloat16 if device.type == "cuda" else None
-    trainer = Trainer(model, train_cfg, device, dtype, None, lambda row: None, 0)
+    trainer = Trainer(model, train_cfg, device, dtype, None, lambda row: None)
     h = Hierarchy(model, "stride", 2, 0.25)
     fine_opt = build_optimizer(model.parameters(), sgd, device)
     coarse_opt = build_optimizer(model.parameters(), sgd, device)
