@@ -15,6 +15,7 @@ phase) kept in TrainState: the resumable "schedule position".
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -223,6 +224,8 @@ class MultilevelRunner:
             "train_state": self.trainer.state.state_dict(),
             "samplers": {"fine": self.sampler.state_dict(), "coarse": self.coarse_sampler.state_dict()},
             "diag_index": self.diag_index,
+            "elapsed_s": self.trainer.elapsed(),  # so time_s goes on from where it stopped
+            "last_loss": dict(self.trainer.last_loss),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -241,6 +244,8 @@ class MultilevelRunner:
         self.sampler.load_state_dict(state["samplers"]["fine"])
         self.coarse_sampler.load_state_dict(state["samplers"]["coarse"])
         self.diag_index = state["diag_index"]
+        self.trainer.t0 = time.perf_counter() - state["elapsed_s"]
+        self.trainer.last_loss = dict(state["last_loss"])
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"]:
             torch.cuda.set_rng_state_all(state["cuda_rng"])

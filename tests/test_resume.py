@@ -41,6 +41,7 @@ def test_resume_mid_cycle_is_exact(tmp_path, overrides, stop_at):
     first, _ = session(*overrides)
     assert not first.runner.run(should_stop=lambda: steps_taken(first) >= stop_at)
     assert steps_taken(first) == stop_at
+    at_stop = first.trainer.elapsed()
     save_checkpoint(tmp_path / "ckpt.pt", first.runner)
 
     resumed, _ = session(*overrides)
@@ -50,4 +51,6 @@ def test_resume_mid_cycle_is_exact(tmp_path, overrides, stop_at):
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
     assert resumed.trainer.state == whole.trainer.state
+    assert resumed.trainer.last_loss.keys() == whole.trainer.last_loss.keys()
+    assert resumed.trainer.elapsed() >= at_stop  # wall time goes on, not from zero
     assert resumed.runner.sampler.position == whole.runner.sampler.position
