@@ -53,12 +53,12 @@ def document_names(files: list[Path]) -> list[str]:
 
 
 def fingerprint(files: list[Path]) -> str:
-    """Content hash of the files (names relative to their common folder, sizes, bytes)."""
-    h = hashlib.sha256(b"text v1\n")
+    """Identity of the files without reading them (a large corpus is not re-read at every start-up):
+    resolved path, name relative to their common folder, size and modification time (ns)."""
+    h = hashlib.sha256(b"text v2\n")
     for name, f in zip(document_names(files), files):
-        h.update(f"{name}\0{f.stat().st_size}\0".encode())
-        with open(f, "rb") as fh:
-            h.update(hashlib.file_digest(fh, "sha256").digest())
+        st = f.stat()
+        h.update(f"{f.resolve()}\0{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.hexdigest()
 
 
