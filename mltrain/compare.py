@@ -51,7 +51,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from mltrain.tracking import read_metrics, run_label, write_json_atomic
+from mltrain.tracking import first_line, read_metrics, run_label, write_json_atomic
 
 log = logging.getLogger("mltrain.compare")
 
@@ -608,7 +608,7 @@ def load_wandb_runs(path: str, group: str | None, filters: list[str], timeout: i
         api = wandb.Api(timeout=timeout)
         wruns = list(api.runs(path, filters=query or None))
     except Exception as err:  # noqa: BLE001 - offline, no key, no such project: one clear line
-        first = (str(err).strip().splitlines() or [""])[0]
+        first = first_line(err)
         raise CompareError(f"W&B: cannot list runs of {path!r} ({type(err).__name__}: {first})") from None
     runs = []
     for wr in wruns:
@@ -623,7 +623,7 @@ def load_wandb_runs(path: str, group: str | None, filters: list[str], timeout: i
             rows += list(wr.scan_history(keys=["flops", "val/loss"], page_size=10000))
             rows.sort(key=lambda r: r.get("_step", 0))
         except Exception as err:  # noqa: BLE001
-            first = (str(err).strip().splitlines() or [""])[0]
+            first = first_line(err)
             raise CompareError(f"W&B: cannot read run {'/'.join(wr.path)} ({type(err).__name__}: {first})") from None
         run_kind = str(summary["run_kind"])
         label = summary.get("label") or wr.group or "default"

@@ -156,13 +156,18 @@ class Config:
 MAX_DIRNAME = 200
 
 
+def shorten(text: str, limit: int) -> str:
+    """`text` if it fits in `limit` characters, else its head and a hash of the whole: still unique."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+    return f"{text[: limit - 11]}~{digest}"
+
+
 def short_dirname(name: str) -> str:
-    """A sweep job's directory name: its overrides as Hydra joins them, cut with a hash past
-    MAX_DIRNAME characters (file systems refuse names over 255 bytes). Used by conf/config.yaml."""
-    if len(name) <= MAX_DIRNAME:
-        return name or "default"
-    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
-    return f"{name[: MAX_DIRNAME - 11]}~{digest}"
+    """A sweep job's directory name: its overrides as Hydra joins them, shortened past MAX_DIRNAME
+    characters (file systems refuse names over 255 bytes). Used by conf/config.yaml."""
+    return shorten(name, MAX_DIRNAME) or "default"
 
 
 def register_configs() -> None:

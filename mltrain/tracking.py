@@ -25,7 +25,6 @@ training. `logger.name=jsonl` never imports wandb.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mltrain import atomic
+from mltrain.config import shorten
 
 log = logging.getLogger("mltrain.tracking")
 
@@ -105,16 +105,11 @@ def run_name(overrides: list[str], run_kind: str, seed: int | str | None = None)
     `seed` defaults to the `seed=` override (omitted when there is none). The label part is cut to
     ~80 characters (with a short hash, so distinct labels keep distinct names).
     """
-    label = _shorten(run_label(overrides, run_kind), 80)
+    label = shorten(run_label(overrides, run_kind), 80)
     seed = _seed_from(overrides) if seed is None else seed
     return f"{run_kind}|{label}" + (f"|seed={seed}" if seed is not None else "")
 
 
-def _shorten(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
-    return text[: limit - 9] + "~" + digest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,7 +292,7 @@ class Tracker:
     def _wandb_failed(self, what: str, err: BaseException) -> None:
         log.warning(
             "W&B %s failed (%s: %s); W&B is off for the rest of this run, metrics.jsonl goes on",
-            what, type(err).__name__, _first_line(err),
+            what, type(err).__name__, first_line(err),
         )
         run, self.wandb_run, self.wandb_mode = self.wandb_run, None, None
         if run is not None and what != "finish":
@@ -314,15 +309,15 @@ class Tracker:
         try:
             import wandb
         except Exception as err:  # noqa: BLE001 - a broken install must not stop training
-            log.warning("cannot import wandb (%s: %s); metrics.jsonl only", type(err).__name__, _first_line(err))
+            log.warning("cannot import wandb (%s: %s); metrics.jsonl only", type(err).__name__, first_line(err))
             return
-        tags = [_shorten(str(t), _WANDB_MAX["tag"]) for t in (_get(logger_cfg, "tags", []) or [])]
+        tags = [shorten(str(t), _WANDB_MAX["tag"]) for t in (_get(logger_cfg, "tags", []) or [])]
         kwargs = dict(
             project=_get(logger_cfg, "project", "mltrain"),
             entity=_get(logger_cfg, "entity", None),
-            name=_shorten(self.name, _WANDB_MAX["name"]),
-            group=_shorten(self.group, _WANDB_MAX["group"]),
-            job_type=_shorten(self.job_type, _WANDB_MAX["job_type"]),
+            name=shorten(self.name, _WANDB_MAX["name"]),
+            group=shorten(self.group, _WANDB_MAX["group"]),
+            job_type=shorten(self.job_type, _WANDB_MAX["job_type"]),
             tags=tags,
             config=config,
             dir=str(self.run_dir),
@@ -336,7 +331,7 @@ class Tracker:
                 try:
                     self._init(wandb, kwargs, "online")
                 except Exception as err:  # noqa: BLE001
-                    reason = f"W&B online init failed ({type(err).__name__}: {_first_line(err)})"
+                    reason = f"W&B online init failed ({type(err).__name__}: {first_line(err)})"
             if reason is None:
                 return
             log.warning("%s; logging W&B offline to %s, %s", reason, self.run_dir / "wandb", sync_hint)
@@ -345,7 +340,7 @@ class Tracker:
         except Exception as err:  # noqa: BLE001
             log.warning(
                 "W&B offline init failed (%s: %s); continuing with metrics.jsonl only",
-                type(err).__name__, _first_line(err),
+                type(err).__name__, first_line(err),
             )
 
     def _init(self, wandb: Any, kwargs: dict, mode: str) -> None:
@@ -375,6 +370,6 @@ def _has_api_key(wandb: Any) -> bool:
         return False
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else ""
