@@ -14,7 +14,9 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mltrain.config import ConfigError, register_configs
+from mltrain.config import register_configs, validate
+from mltrain.errors import ConfigError, MltrainError
+from mltrain.run import existing_run, run
 
 log = logging.getLogger("mltrain")
 
@@ -23,6 +25,8 @@ log = logging.getLogger("mltrain")
 CONFIG_PATH = "pkg://mltrain.conf"
 
 register_configs()
+
+
 def _fail(message: str) -> None:
     print(f"mltrain: error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -41,9 +45,6 @@ class RunGuard(Callback):
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from mltrain.config import validate
-        from mltrain.run import existing_run
-
         found = existing_run(Path(config.hydra.run.dir))
         if found is not None:
             _fail(f"{found} exists: hydra.run.dir={config.hydra.run.dir} holds an earlier run; "
@@ -61,11 +62,9 @@ class RunGuard(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or job_return.status != JobStatus.FAILED:
             return
-        from mltrain.data import DataError
-
         err = job_return._return_value
         job = f"job #{config.hydra.job.num} ({config.hydra.job.override_dirname or 'no overrides'})"
-        if isinstance(err, (ConfigError, DataError)):
+        if isinstance(err, MltrainError):
             log.error("%s failed: %s", job, err)
         else:
             log.error("%s failed", job, exc_info=err)
@@ -73,12 +72,9 @@ class RunGuard(Callback):
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def _train(cfg: DictConfig) -> float | None:
-    from mltrain.data import DataError
-    from mltrain.run import run
-
     try:
         return run(cfg)
-    except (ConfigError, DataError) as err:
+    except MltrainError as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on
         log.error("%s", err)  # known bad input: one clear line (console and the run's log), no traceback
@@ -89,6 +85,8 @@ def train_main() -> None:
     _train()
 
 
+# The other tools import their own modules when called, so `mltrain-compare` (no torch) and
+# `mltrain-prepare` start without loading the training stack.
 def prepare_main() -> None:
     from mltrain.data.prepare import hydra_main
 

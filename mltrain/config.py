@@ -10,7 +10,6 @@ divisible by gradient accumulation, ...) live in `validate()`, which `run` calls
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
@@ -18,36 +17,55 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from mltrain.choice import Choice
+from mltrain.coarsening import StepScale, scheme_class
+from mltrain.data.config import DataConfig, Source
+from mltrain.errors import ConfigError
+from mltrain.model import GPTConfig
+from mltrain.names import short_dirname
+from mltrain.optim import OptimName, ScheduleName, resolve_coarse_optim
 
-class ConfigError(ValueError):
-    """A configuration that type-checks but cannot run. The message says which key and why."""
+ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 
-
-@dataclass
-class ModelConfig:
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    block_size: int = 64  # context length in tokens
-    bias: bool = False  # biases in Linear layers (the paper's model has none)
-    dropout: float = 0.0
-    norm: str = "layernorm"  # layernorm | rmsnorm
-    norm_affine: bool = False  # False = parameter-free norms (the paper's 22,368,512 count)
-    attention: str = "sdpa"  # sdpa (F.scaled_dot_product_attention) | explicit (softmax(QK^T)V, for FLOP counting)
-    # Filled from the tokenizer at start-up; set it only to pad the vocabulary (e.g. 50304 for speed).
-    vocab_size: Optional[int] = None
+__all__ = ["Config", "ConfigError", "DataConfig", "ModelConfig", "register_configs", "validate"]
 
 
-@dataclass
-class DataConfig:
-    source: str = "embedded"  # embedded | text | shards
-    tokenizer: str = "bytes"  # bytes | gpt2 | any tiktoken encoding name
-    path: Optional[str] = None  # data=text: a file, a directory or a glob
-    dir: Optional[str] = None  # data=shards: folder of llm.c-format .bin shards
-    val_fraction: float = 0.05  # held-out share (by document; a single text file: its last fraction)
-    cache_dir: str = "${oc.env:MLTRAIN_CACHE,${oc.env:HOME,.}/.cache/mltrain}"
-    # data=fineweb_edu: when no shards exist, prepare them (downloads!) instead of stopping with the command.
-    prepare_if_missing: bool = False
+class Device(Choice):
+    auto = "auto"  # cuda when torch sees a GPU, else cpu
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DType(Choice):
+    auto = "auto"  # bf16 autocast on CUDA, fp32 on CPU
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+class Order(Choice):
+    ascending = "ascending"  # coarse model A (even blocks) first
+    descending = "descending"
+
+
+class StatePolicy(Choice):
+    keep = "keep"
+    reset = "reset"
+
+
+class Control(Choice):
+    none = "none"
+    schedule = "schedule"  # the review's LR control (see MultilevelConfig.control)
+
+
+class LoggerName(Choice):
+    jsonl = "jsonl"
+    wandb = "wandb"
+
+
+class LoggerMode(Choice):
+    online = "online"
+    offline = "offline"
+    disabled = "disabled"
 
 
 @dataclass
@@ -59,14 +77,14 @@ class TrainConfig:
     eval_interval: int = 100  # fine steps between held-out evaluations (also at step 0 and at the end)
     eval_batches: int = 8
     log_interval: int = 10  # fine steps between train rows in metrics.jsonl (coarse phases: see multilevel)
-    dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
-    compile: bool = False  # torch.compile the model (CUDA roadmap; off by default)
+    dtype: DType = DType.auto
+    compile: bool = False  # torch.compile every block once (CUDA)
     progress: bool = True  # tqdm progress bar
 
 
 @dataclass
 class OptimConfig:
-    name: str = "sgd"  # sgd | adamw
+    name: OptimName = OptimName.sgd
     lr: float = 1.2e-3  # peak learning rate
     weight_decay: float = 0.0
     momentum: float = 0.9  # sgd only
@@ -80,7 +98,7 @@ class OptimConfig:
 class CoarseOptimConfig:
     """The coarse levels' optimizer. Every field left null inherits the fine optimizer's value."""
 
-    name: Optional[str] = None
+    name: Optional[OptimName] = None
     lr: Optional[float] = None
     weight_decay: Optional[float] = None
     momentum: Optional[float] = None
@@ -91,7 +109,7 @@ class CoarseOptimConfig:
 
 @dataclass
 class ScheduleConfig:
-    name: str = "cosine"  # cosine | constant
+    name: ScheduleName = ScheduleName.cosine
     warmup_steps: int = 0  # linear warm-up from 0 to optim.lr
     min_lr: float = 0.0  # cosine floor, reached at train.max_steps
 
@@ -99,10 +117,15 @@ class ScheduleConfig:
 @dataclass
 class CoarseningConfig:
     name: str = "none"  # the preset's name, used in run names and reports
-    scheme: str = "none"  # none | stride | random | average
+    # A registered scheme (mltrain/coarsening.py: none, stride, random, average, or one you register).
+    # The registry is open, so the name is checked against it at start-up rather than by its type.
+    scheme: str = "none"
     k: int = 2  # stride/random: number of coarse models; average: blocks merged into one
     redraw: bool = False  # random: draw a new permutation every cycle
     seed: Optional[int] = None  # random: permutation seed (null: the run's seed)
+    # unit: every coarse block is an Euler step of size 1 (the paper's coarse models); stride: of size k,
+    # so a coarse model with k times fewer blocks covers the same depth (the ODE reading).
+    step_scale: StepScale = StepScale.unit
 
 
 @dataclass
@@ -112,27 +135,27 @@ class MultilevelConfig:
     fine_steps_per_cycle: int = 1
     coarse_steps: int = 100  # per coarse model, per cycle, at every coarse level
     delta: float = 0.25  # prolongation mix; for `average` it is Zou et al.'s alpha
-    order: str = "ascending"  # ascending | descending: which coarse model trains first
+    order: Order = Order.ascending  # which coarse model trains first
     coarse_batch_size: Optional[int] = None  # null: train.batch_size
     coarse_optim: CoarseOptimConfig = field(default_factory=CoarseOptimConfig)
-    coarse_schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig(name="constant"))
-    coarse_optimizer_state: str = "keep"  # keep | reset (at the start of every coarse phase)
-    fine_momentum_after_prolong: str = "keep"  # keep | reset
+    coarse_schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig(name=ScheduleName.constant))
+    coarse_optimizer_state: StatePolicy = StatePolicy.keep  # reset: at the start of every coarse phase
+    fine_momentum_after_prolong: StatePolicy = StatePolicy.keep
     coarse_log_interval: int = 25  # coarse steps between coarse train rows
     diagnostics: bool = True  # diag/* each cycle: coarse vs fine loss and gradient cosine
     eval_every_cycle: bool = True  # val/loss of the fine model at the end of every cycle (not counted as training)
     # schedule: the review's LR control. Each coarse phase trains the *fine* model instead, with the
     # coarse optimizer and LR, for as many steps as cost the same FLOPs. Needs a coarsening scheme to
     # know those FLOPs; nothing is coarsened or prolonged.
-    control: str = "none"  # none | schedule
+    control: Control = Control.none
 
 
 @dataclass
 class LoggerConfig:
-    name: str = "jsonl"  # jsonl | wandb (metrics.jsonl is always written)
+    name: LoggerName = LoggerName.jsonl  # metrics.jsonl is always written; wandb mirrors it
     project: str = "mltrain"
     entity: Optional[str] = None
-    mode: str = "online"  # online | offline | disabled (online falls back to offline, see logger/wandb.yaml)
+    mode: LoggerMode = LoggerMode.online  # online falls back to offline, see logger/wandb.yaml
     group: Optional[str] = None  # null: derived from the overrides minus the seed
     run_name: Optional[str] = None  # null: derived from the overrides
     tags: List[str] = field(default_factory=list)
@@ -141,7 +164,7 @@ class LoggerConfig:
 @dataclass
 class Config:
     seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda
+    device: Device = Device.auto
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -150,24 +173,8 @@ class Config:
     coarsening: CoarseningConfig = field(default_factory=CoarseningConfig)
     multilevel: MultilevelConfig = field(default_factory=MultilevelConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    preset: Optional[str] = None  # name of the experiment preset, set by conf/experiment/*.yaml
-
-
-MAX_DIRNAME = 200
-
-
-def shorten(text: str, limit: int) -> str:
-    """`text` if it fits in `limit` characters, else its head and a hash of the whole: still unique."""
-    if len(text) <= limit:
-        return text
-    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
-    return f"{text[: limit - 11]}~{digest}"
-
-
-def short_dirname(name: str) -> str:
-    """A sweep job's directory name: its overrides as Hydra joins them, shortened past MAX_DIRNAME
-    characters (file systems refuse names over 255 bytes). Used by conf/config.yaml."""
-    return shorten(name, MAX_DIRNAME) or "default"
+    preset: Optional[str] = None  # name of the method preset, set by conf/experiment/*.yaml
+    scale: Optional[str] = None  # name of the scale preset, set by conf/scale/*.yaml
 
 
 def register_configs() -> None:
@@ -180,20 +187,17 @@ def register_configs() -> None:
 # Semantic validation (types are Hydra's job; this is everything a type cannot say)
 
 
-def _choice(value: Any, key: str, allowed: tuple) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not one of {', '.join(map(str, allowed))}")
-
-
 def _positive(value: Any, key: str, zero_ok: bool = False) -> None:
     if value is None or (value < 0 if zero_ok else value <= 0):
         raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
 
 
 def validate(cfg: Any) -> None:
-    """Raise ConfigError with one clear message for the first problem found. Touches no data."""
+    """Raise ConfigError with one clear message for the first problem found. Touches no data.
+
+    Keys with a fixed set of values are Choice enums, refused by Hydra while composing; this checks
+    what a type cannot say."""
     m, t = cfg.model, cfg.train
-    _choice(cfg.device, "device", ("auto", "cpu", "cuda"))
     if not 0 <= cfg.seed < 2**32:
         raise ConfigError(f"seed={cfg.seed} must be in [0, 2**32)")
     for key in ("n_layer", "n_head", "n_embd", "block_size"):
@@ -202,12 +206,9 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"model.n_embd={m.n_embd} must be divisible by model.n_head={m.n_head}")
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError(f"model.dropout={m.dropout} must be in [0, 1)")
-    _choice(m.norm, "model.norm", ("layernorm", "rmsnorm"))
-    _choice(m.attention, "model.attention", ("sdpa", "explicit"))
-    _choice(cfg.data.source, "data.source", ("embedded", "text", "shards"))
-    if cfg.data.source == "text" and not cfg.data.path:
+    if cfg.data.source == Source.text and not cfg.data.path:
         raise ConfigError("data=text needs data.path (a file, a directory or a glob of text files)")
-    if cfg.data.source == "shards" and not cfg.data.dir:
+    if cfg.data.source == Source.shards and not cfg.data.dir:
         raise ConfigError("data=shards needs data.dir (a folder of .bin token shards)")
     if not 0.0 < cfg.data.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction} must be in (0, 1)")
@@ -218,16 +219,12 @@ def validate(cfg: Any) -> None:
         raise ConfigError(
             f"train.batch_size={t.batch_size} must be divisible by train.grad_accum={t.grad_accum}"
         )
-    _choice(t.dtype, "train.dtype", ("auto", "float32", "bfloat16"))
     _validate_optim(cfg.optim, "optim")
     _validate_schedule(cfg.schedule, "schedule", cfg.optim.lr)
-    _choice(cfg.logger.name, "logger.name", ("jsonl", "wandb"))
-    _choice(cfg.logger.mode, "logger.mode", ("online", "offline", "disabled"))
     _validate_multilevel(cfg)
 
 
 def _validate_optim(o: Any, key: str) -> None:
-    _choice(o.name, f"{key}.name", ("sgd", "adamw"))
     _positive(o.lr, f"{key}.lr")
     _positive(o.weight_decay, f"{key}.weight_decay", zero_ok=True)
     if not 0.0 <= o.momentum < 1.0:
@@ -239,7 +236,6 @@ def _validate_optim(o: Any, key: str) -> None:
 
 
 def _validate_schedule(s: Any, key: str, peak_lr: float) -> None:
-    _choice(s.name, f"{key}.name", ("cosine", "constant"))
     _positive(s.warmup_steps, f"{key}.warmup_steps", zero_ok=True)
     if not 0.0 <= s.min_lr <= peak_lr:
         raise ConfigError(f"{key}.min_lr={s.min_lr} must be in [0, peak lr={peak_lr}]")
@@ -247,10 +243,11 @@ def _validate_schedule(s: Any, key: str, peak_lr: float) -> None:
 
 def _validate_multilevel(cfg: Any) -> None:
     c, ml = cfg.coarsening, cfg.multilevel
-    _choice(c.scheme, "coarsening.scheme", ("none", "stride", "random", "average"))
-    _choice(ml.control, "multilevel.control", ("none", "schedule"))
-    if c.scheme == "none":
-        if ml.control != "none":
+    scheme = scheme_class(c.scheme)  # ConfigError naming the registered schemes
+    if c.seed is not None and not 0 <= c.seed < 2**32:
+        raise ConfigError(f"coarsening.seed={c.seed} must be null or in [0, 2**32)")
+    if not scheme.coarsens:
+        if ml.control != Control.none:
             raise ConfigError(
                 "multilevel.control=schedule needs a coarsening scheme (it matches that scheme's "
                 "coarse FLOPs), e.g. coarsening=evenodd"
@@ -269,15 +266,6 @@ def _validate_multilevel(cfg: Any) -> None:
                 f"multilevel.coarse_batch_size={ml.coarse_batch_size} must be divisible by "
                 f"train.grad_accum={cfg.train.grad_accum}"
             )
-    _choice(ml.order, "multilevel.order", ("ascending", "descending"))
-    if c.scheme != "random" and (c.redraw or c.seed is not None):
-        raise ConfigError(
-            f"coarsening.redraw and coarsening.seed apply to the random scheme only (scheme is {c.scheme})"
-        )
-    if c.seed is not None and not 0 <= c.seed < 2**32:
-        raise ConfigError(f"coarsening.seed={c.seed} must be null or in [0, 2**32)")
-    _choice(ml.coarse_optimizer_state, "multilevel.coarse_optimizer_state", ("keep", "reset"))
-    _choice(ml.fine_momentum_after_prolong, "multilevel.fine_momentum_after_prolong", ("keep", "reset"))
     fine_in_cycles = ml.n_cycles * ml.fine_steps_per_cycle
     if fine_in_cycles >= cfg.train.max_steps:
         # At least one fine step after the last prolongation, so the final losses describe the model
@@ -286,11 +274,8 @@ def _validate_multilevel(cfg: Any) -> None:
             f"multilevel.n_cycles*fine_steps_per_cycle={fine_in_cycles} fine steps must be fewer than "
             f"train.max_steps={cfg.train.max_steps} (fine training continues after the cycles)"
         )
-    from mltrain.optim import resolve_coarse_optim  # local: optim imports torch
-
     co = resolve_coarse_optim(cfg.optim, ml.coarse_optim)
     _validate_optim(co, "multilevel.coarse_optim")
     _validate_schedule(ml.coarse_schedule, "multilevel.coarse_schedule", co.lr)
-    from mltrain.coarsening import check_depth  # local: keeps this module import-light
-
-    check_depth(c.scheme, c.k, cfg.model.n_layer, ml.levels)
+    # The scheme checks its own keys: k, redraw/seed, step_scale, and that every level divides evenly.
+    scheme.check_config(c, cfg.model.n_layer, ml.levels)

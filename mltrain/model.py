@@ -20,23 +20,38 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mltrain.choice import Choice
+
+
+class Norm(Choice):
+    layernorm = "layernorm"
+    rmsnorm = "rmsnorm"
+
+
+class Attention(Choice):
+    sdpa = "sdpa"  # F.scaled_dot_product_attention (flash/memory-efficient kernels)
+    explicit = "explicit"  # softmax(QK^T)V written out, so FlopCounterMode sees every matmul
+
 
 @dataclass
 class GPTConfig:
-    vocab_size: int
+    """The model's shape; also the `model` node of the run config (mltrain/config.py uses this class)."""
+
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
-    block_size: int = 64
-    bias: bool = False
+    block_size: int = 64  # context length in tokens
+    bias: bool = False  # biases in Linear layers (the paper's model has none)
     dropout: float = 0.0
-    norm: str = "layernorm"  # layernorm | rmsnorm
-    norm_affine: bool = False
-    attention: str = "sdpa"  # sdpa | explicit
+    norm: Norm = Norm.layernorm
+    norm_affine: bool = False  # False = parameter-free norms (the paper's 22,368,512 count)
+    attention: Attention = Attention.sdpa
+    # Filled from the tokenizer at start-up; set it only to pad the vocabulary (e.g. 50304 for speed).
+    vocab_size: Optional[int] = None
 
 
 def make_norm(cfg: GPTConfig) -> nn.Module:
-    if cfg.norm == "rmsnorm":
+    if cfg.norm == Norm.rmsnorm:
         return nn.RMSNorm(cfg.n_embd, elementwise_affine=cfg.norm_affine)
     # LayerNorm's `bias` flag exists only when it is affine; a parameter-free norm has neither.
     return nn.LayerNorm(cfg.n_embd, elementwise_affine=cfg.norm_affine, bias=cfg.bias and cfg.norm_affine)
@@ -51,7 +66,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj.residual_projection = True  # scaled init, see GPT._init_weights
         self.dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
-        self.explicit = cfg.attention == "explicit"
+        self.explicit = cfg.attention == Attention.explicit
         if self.explicit:
             mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
             self.register_buffer("causal_mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)
@@ -97,14 +112,20 @@ class Block(nn.Module):
         self.ln_2 = make_norm(cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+    def forward(self, x: torch.Tensor, step_size: float = 1.0) -> torch.Tensor:
+        """x + h·F(x): an Euler step of size h (1 in the fine model) with F = attention then MLP."""
+        if step_size == 1.0:
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+        a = self.attn(self.ln_1(x))
+        return x + step_size * (a + self.mlp(self.ln_2(x + a)))
 
 
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
+        if cfg.vocab_size is None:
+            raise ValueError("GPTConfig.vocab_size is unset (it comes from the tokenizer)")
         self.config = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
@@ -140,11 +161,14 @@ class GPT(nn.Module):
         idx: torch.Tensor,
         targets: Optional[torch.Tensor] = None,
         blocks: Optional[Iterable[nn.Module]] = None,
+        step_size: float = 1.0,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Logits (and mean cross-entropy if targets are given), running `blocks` in order.
 
         `blocks=None` runs all of self.blocks (the fine model). Any other ordered sequence of Block
-        modules gives a shallower model that shares embeddings, final norm and head.
+        modules gives a shallower model that shares embeddings, final norm and head. `step_size` is the
+        Euler step h of every block (x + h·F(x)): a model with k times fewer blocks can take steps k
+        times longer and so integrate the same depth "time" as the fine model.
         """
         B, T = idx.shape
         if T > self.config.block_size:
@@ -152,7 +176,7 @@ class GPT(nn.Module):
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks if blocks is None else blocks:
-            x = block(x)
+            x = block(x, step_size)
         logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:

@@ -21,7 +21,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from mltrain.coarsening import Hierarchy, ModelView, fine_view
+from mltrain.coarsening import Hierarchy, ModelView, build_scheme, fine_view
+from mltrain.config import Control, Order, StatePolicy
 from mltrain.flops import train_flops_per_token
 from mltrain.optim import build_optimizer, lr_at, resolve_coarse_optim
 from mltrain.trainer import Trainer, TrainState
@@ -40,17 +41,19 @@ class Phase:
 
 
 def run_kind(cfg: Any) -> str:
-    if cfg.coarsening.scheme == "none":
+    if not build_scheme(cfg.coarsening).coarsens:
         return "single"
-    return "schedule_control" if cfg.multilevel.control == "schedule" else "multilevel"
+    return "schedule_control" if cfg.multilevel.control == Control.schedule else "multilevel"
 
 
 def control_steps(cfg: Any, level: int) -> int:
     """Fine steps that cost the same FLOPs as `coarse_steps` steps of a level-`level` coarse model."""
-    m, k = cfg.model, cfg.coarsening.k
-    vocab = m.vocab_size
-    coarse = train_flops_per_token(m.n_layer // k**level, m.n_embd, vocab, m.block_size)
-    fine = train_flops_per_token(m.n_layer, m.n_embd, vocab, m.block_size)
+    m, scheme = cfg.model, build_scheme(cfg.coarsening)
+    depth = m.n_layer
+    for _ in range(level):
+        depth = scheme.coarse_depth(depth)
+    coarse = train_flops_per_token(depth, m.n_embd, m.vocab_size, m.block_size)
+    fine = train_flops_per_token(m.n_layer, m.n_embd, m.vocab_size, m.block_size)
     return max(1, round(cfg.multilevel.coarse_steps * coarse / fine))
 
 
@@ -59,9 +62,8 @@ def build_plan(cfg: Any) -> list[Phase]:
     kind = run_kind(cfg)
     if kind == "single":
         return [Phase("train", (), t.max_steps)]
-    n_children = 1 if cfg.coarsening.scheme == "average" else cfg.coarsening.k
-    children = list(range(n_children))
-    if ml.order == "descending":
+    children = list(range(build_scheme(cfg.coarsening).n_coarse_models))
+    if ml.order == Order.descending:
         children.reverse()
 
     def cycle(path: tuple[int, ...], c: int) -> list[Phase]:
@@ -122,7 +124,7 @@ class MultilevelRunner:
         opt = self.coarse_optimizers.get(phase.path)
         if opt is None:
             opt = self._new_coarse_optimizer(phase.path, view)
-        elif phase_start and self.cfg.multilevel.coarse_optimizer_state == "reset":
+        elif phase_start and self.cfg.multilevel.coarse_optimizer_state == StatePolicy.reset:
             opt.state.clear()
         return opt
 
@@ -209,7 +211,7 @@ class MultilevelRunner:
     def _prolong(self, phase: Phase) -> None:
         if not self.control:
             self.hierarchy.prolong(self.view_for(phase))
-        if phase.level == 1 and self.cfg.multilevel.fine_momentum_after_prolong == "reset":
+        if phase.level == 1 and self.cfg.multilevel.fine_momentum_after_prolong == StatePolicy.reset:
             self.fine_optimizer.state.clear()
 
     # -- resumable state ----------------------------------------------------------------------------

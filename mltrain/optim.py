@@ -13,11 +13,23 @@ from typing import Any, Iterable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from mltrain.choice import Choice
+
+
+class OptimName(Choice):
+    sgd = "sgd"
+    adamw = "adamw"
+
+
+class ScheduleName(Choice):
+    cosine = "cosine"  # linear warm-up, then cosine from the peak LR to min_lr at the end
+    constant = "constant"  # linear warm-up, then the peak LR
+
 
 def resolve_coarse_optim(fine: Any, coarse: Any) -> DictConfig:
     """The coarse optimizer config: the fine one with every non-null coarse field overriding it."""
-    merged = OmegaConf.to_container(OmegaConf.create(fine), resolve=True)
-    for key, value in OmegaConf.to_container(OmegaConf.create(coarse), resolve=True).items():
+    merged = OmegaConf.to_container(OmegaConf.create(fine), resolve=True, enum_to_str=True)
+    for key, value in OmegaConf.to_container(OmegaConf.create(coarse), resolve=True, enum_to_str=True).items():
         if value is not None:
             merged[key] = value
     return OmegaConf.create(merged)
@@ -32,13 +44,18 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any, device: torc
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0})
     fused = cfg.fused if cfg.get("fused") is not None else device.type == "cuda"
-    if cfg.name == "sgd":
-        return torch.optim.SGD(
-            groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, fused=fused or None
-        )
-    if cfg.name == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused or None)
-    raise ValueError(f"unknown optimizer {cfg.name!r}")
+    return _OPTIMIZERS[OptimName(cfg.name)](groups, cfg, fused or None)
+
+
+# How each OptimName builds its torch optimizer from the param groups and the config.
+_OPTIMIZERS = {
+    OptimName.sgd: lambda groups, cfg, fused: torch.optim.SGD(
+        groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, fused=fused
+    ),
+    OptimName.adamw: lambda groups, cfg, fused: torch.optim.AdamW(
+        groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused
+    ),
+}
 
 
 def lr_at(position: int, schedule: Any, peak_lr: float, total_steps: int) -> float:
@@ -51,7 +68,7 @@ def lr_at(position: int, schedule: Any, peak_lr: float, total_steps: int) -> flo
     warmup = schedule.warmup_steps
     if position < warmup:
         return peak_lr * (position + 1) / warmup
-    if schedule.name == "constant":
+    if schedule.name == ScheduleName.constant:
         return peak_lr
     progress = min(1.0, (position - warmup) / max(1, total_steps - warmup))
     return schedule.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (peak_lr - schedule.min_lr)

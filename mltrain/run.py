@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain.coarsening import Hierarchy
-from mltrain.config import ConfigError, validate
+from mltrain.coarsening import Hierarchy, build_scheme
+from mltrain.config import validate
 from mltrain.data import BatchSampler, load_tokens
+from mltrain.errors import ConfigError
 from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
 from mltrain.model import GPT, GPTConfig
 from mltrain.multilevel import MultilevelRunner, planned_steps, run_kind
@@ -55,7 +57,7 @@ def existing_run(run_dir: Path) -> Optional[Path]:
 
 
 def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
-    m = OmegaConf.to_container(cfg.model, resolve=True)
+    m = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     if m["vocab_size"] is None:
         m["vocab_size"] = vocab_size
     elif m["vocab_size"] < vocab_size:
@@ -66,8 +68,6 @@ def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
 
 
 def _overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
     if HydraConfig.initialized():
         return list(HydraConfig.get().overrides.task)
     return []
@@ -120,8 +120,7 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     hierarchy = None
     if run_kind(cfg) != "single":
         c = cfg.coarsening
-        hierarchy = Hierarchy(model, c.scheme, c.k, ml.delta, seed=cfg.seed if c.seed is None else c.seed,
-                              redraw=c.redraw)
+        hierarchy = Hierarchy(model, build_scheme(c), ml.delta, seed=cfg.seed if c.seed is None else c.seed)
     fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
     # MFU only means something against the bf16 peak, i.e. under bf16 autocast.
     peak = peak_flops(device) if dtype == torch.bfloat16 else None
@@ -135,8 +134,6 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
     """Train as `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise)."""
     validate(cfg)
     if run_dir is None:
-        from hydra.core.hydra_config import HydraConfig
-
         run_dir = HydraConfig.get().runtime.output_dir
     run_dir = Path(run_dir)
     if (found := existing_run(run_dir)) is not None:
@@ -158,7 +155,7 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
     device = trainer.device
 
     overrides = _overrides()
-    config_dict = OmegaConf.to_container(cfg, resolve=True)
+    config_dict = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind, seed=cfg.seed),
                       group=run_label(overrides, kind), job_type=kind)
     with tracker:

@@ -25,6 +25,7 @@ training. `logger.name=jsonl` never imports wandb.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mltrain import atomic
-from mltrain.config import shorten
+from mltrain.names import shorten
 
 log = logging.getLogger("mltrain.tracking")
 
@@ -178,11 +179,9 @@ def _plain(config: Any) -> dict:
         from omegaconf import OmegaConf
 
         if OmegaConf.is_config(config):
-            return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+            return OmegaConf.to_container(config, resolve=True, enum_to_str=True)  # type: ignore[return-value]
     except ImportError:  # pragma: no cover - omegaconf is a dependency
         pass
-    import dataclasses
-
     if dataclasses.is_dataclass(config):
         return dataclasses.asdict(config)
     return dict(config)

@@ -24,7 +24,7 @@ import time
 import torch
 from omegaconf import OmegaConf
 
-from mltrain.coarsening import Hierarchy
+from mltrain.coarsening import Hierarchy, scheme_class
 from mltrain.flops import train_flops_per_step
 from mltrain.model import GPT, GPTConfig
 from mltrain.optim import build_optimizer
@@ -55,7 +55,7 @@ def setup(p: dict, device: torch.device):
     train_cfg = OmegaConf.create({"grad_accum": 1, "grad_clip": 1.0, "progress": False, "eval_batches": 1})
     dtype = torch.bfloat16 if device.type == "cuda" else None
     trainer = Trainer(model, train_cfg, device, dtype, None, lambda row: None)
-    h = Hierarchy(model, "stride", 2, 0.25)
+    h = Hierarchy(model, scheme_class("stride")(k=2), 0.25)
     fine_opt = build_optimizer(model.parameters(), sgd, device)
     coarse_opt = build_optimizer(model.parameters(), sgd, device)
     return model, trainer, h, fine_opt, coarse_opt, sgd

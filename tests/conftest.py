@@ -1,12 +1,21 @@
-"""Shared fixtures. `gpt2_cache` gives tiktoken's gpt2 files offline; every test gets private caches."""
+"""Shared fixtures. `make_config` composes the real config tree at the tests' small size, `train_run`
+trains it into a run dir; `gpt2_cache` gives tiktoken's gpt2 files offline; every test gets private
+caches."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_module
+
+from mltrain.config import register_configs
+from mltrain.run import run
+
+register_configs()
 
 REPO = Path(__file__).resolve().parents[1]
 GPT2_FIXTURES = REPO.parent / "shared" / "fixtures" / "gpt2-bpe"
@@ -15,6 +24,41 @@ GPT2_CACHE_NAMES = {
     "encoder.json": "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6",
     "vocab.bpe": "6d1cbeee0f20b3d9449abfede4726ed8212e3aee",
 }
+
+
+# The tests' one training size: seconds on 2 CPU cores, big enough to learn. `ML` adds a short
+# multilevel plan (3 cycles of 2 coarse models x 4 steps).
+TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
+        "train.max_steps=24", "train.eval_interval=12", "train.eval_batches=2", "train.log_interval=4",
+        "train.progress=false", "schedule.warmup_steps=2"]
+ML = ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=4", "multilevel.coarse_log_interval=2"]
+
+
+def compose_config(*overrides: str, tiny: bool = True, hydra: bool = False):
+    """The config `mltrain <overrides>` would run (at the tests' size unless tiny=False)."""
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        return compose("config", overrides=[*(TINY if tiny else []), *overrides], return_hydra_config=hydra)
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def make_config():
+    return compose_config
+
+
+@pytest.fixture
+def train_run(tmp_path: Path):
+    """train_run(*overrides, name="run") -> (metrics rows, summary): an in-process run under tmp_path."""
+
+    def train(*overrides: str, name: str = "run", tiny: bool = True):
+        run_dir = tmp_path / name
+        run(compose_config(*overrides, tiny=tiny), run_dir=run_dir)
+        return read_rows(run_dir), json.loads((run_dir / "summary.json").read_text())
+
+    return train
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -6,12 +6,24 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mltrain.coarsening import CoarseningError, Hierarchy, check_depth, partition
+from mltrain.coarsening import CoarseningError, Hierarchy, StepScale, scheme_class
 from mltrain.model import GPT, GPTConfig
 from mltrain.optim import build_optimizer
 from mltrain.trainer import Trainer
 
 CFG = dict(vocab_size=64, n_layer=12, n_embd=32, n_head=2, block_size=8)
+
+
+def scheme(name, k=2, redraw=False, step_scale="unit"):
+    return scheme_class(name)(k=k, redraw=redraw, step_scale=step_scale)
+
+
+def partition(name, k, n, seed=(0,)):
+    return scheme(name, k).partition(n, seed)
+
+
+def hierarchy(model, name, k, delta, seed=0, redraw=False, step_scale="unit"):
+    return Hierarchy(model, scheme(name, k, redraw, step_scale), delta, seed=seed)
 
 
 def make_model(n_layer=12, seed=0):
@@ -29,7 +41,7 @@ def snapshot(model):
 
 def test_coarse_forward_equals_a_standalone_model_of_the_selected_blocks():
     model = make_model()
-    h = Hierarchy(model, "stride", 2, 0.25)
+    h = hierarchy(model, "stride", 2, 0.25)
     idx = torch.randint(0, 64, (3, 8))
     for path, expected in (((0,), [0, 2, 4, 6, 8, 10]), ((1,), [1, 3, 5, 7, 9, 11])):
         view = h.view(path)
@@ -70,9 +82,9 @@ def test_random_is_reproducible_per_seed_and_differs_between_seeds():
     draws = {str(partition("random", 2, 12, seed=[s, 0])) for s in range(5)}
     assert len(draws) > 1
     model = make_model()
-    fixed = Hierarchy(model, "random", 2, 0.25, seed=3)
+    fixed = hierarchy(model, "random", 2, 0.25, seed=3)
     assert fixed.view((0,), cycle=0).groups == fixed.view((0,), cycle=5).groups
-    redraw = Hierarchy(model, "random", 2, 0.25, seed=3, redraw=True)
+    redraw = hierarchy(model, "random", 2, 0.25, seed=3, redraw=True)
     assert len({str(redraw.view((0,), cycle=c).groups) for c in range(6)}) > 1
 
 
@@ -106,7 +118,7 @@ def changed_blocks(before, model):
 
 def test_training_a_coarse_model_changes_exactly_its_blocks_and_the_shared_modules():
     model = make_model()
-    view = Hierarchy(model, "stride", 2, 0.25).view((1,))
+    view = hierarchy(model, "stride", 2, 0.25).view((1,))
     before = snapshot(model)
     train_view(model, view)
     assert changed_blocks(before, model) == [1, 3, 5, 7, 9, 11]
@@ -118,7 +130,7 @@ def test_training_a_coarse_model_changes_exactly_its_blocks_and_the_shared_modul
 @pytest.mark.parametrize("delta", [0.0, 0.25, 0.5, 1.0])
 def test_prolongation_mixes_exactly_the_covered_blocks(delta):
     model = make_model()
-    h = Hierarchy(model, "stride", 2, delta)
+    h = hierarchy(model, "stride", 2, delta)
     view = h.view((1,))  # odd blocks; each covers the even block after it; block 0 is before all
     train_view(model, view)
     before = snapshot(model)
@@ -140,7 +152,7 @@ def test_prolongation_mixes_exactly_the_covered_blocks(delta):
 
 def test_average_restriction_and_interpolation_are_exact():
     model = make_model()
-    h = Hierarchy(model, "average", 3, 0.25)
+    h = hierarchy(model, "average", 3, 0.25)
     view = h.view((0,))
     assert view.owns_blocks and view.groups == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)]
     assert all(b is not fb for b in view.blocks for fb in model.blocks)
@@ -164,7 +176,7 @@ def test_average_restriction_and_interpolation_are_exact():
 
 def test_three_levels_are_views_of_views():
     model = make_model()
-    h = Hierarchy(model, "stride", 2, 0.5)
+    h = hierarchy(model, "stride", 2, 0.5)
     leaf = h.view((1, 0))
     assert leaf.parent is h.view((1,)) and leaf.level == 2
     assert [next(i for i, fb in enumerate(model.blocks) if fb is b) for b in leaf.blocks] == [1, 5, 9]
@@ -178,13 +190,92 @@ def test_three_levels_are_views_of_views():
     assert changed_blocks(before, model) == [1, 3, 5, 7, 9, 11]
 
 
-@pytest.mark.parametrize("scheme,k,n_layer,levels,needle", [
+def coarsening_cfg(k=2, redraw=False, seed=None, step_scale="unit"):
+    return types.SimpleNamespace(k=k, redraw=redraw, seed=seed, step_scale=step_scale)
+
+
+@pytest.mark.parametrize("name,k,n_layer,levels,needle", [
     ("stride", 5, 12, 2, "not divisible by coarsening.k=5"),
     ("stride", 2, 12, 4, "more than the depth allows"),
     ("random", 2, 6, 3, "more than the depth allows"),
     ("average", 1, 12, 2, "must be >= 2"),
 ])
-def test_check_depth_errors(scheme, k, n_layer, levels, needle):
+def test_depth_errors(name, k, n_layer, levels, needle):
     with pytest.raises(CoarseningError, match=needle):
-        check_depth(scheme, k, n_layer, levels)
-    check_depth("stride", 2, 12, 3)  # 12 -> 6 -> 3 is fine
+        scheme_class(name).check_config(coarsening_cfg(k), n_layer, levels)
+    scheme_class("stride").check_config(coarsening_cfg(2), 12, 3)  # 12 -> 6 -> 3 is fine
+
+
+def test_unknown_scheme_names_the_registered_ones():
+    with pytest.raises(CoarseningError, match=r"coarsening.scheme='zigzag' is not one of ") as info:
+        scheme_class("zigzag")
+    assert all(name in str(info.value) for name in ("average", "none", "random", "stride"))
+
+
+# -- the ODE step option (coarsening.step_scale=stride) ----------------------------------------------
+
+
+def euler_reference(model, block_ids, h, idx):
+    """A hand-built coarse model: x <- x + h * (attention + MLP) for each listed fine block, written out
+    from the block's sub-modules, between the shared embeddings and head."""
+    x = model.wte(idx) + model.wpe(torch.arange(idx.shape[1]))
+    for i in block_ids:
+        b = model.blocks[i]
+        a = b.attn(b.ln_1(x))
+        x = x + h * (a + b.mlp(b.ln_2(x + a)))
+    return model.lm_head(model.ln_f(x))
+
+
+@pytest.mark.parametrize("name,k,path,blocks,h", [
+    ("stride", 2, (0,), [0, 2, 4, 6, 8, 10], 2.0),
+    ("stride", 2, (1,), [1, 3, 5, 7, 9, 11], 2.0),
+    ("stride", 3, (2,), [2, 5, 8, 11], 3.0),
+    ("stride", 2, (1, 0), [1, 5, 9], 4.0),  # level 2: 12 -> 6 -> 3 blocks, steps of 2 x 2
+])
+def test_step_scale_stride_is_an_euler_step_of_size_k(name, k, path, blocks, h):
+    model = make_model()
+    view = hierarchy(model, name, k, 0.25, step_scale="stride").view(path)
+    assert view.step_size == h and selected_fine_blocks(view) == blocks
+    idx = torch.randint(0, 64, (3, 8))
+    with torch.no_grad():
+        assert torch.allclose(view(idx)[0], euler_reference(model, blocks, h, idx), rtol=0, atol=1e-6)
+        # unit steps are the paper's coarse model; the fine model is unchanged by the option
+        unit = hierarchy(model, name, k, 0.25).view(path)
+        assert unit.step_size == 1.0
+        assert torch.equal(unit(idx)[0], euler_reference(model, blocks, 1.0, idx))
+        fine = hierarchy(model, name, k, 0.25, step_scale="stride").view(())
+        assert fine.step_size == 1.0 and torch.equal(fine(idx)[0], model(idx)[0])
+
+
+def test_step_scale_with_average_scales_its_own_blocks():
+    model = make_model()
+    h = hierarchy(model, "average", 3, 0.25, step_scale="stride")
+    view = h.view((0,))
+    h.restrict(view)
+    assert view.step_size == 3.0 and view.n_blocks == 4
+    idx = torch.randint(0, 64, (2, 8))
+    x = model.wte(idx) + model.wpe(torch.arange(8))
+    with torch.no_grad():
+        for b in view.blocks:
+            a = b.attn(b.ln_1(x))
+            x = x + 3.0 * (a + b.mlp(b.ln_2(x + a)))
+        assert torch.allclose(view(idx)[0], model.lm_head(model.ln_f(x)), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("random", "the random scheme's are not"),
+    ("none", "coarsening=none has none"),
+])
+def test_step_scale_is_refused_where_it_means_nothing(name, needle):
+    with pytest.raises(CoarseningError, match=needle):
+        scheme_class(name).check_config(coarsening_cfg(2, step_scale=StepScale.stride), 12, 2)
+    scheme_class("stride").check_config(coarsening_cfg(2, step_scale=StepScale.stride), 12, 2)
+    scheme_class("average").check_config(coarsening_cfg(2, step_scale=StepScale.stride), 12, 2)
+
+
+def selected_fine_blocks(view):
+    """Indices in the fine model of a view's blocks (subset schemes)."""
+    fine = view
+    while fine.parent is not None:
+        fine = fine.parent
+    return [next(i for i, b in enumerate(fine.blocks) if b is blk) for blk in view.blocks]

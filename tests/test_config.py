@@ -1,19 +1,20 @@
 """Composing the real config tree with Hydra's compose API: presets, types, and start-up errors."""
 
 import pytest
-from hydra import compose, initialize_config_module
+from conftest import compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from mltrain.config import ConfigError, register_configs, validate
+from mltrain.config import validate
+from mltrain.errors import ConfigError
 from mltrain.multilevel import build_plan, control_steps, run_kind
 
-register_configs()
+METHODS = ["single", "multilevel", "schedule_control", "random_control", "stride3", "ode_step", "adamw_reset"]
+SCALES = ["demo", "cpu", "paper", "smoke"]
 
 
 def make(*overrides):
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    return compose_config(*overrides, tiny=False)
 
 
 def test_default_config_is_the_cpu_demo():
@@ -31,36 +32,49 @@ def test_gpt22m_selects_the_gpt2_tokenizer_unless_overridden():
     assert make("model=gpt22m", "data.tokenizer=bytes").data.tokenizer == "bytes"
 
 
-@pytest.mark.parametrize("preset", ["paper_single", "paper_multilevel", "schedule_control", "random_control",
-                                    "stride3", "adamw_reset", "cpu_single", "cpu_multilevel",
-                                    "cpu_schedule_control", "cpu_random_control", "cpu_stride3", "cpu_adamw_reset", "smoke"])
-def test_every_preset_composes_and_validates(preset):
-    cfg = make(f"experiment={preset}")
-    validate(cfg)
-    assert cfg.preset == preset
-    assert build_plan(OmegaConf.merge(cfg, {"model": {"vocab_size": 256}}))
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_composes_at_every_scale(method, scale):
+    cfg = make(f"experiment={method}", f"scale={scale}")
+    if scale != "smoke" or method != "stride3":  # stride3 needs a depth divisible by 3; smoke has 2 blocks
+        validate(cfg)
+        assert build_plan(OmegaConf.merge(cfg, {"model": {"vocab_size": 256}}))
+    assert cfg.preset == method and cfg.scale == scale
+    assert run_kind(cfg) == ("single" if method == "single" else "schedule_control" if method == "schedule_control"
+                             else "multilevel")
+
+
+def test_scale_and_method_are_orthogonal():
+    """The scale sets the size and the plan's length; the method sets what is trained and how."""
+    cpu, paper = make("experiment=adamw_reset", "scale=cpu"), make("experiment=adamw_reset", "scale=paper")
+    for cfg in (cpu, paper):
+        assert cfg.optim.name == "adamw" and cfg.multilevel.coarse_optimizer_state == "reset"
+    assert (cpu.model.n_layer, cpu.train.max_steps, cpu.multilevel.n_cycles) == (6, 600, 8)
+    assert (paper.model.n_layer, paper.train.max_steps, paper.multilevel.n_cycles) == (12, 16000, 35)
+    assert make("scale=cpu").coarsening.scheme == "none"
+    assert make().scale == "demo" and make().train.max_steps == 1000
 
 
 def test_paper_presets_carry_the_papers_numbers():
-    cfg = make("experiment=paper_multilevel")
+    cfg = make("experiment=multilevel", "scale=paper")
     assert cfg.train.max_steps == 16000 and cfg.schedule.warmup_steps == 715
     assert cfg.optim.lr == pytest.approx(1.2e-3) and cfg.schedule.min_lr == pytest.approx(1.2e-4)
     ml = cfg.multilevel
     assert (ml.n_cycles, ml.coarse_steps, ml.delta, ml.levels) == (35, 100, 0.25, 2)
     assert ml.coarse_schedule.name == "constant" and ml.coarse_optim.lr == pytest.approx(1.2e-3)
     assert cfg.coarsening.scheme == "stride" and cfg.coarsening.k == 2
-    assert make("experiment=schedule_control").multilevel.control == "schedule"
-    adamw = make("experiment=adamw_reset")
+    assert make("experiment=schedule_control", "scale=paper").multilevel.control == "schedule"
+    adamw = make("experiment=adamw_reset", "scale=paper")
     assert adamw.optim.name == "adamw" and adamw.multilevel.coarse_optimizer_state == "reset"
 
 
 def test_schedule_control_matches_coarse_flops_of_gpt22m():
-    cfg = OmegaConf.merge(make("experiment=schedule_control"), {"model": {"vocab_size": 50257}})
+    cfg = OmegaConf.merge(make("experiment=schedule_control", "scale=paper"), {"model": {"vocab_size": 50257}})
     assert control_steps(cfg, 1) == 77  # 100 coarse steps x 0.769
 
 
 def test_command_line_beats_the_preset():
-    cfg = make("experiment=cpu_multilevel", "coarsening=stride3", "multilevel.delta=0.5")
+    cfg = make("experiment=multilevel", "scale=cpu", "coarsening=stride3", "multilevel.delta=0.5")
     assert cfg.coarsening.k == 3 and cfg.multilevel.delta == 0.5
 
 
@@ -69,10 +83,42 @@ def test_command_line_beats_the_preset():
     ("train.max_steps=abc", ConfigCompositionException),  # wrong type
     ("model=nonexistent", ConfigCompositionException),  # unknown option
     ("coarsening=foo", ConfigCompositionException),
+    ("scale=huge", ConfigCompositionException),
 ])
 def test_hydra_rejects_typos_and_wrong_types(override, exc):
     with pytest.raises(exc):
         make(override)
+
+
+@pytest.mark.parametrize("override,valid", [
+    ("optim.name=lion", "[sgd, adamw]"),
+    ("multilevel.coarse_optim.name=lion", "[sgd, adamw]"),
+    ("schedule.name=linear", "[cosine, constant]"),
+    ("multilevel.coarse_schedule.name=linear", "[cosine, constant]"),
+    ("multilevel.order=random", "[ascending, descending]"),
+    ("multilevel.coarse_optimizer_state=drop", "[keep, reset]"),
+    ("multilevel.fine_momentum_after_prolong=zero", "[keep, reset]"),
+    ("multilevel.control=lr", "[none, schedule]"),
+    ("coarsening.step_scale=double", "[unit, stride]"),
+    ("device=tpu", "[auto, cpu, cuda]"),
+    ("train.dtype=fp16", "[auto, float32, bfloat16]"),
+    ("logger.name=tensorboard", "[jsonl, wandb]"),
+    ("logger.mode=sometimes", "[online, offline, disabled]"),
+    ("model.norm=batchnorm", "[layernorm, rmsnorm]"),
+    ("model.attention=flash", "[sdpa, explicit]"),
+    ("data.source=web", "[embedded, text, shards]"),
+])
+def test_a_wrong_choice_fails_at_composition_naming_the_valid_values(override, valid):
+    with pytest.raises(ConfigCompositionException) as info:
+        make(override)
+    message = str(info.value) + str(info.value.__cause__)
+    assert valid in message and override.split("=")[0].split(".")[-1] in message
+
+
+def test_choices_compare_and_print_as_their_plain_values():
+    cfg = make("optim=adamw", "coarsening=evenodd")
+    assert cfg.optim.name == "adamw" and f"{cfg.optim.name}" == "adamw" and str(cfg.optim.name) == "adamw"
+    assert OmegaConf.to_container(cfg, enum_to_str=True)["multilevel"]["order"] == "ascending"
 
 
 @pytest.mark.parametrize("overrides,needle", [
@@ -81,18 +127,18 @@ def test_hydra_rejects_typos_and_wrong_types(override, exc):
     (["coarsening=stride3"], "model.n_layer=4 is not divisible by coarsening.k=3"),
     (["coarsening=evenodd", "multilevel.levels=4"], "more than the depth allows"),
     (["coarsening=evenodd", "coarsening.scheme=zigzag"], "coarsening.scheme='zigzag' is not one of"),
+    (["coarsening=random", "coarsening.step_scale=stride"], "coarsening.step_scale=stride needs evenly spaced"),
     (["coarsening=evenodd", "multilevel.coarse_steps=0"], "multilevel.coarse_steps=0 must be > 0"),
     (["coarsening=evenodd", "multilevel.n_cycles=-1"], "multilevel.n_cycles=-1 must be > 0"),
     (["train.max_steps=0"], "train.max_steps=0 must be > 0"),
     (["coarsening=evenodd", "multilevel.n_cycles=1000"], "must be fewer than train.max_steps=1000"),
     (["seed=-1"], "seed=-1 must be in [0, 2**32)"),
     (["coarsening=random", "coarsening.seed=-3"], "coarsening.seed=-3 must be null"),
-    (["coarsening=evenodd", "coarsening.redraw=true"], "apply to the random scheme only"),
+    (["coarsening=evenodd", "coarsening.redraw=true"], "apply to random schemes only"),
     (["train.batch_size=10", "train.grad_accum=3"], "divisible by train.grad_accum"),
     (["multilevel.control=schedule"], "needs a coarsening scheme"),
     (["model.n_head=5"], "divisible by model.n_head"),
     (["data=text"], "data=text needs data.path"),
-    (["optim.name=lion"], "optim.name='lion' is not one of"),
 ])
 def test_semantic_errors_have_one_clear_message(overrides, needle):
     with pytest.raises(ConfigError) as info:

@@ -4,26 +4,22 @@ import json
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
+from conftest import compose_config
 
-from mltrain.config import register_configs
 from mltrain.run import run
 
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)"),
 ]
-register_configs()
 
-TINY = ["model.n_layer=4", "model.n_embd=64", "model.n_head=4", "model.block_size=64", "train.batch_size=16",
-        "train.max_steps=40", "train.eval_interval=20", "train.eval_batches=2", "train.progress=false",
-        "optim=adamw", "optim.lr=3e-3", "coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=5"]
+GPU = ["model.n_embd=64", "model.n_head=4", "model.block_size=64", "train.batch_size=16", "train.max_steps=40",
+       "train.eval_interval=20", "optim=adamw", "optim.lr=3e-3", "coarsening=evenodd", "multilevel.n_cycles=3",
+       "multilevel.coarse_steps=5"]
 
 
 def _run(tmp_path, *extra):
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, *extra])
-    run(cfg, run_dir=tmp_path)
+    run(compose_config(*GPU, *extra), run_dir=tmp_path)
     return json.loads((tmp_path / "summary.json").read_text())
 
 

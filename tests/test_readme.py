@@ -11,14 +11,15 @@ import shlex
 from pathlib import Path
 
 import pytest
+from conftest import ML, compose_config
 from hydra import compose, initialize_config_module
 
 from mltrain.compare import main as compare_main
-from mltrain.config import register_configs, validate
+from mltrain.config import validate
 from mltrain.data import prepare as _prepare  # noqa: F401  (registers prepare_schema)
+from mltrain.run import run
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-register_configs()
 
 
 def readme_commands(program: str) -> list[list[str]]:
@@ -68,8 +69,7 @@ TRAIN_COMMANDS = readme_commands("mltrain") + shell_commands(EVIDENCE, "mltrain"
 @pytest.mark.parametrize("args", TRAIN_COMMANDS, ids=[" ".join(a) or "mltrain" for a in TRAIN_COMMANDS])
 def test_readme_training_commands_compose_and_validate(args):
     overrides = first_values(args)
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    cfg = compose_config(*overrides, tiny=False, hydra=True)
     validate(cfg)
     if any(o.startswith("hydra/launcher=") for o in overrides):
         assert cfg.hydra.launcher._target_.startswith("hydra_plugins.")
@@ -92,15 +92,8 @@ def test_readme_prepare_commands_compose(args):
 
 
 def test_readme_compare_command_runs(tmp_path, monkeypatch):
-    from mltrain.run import run
-
-    tiny = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-            "train.max_steps=20", "train.eval_interval=10", "train.eval_batches=1", "train.log_interval=2",
-            "train.progress=false", "schedule.warmup_steps=2"]
-    for name, extra in (("single", []), ("ml", ["coarsening=evenodd", "multilevel.n_cycles=2", "multilevel.coarse_steps=4"])):
-        with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-            cfg = compose("config", overrides=tiny + extra)
-        run(cfg, run_dir=tmp_path / "multirun" / name)
+    for name, extra in (("single", []), ("ml", ML)):
+        run(compose_config(*extra), run_dir=tmp_path / "multirun" / name)
     (args,) = readme_commands("mltrain-compare")
     monkeypatch.chdir(tmp_path)
     assert compare_main(args) == 0

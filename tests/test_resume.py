@@ -2,24 +2,18 @@
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
+from conftest import compose_config
 
 from mltrain.checkpoint import load_checkpoint, save_checkpoint
-from mltrain.config import register_configs
 from mltrain.run import build
 
-register_configs()
-
-TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-        "train.max_steps=12", "train.eval_interval=6", "train.eval_batches=1", "train.progress=false",
-        "schedule.warmup_steps=2", "multilevel.n_cycles=3", "multilevel.coarse_steps=5"]
+PLAN = ["train.max_steps=12", "train.eval_interval=6", "train.eval_batches=1", "multilevel.n_cycles=3",
+        "multilevel.coarse_steps=5"]
 
 
 def session(*overrides):
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, *overrides])
     rows = []
-    return build(cfg, rows.append), rows
+    return build(compose_config(*PLAN, *overrides), rows.append), rows
 
 
 def steps_taken(s):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-TINY = ["experiment=smoke", "train.progress=false"]
+TINY = ["scale=smoke", "train.progress=false"]
 
 
 def multirun(tmp_path, *args):
@@ -26,12 +26,12 @@ def summaries(sweep):
 def test_sweep_over_seed_and_delta_names_each_job_dir_after_its_overrides(tmp_path):
     sweep = multirun(tmp_path, "seed=0,1", "multilevel.delta=0.1,0.5", "coarsening=evenodd")
     runs = summaries(sweep)
-    assert set(runs) == {f"coarsening=evenodd,experiment=smoke,multilevel.delta={d},seed={s}"
+    assert set(runs) == {f"coarsening=evenodd,multilevel.delta={d},scale=smoke,seed={s}"
                          for d in (0.1, 0.5) for s in (0, 1)}
     for name, s in runs.items():
         assert s["run_kind"] == "multilevel" and f"seed={s['seed']}" in name and f"delta={s['delta']}" in name
         # seeds of one configuration share a label (the W&B group); deltas do not
-        assert s["label"] == f"coarsening=evenodd,experiment=smoke,multilevel.delta={s['delta']}"
+        assert s["label"] == f"coarsening=evenodd,multilevel.delta={s['delta']},scale=smoke"
 
 
 def test_refuses_a_sweep_dir_that_holds_runs(tmp_path):
@@ -39,19 +39,19 @@ def test_refuses_a_sweep_dir_that_holds_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *TINY, "seed=1", f"hydra.sweep.dir={sweep}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "holds earlier runs" in proc.stderr
-    assert set(summaries(sweep)) == {"experiment=smoke,seed=0"}
+    assert set(summaries(sweep)) == {"scale=smoke,seed=0"}
 
 
 @pytest.mark.slow
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
     sweep = multirun(tmp_path, "hydra/launcher=local", "hydra.launcher.n_jobs=2", "seed=0,1")
     runs = summaries(sweep)
-    assert set(runs) == {"experiment=smoke,seed=0", "experiment=smoke,seed=1"}
-    assert runs["experiment=smoke,seed=0"]["final_val_loss"] != runs["experiment=smoke,seed=1"]["final_val_loss"]
+    assert set(runs) == {"scale=smoke,seed=0", "scale=smoke,seed=1"}
+    assert runs["scale=smoke,seed=0"]["final_val_loss"] != runs["scale=smoke,seed=1"]["final_val_loss"]
 
 
 def test_long_override_lists_get_a_short_unique_job_dir():
-    from mltrain.config import MAX_DIRNAME, short_dirname
+    from mltrain.names import MAX_DIRNAME, short_dirname
 
     long_a = ",".join(f"model.key{i}=value{i}" for i in range(40)) + ",seed=0"
     long_b = long_a[:-1] + "1"
@@ -66,4 +66,4 @@ def test_a_failing_job_is_reported_and_the_sweep_goes_on(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1
     assert "failed: multilevel.delta=2.0 must be in [0, 1]" in proc.stderr + proc.stdout
-    assert set(summaries(sweep)) == {"coarsening=evenodd,experiment=smoke,multilevel.delta=0.5"}
+    assert set(summaries(sweep)) == {"coarsening=evenodd,multilevel.delta=0.5,scale=smoke"}

@@ -5,31 +5,14 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
+from conftest import ML, TINY
 
-from mltrain.config import ConfigError, register_configs
-from mltrain.run import run
+from mltrain.errors import ConfigError
+from mltrain.flops import train_flops_per_step
 
-register_configs()
-
-# Small enough for seconds on 2 CPU cores, big enough to learn.
-TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=32", "train.batch_size=8",
-        "train.max_steps=24", "train.eval_interval=12", "train.eval_batches=2", "train.log_interval=4",
-        "train.progress=false"]
-ML = ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=4", "multilevel.coarse_log_interval=2"]
-
-
-def train(tmp_path: Path, *overrides: str, name: str = "run"):
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, *overrides])
-    run_dir = tmp_path / name
-    run(cfg, run_dir=run_dir)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return rows, summary
+B, T = 4, 16  # conftest.TINY's batch size and context
 
 
 def deterministic(rows):
@@ -37,8 +20,10 @@ def deterministic(rows):
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
 
-def test_short_run_lowers_val_loss_well_below_its_start_and_ln_vocab(tmp_path):
-    rows, s = train(tmp_path, "optim=adamw", "optim.lr=3e-3", "train.max_steps=80", "train.eval_interval=40")
+@pytest.mark.slow
+def test_short_run_lowers_val_loss_well_below_its_start_and_ln_vocab(train_run):
+    rows, s = train_run("optim=adamw", "optim.lr=3e-3", "train.max_steps=80", "train.eval_interval=40",
+                        "train.batch_size=8", "model.block_size=32")
     vals = [r["val/loss"] for r in rows if "val/loss" in r]
     assert vals[0] == pytest.approx(s["initial_val_loss"]) and vals[-1] == s["final_val_loss"]
     assert vals[0] > math.log(256) - 0.3  # starts near uniform over 256 bytes
@@ -47,8 +32,8 @@ def test_short_run_lowers_val_loss_well_below_its_start_and_ln_vocab(tmp_path):
     assert s["fine_steps"] == 80 and s["tokens"] == 80 * 8 * 32
 
 
-def test_output_contract(tmp_path):
-    rows, s = train(tmp_path)
+def test_output_contract(train_run):
+    rows, s = train_run()
     for row in rows:
         assert {"step", "flops", "tokens", "time_s"} <= row.keys()
     train_rows = [r for r in rows if "train/loss" in r]
@@ -64,45 +49,44 @@ def test_output_contract(tmp_path):
     assert s["total_flops"] == pytest.approx(24 * s["flops_per_fine_step"])
 
 
-def test_same_seed_same_metrics_other_seed_different(tmp_path):
-    a, _ = train(tmp_path, "seed=3", name="a")
-    b, _ = train(tmp_path, "seed=3", name="b")
-    c, _ = train(tmp_path, "seed=4", name="c")
+def test_same_seed_same_metrics_other_seed_different(train_run):
+    a, _ = train_run("seed=3", name="a")
+    b, _ = train_run("seed=3", name="b")
+    c, _ = train_run("seed=4", name="c")
     assert deterministic(a) == deterministic(b)
     assert deterministic(a) != deterministic(c)
 
 
-def test_coarsening_none_is_the_baseline_whatever_the_multilevel_keys(tmp_path):
-    base, _ = train(tmp_path, name="base")
-    none, s = train(tmp_path, "coarsening=none", "multilevel.delta=0.9", "multilevel.n_cycles=2", name="none")
+def test_coarsening_none_is_the_baseline_whatever_the_multilevel_keys(train_run):
+    base, _ = train_run(name="base")
+    none, s = train_run("coarsening=none", "multilevel.delta=0.9", "multilevel.n_cycles=2", name="none")
     assert deterministic(base) == deterministic(none)
     assert s["run_kind"] == "single"
 
 
-def test_grad_accum_gives_the_same_training_as_one_big_batch(tmp_path):
-    one, _ = train(tmp_path, name="one")
-    two, _ = train(tmp_path, "train.grad_accum=2", name="two")
+def test_grad_accum_gives_the_same_training_as_one_big_batch(train_run):
+    one, _ = train_run(name="one")
+    two, _ = train_run("train.grad_accum=2", name="two")
     l1 = [r["train/loss"] for r in one if "train/loss" in r]
     l2 = [r["train/loss"] for r in two if "train/loss" in r]
     assert l1 == pytest.approx(l2, rel=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["evenodd", "stride3", "random", "average"])
-def test_every_scheme_runs_and_steps_and_flops_add_up(tmp_path, scheme):
+def test_every_scheme_runs_and_steps_and_flops_add_up(train_run, scheme):
     layers = "model.n_layer=6"
-    rows, s = train(tmp_path, layers, *ML, f"coarsening={scheme}")
+    rows, s = train_run(layers, *ML, f"coarsening={scheme}")
     k = {"evenodd": 2, "stride3": 3, "random": 2, "average": 1}[scheme]
     assert s["run_kind"] == "multilevel" and s["coarsening"] == scheme
     assert s["fine_steps"] == 24 and s["coarse_steps"] == 3 * k * 4
     n_coarse_blocks = 6 // (3 if scheme == "stride3" else 2)
-    from mltrain.flops import train_flops_per_step
-
-    fine = train_flops_per_step(6, 32, 256, 32, 8)
-    coarse = train_flops_per_step(n_coarse_blocks, 32, 256, 32, 8)
+    fine = train_flops_per_step(6, 32, 256, T, B)
+    coarse = train_flops_per_step(n_coarse_blocks, 32, 256, T, B)
     assert s["coarse_flops"] == pytest.approx(s["coarse_steps"] * coarse)
     assert s["total_flops"] == pytest.approx(24 * fine + s["coarse_steps"] * coarse)
     assert s["fine_equivalent_steps"] == pytest.approx(s["total_flops"] / fine)
-    assert s["tokens"] == (24 + s["coarse_steps"]) * 8 * 32
+    assert s["tokens"] == (24 + s["coarse_steps"]) * B * T
     coarse_rows = [r for r in rows if r.get("phase") == "coarse"]
     assert coarse_rows and all(r["level"] == 1 and "coarse_model" in r and "cycle" in r for r in coarse_rows)
     assert [r["cycle"] for r in rows if "val/loss" in r and "cycle" in r] == [0, 1, 2]  # eval after each cycle
@@ -111,17 +95,19 @@ def test_every_scheme_runs_and_steps_and_flops_add_up(tmp_path, scheme):
     assert all(math.isfinite(r["diag/coarse_loss"]) and math.isfinite(r["diag/fine_loss"]) for r in diag)
 
 
-def test_three_levels_end_to_end(tmp_path):
-    rows, s = train(tmp_path, "model.n_layer=8", *ML, "multilevel.levels=3")
+@pytest.mark.slow
+def test_three_levels_end_to_end(train_run):
+    rows, s = train_run("model.n_layer=8", *ML, "multilevel.levels=3")
     # per cycle: 2 level-1 models x (4 steps + 2 level-2 models x 4 steps)
     assert s["coarse_steps"] == 3 * 2 * (4 + 2 * 4)
     assert {r["level"] for r in rows if r.get("phase") == "coarse"} == {1, 2}
     assert s["final_val_loss"] < s["initial_val_loss"]
 
 
-def test_schedule_control_trains_the_fine_model_for_the_same_flops(tmp_path):
-    _, ml = train(tmp_path, "model.n_layer=6", *ML, name="ml")
-    rows, ctl = train(tmp_path, "model.n_layer=6", *ML, "multilevel.control=schedule", name="ctl")
+@pytest.mark.slow
+def test_schedule_control_trains_the_fine_model_for_the_same_flops(train_run):
+    _, ml = train_run("model.n_layer=6", *ML, name="ml")
+    rows, ctl = train_run("model.n_layer=6", *ML, "multilevel.control=schedule", name="ctl")
     assert ctl["run_kind"] == "schedule_control" and ctl["coarse_steps"] == 0
     assert ctl["control_steps"] > 0 and all(r["level"] == 0 for r in rows if "train/loss" in r)
     assert ctl["control_steps"] == 3 * 2 * round(4 * ml["coarse_flops"] / ml["coarse_steps"] / ml["flops_per_fine_step"])
@@ -129,17 +115,17 @@ def test_schedule_control_trains_the_fine_model_for_the_same_flops(tmp_path):
     assert ctl["total_flops"] == pytest.approx(ml["total_flops"], rel=0.1)
 
 
-def test_adamw_with_coarse_reset_and_fine_momentum_reset(tmp_path):
-    _, s = train(tmp_path, *ML, "optim=adamw", "multilevel.coarse_optimizer_state=reset",
+def test_adamw_with_coarse_reset_and_fine_momentum_reset(train_run):
+    _, s = train_run(*ML, "optim=adamw", "multilevel.coarse_optimizer_state=reset",
                  "multilevel.fine_momentum_after_prolong=reset")
     assert s["coarse_steps"] == 3 * 2 * 4 and math.isfinite(s["final_val_loss"])
 
 
-def test_existing_run_dir_is_refused_and_untouched(tmp_path):
-    train(tmp_path, name="done")
+def test_existing_run_dir_is_refused_and_untouched(tmp_path, train_run):
+    train_run(name="done")
     before = (tmp_path / "done" / "metrics.jsonl").read_bytes()
     with pytest.raises(ConfigError, match="holds an earlier run"):
-        train(tmp_path, name="done")
+        train_run(name="done")
     assert (tmp_path / "done" / "metrics.jsonl").read_bytes() == before
 
 

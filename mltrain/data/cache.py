@@ -14,6 +14,7 @@ the meta file last: an entry without its meta file, or whose sizes disagree with
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from mltrain import atomic
-from mltrain.data.errors import DataError
+from mltrain.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,6 @@ class TokenCache:
 
     def load(self) -> tuple[dict[str, np.memmap], dict] | None:
         """The cached splits (memory-mapped, read-only) and meta, or None when absent or incomplete."""
-        import json
-
         try:
             meta = json.loads(self.meta_path.read_text())
             if meta.get("version") != CACHE_VERSION or meta.get("key") != self.key:

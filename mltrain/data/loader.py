@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
-from mltrain.data import cache, embedded, shards, text
-from mltrain.data.errors import DataError
+from mltrain.data import cache, embedded, prepare, shards, text
+from mltrain.data.config import DataConfig, Source
+from mltrain.errors import DataError
 from mltrain.data.tokenizers import Tokenizer, get_tokenizer
 
 log = logging.getLogger(__name__)
@@ -41,10 +43,6 @@ class TokenSplits:
 
 def data_config(cfg: Any) -> Any:
     """`cfg` (the `data` DictConfig, a DataConfig or a dict) as a DataConfig with interpolations resolved."""
-    from omegaconf import DictConfig, OmegaConf
-
-    from mltrain.config import DataConfig
-
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True)
     elif dataclasses.is_dataclass(cfg):
@@ -143,20 +141,25 @@ def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
     return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok))
 
 
+def _load_shards(c: Any, tok: Tokenizer) -> TokenSplits:
+    if not c.dir:
+        raise DataError("data.source=shards needs data.dir: a folder of llm.c-format .bin shards")
+    reason = shards.missing_reason(c.dir)
+    if reason:  # preparing missing data is the loader's decision; shards.py only reads and writes files
+        if not c.prepare_if_missing:
+            raise DataError(prepare.missing_shards_message(c.dir, tok.name, reason))
+        log.warning("data.dir=%s %s and data.prepare_if_missing=true: preparing it now", c.dir, reason)
+        prepare.run_prepare(prepare.PrepareConfig(out_dir=str(c.dir), tokenizer=tok.name))
+    train, val, desc = shards.load_shard_splits(c.dir, tok.name, tok.n_vocab)
+    return TokenSplits(train, val, tok.n_vocab, tok.name, desc)
+
+
+_LOADERS = {Source.embedded: _load_embedded, Source.text: _load_text, Source.shards: _load_shards}
+
+
 def load_tokens(cfg: Any) -> TokenSplits:
     """Train/validation token arrays for `cfg` (the `data` config). DataError on bad or missing data."""
     c = data_config(cfg)
-    tok = get_tokenizer(c.tokenizer)
-    if c.source == "embedded":
-        splits = _load_embedded(c, tok)
-    elif c.source == "text":
-        splits = _load_text(c, tok)
-    elif c.source == "shards":
-        if not c.dir:
-            raise DataError("data.source=shards needs data.dir: a folder of llm.c-format .bin shards")
-        train, val, desc = shards.load_shard_splits(c.dir, tok.name, tok.n_vocab, c.prepare_if_missing)
-        splits = TokenSplits(train, val, tok.n_vocab, tok.name, desc)
-    else:
-        raise DataError(f"data.source={c.source!r} is not one of embedded, text, shards")
+    splits = _LOADERS[Source(c.source)](c, get_tokenizer(c.tokenizer))
     log.debug("data: %s", splits.description)  # the caller logs splits.description
     return splits

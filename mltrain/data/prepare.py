@@ -48,7 +48,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from mltrain import atomic
 from mltrain.data import shards
-from mltrain.data.errors import DataError
+from mltrain.errors import DataError
+from mltrain.data.text import datasets_local_only
 from mltrain.data.tokenizers import Tokenizer, encode_batch_before, get_tokenizer, init_worker
 
 log = logging.getLogger(__name__)
@@ -175,8 +176,6 @@ def _check_hub_reachable(c: PrepareConfig) -> None:
 def open_dataset(c: PrepareConfig) -> tuple[Any, str]:
     """(dataset: an IterableDataset when streaming, else a Dataset; a description for the log)."""
     import datasets
-
-    from mltrain.data.text import datasets_local_only
 
     if c.data_files:
         files, builder = resolve_data_files(c.data_files)
@@ -357,6 +356,19 @@ def _after_shard(path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def missing_shards_message(folder: str, tokenizer: str, reason: str) -> str:
+    """What to tell a user whose data.dir holds no shards: the command that makes them."""
+    extra = f" prepare.tokenizer={tokenizer}" if tokenizer != "gpt2" else ""
+    return (
+        f"data.dir={folder!r} {reason}. To make the shards, run:\n"
+        f"    mltrain-prepare prepare.out_dir={folder}{extra}\n"
+        f"By default that streams and tokenizes the ~10B-token FineWeb-Edu sample (HuggingFaceFW/fineweb-edu, "
+        f"sample-10BT: a ~27 GB download and about one CPU-hour of tokenization); add prepare.max_tokens=N for a small sample "
+        f"(e.g. prepare.max_tokens=20000000) or prepare.data_files=... for local files. "
+        f"Or rerun with data.prepare_if_missing=true to prepare automatically (this downloads)."
+    )
 
 
 def run_prepare(cfg: PrepareConfig | DictConfig | dict) -> Path:

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mltrain.data.errors import DataError
+from mltrain.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from mltrain import atomic
-from mltrain.data.errors import DataError
+from mltrain.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -140,35 +140,21 @@ def check_vocab(folder: Path, shards: dict[Path, np.ndarray], vocab_size: int, t
             log.debug("cannot write %s; shard scans will not be remembered", folder / SIDECAR)
 
 
-def missing_message(folder: str, tokenizer: str, reason: str) -> str:
-    extra = f" prepare.tokenizer={tokenizer}" if tokenizer != "gpt2" else ""
-    return (
-        f"data.dir={folder!r} {reason}. To make the shards, run:\n"
-        f"    mltrain-prepare prepare.out_dir={folder}{extra}\n"
-        f"By default that streams and tokenizes the ~10B-token FineWeb-Edu sample (HuggingFaceFW/fineweb-edu, "
-        f"sample-10BT: a ~27 GB download and about one CPU-hour of tokenization); add prepare.max_tokens=N for a small sample "
-        f"(e.g. prepare.max_tokens=20000000) or prepare.data_files=... for local files. "
-        f"Or rerun with data.prepare_if_missing=true to prepare automatically (this downloads)."
-    )
-
-
-def load_shard_splits(
-    folder: str, tokenizer_name: str, vocab_size: int, prepare_if_missing: bool
-) -> tuple[list[np.memmap], list[np.memmap], str]:
-    """(train arrays, val arrays, description) of a shard folder, preparing it first if asked to."""
+def missing_reason(folder: str | os.PathLike) -> str | None:
+    """Why `folder` cannot be loaded as shards ("does not exist", "holds no .bin shards"), or None."""
     path = Path(os.path.expanduser(folder))
-    reason = None
     if not path.is_dir():
-        reason = "does not exist"
-    elif not any(path.glob("*.bin")):
-        reason = "holds no .bin shards"
-    if reason:
-        if not prepare_if_missing:
-            raise DataError(missing_message(folder, tokenizer_name, reason))
-        from mltrain.data.prepare import PrepareConfig, run_prepare
+        return "does not exist"
+    if not any(path.glob("*.bin")):
+        return "holds no .bin shards"
+    return None
 
-        log.warning("data.dir=%s %s and data.prepare_if_missing=true: preparing it now", folder, reason)
-        run_prepare(PrepareConfig(out_dir=str(path), tokenizer=tokenizer_name))
+
+def load_shard_splits(folder: str, tokenizer_name: str, vocab_size: int) -> tuple[list[np.memmap], list[np.memmap], str]:
+    """(train arrays, val arrays, description) of a shard folder. DataError when it holds no shards."""
+    path = Path(os.path.expanduser(folder))
+    if (reason := missing_reason(path)) is not None:
+        raise DataError(f"data.dir={folder!r} {reason}")
     train_paths, val_paths = find_shards(path)
     arrays = {p: read_shard(p) for p in [*train_paths, *val_paths]}
     check_vocab(path, arrays, vocab_size, tokenizer_name)

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from mltrain.data.errors import DataError
+from mltrain.errors import DataError
 
 TEXT_SUFFIXES = (".txt", ".md")
 

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from mltrain.data.errors import DataError
+from mltrain.errors import DataError
 
 BYTES = "bytes"
 BYTES_SEPARATOR = b"\n\n"
