@@ -36,7 +36,7 @@ def test_gpt22m_selects_the_gpt2_tokenizer_unless_overridden():
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_composes_at_every_scale(method, scale):
     cfg = make(f"experiment={method}", f"scale={scale}")
-    if scale != "smoke" or method != "stride3":  # stride3 needs a depth divisible by 3; smoke has 2 blocks
+    if method != "stride3" or scale in ("cpu", "paper"):  # stride3 needs a depth divisible by 3
         validate(cfg)
         assert build_plan(OmegaConf.merge(cfg, {"model": {"vocab_size": 256}}))
     assert cfg.preset == method and cfg.scale == scale
