@@ -26,9 +26,8 @@ import torch.nn as nn
 from safetensors.torch import save as save_safetensors
 
 from mltrain.atomic import write_bytes, write_json
-from mltrain.config import ConfigError
-from mltrain.data import DataError
-from mltrain.model import GPT, GPTConfig
+from mltrain.errors import ConfigError, MltrainError
+from mltrain.model import GPT, GPTConfig, Norm
 from mltrain.weights import load_weights, model_config, read_info
 
 PROG = "mltrain-export"
@@ -37,13 +36,9 @@ HF_WEIGHTS = "model.safetensors"
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which mltrain's make_norm uses
 
 
-class ExportError(ConfigError):
-    """A model or an output folder that cannot be exported to: one line naming what and why."""
-
-
 def unsupported(cfg: GPTConfig) -> Optional[str]:
     """Why GPT-2 cannot represent this model, or None when it can."""
-    if cfg.norm != "layernorm":
+    if cfg.norm != Norm.layernorm:
         return f"model.norm={cfg.norm}: GPT-2 has LayerNorm only, so this model has no GPT-2 equivalent"
     return None
 
@@ -117,12 +112,12 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
     info = read_info(run_dir)
     reason = unsupported(model_config(info))
     if reason is not None:
-        raise ExportError(f"cannot export {run_dir} to GPT-2: {reason}")
+        raise ConfigError(f"cannot export {run_dir} to GPT-2: {reason}")
     if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} exists and is not a folder")
+        raise ConfigError(f"{out} exists and is not a folder")
     for name in (HF_CONFIG, HF_WEIGHTS):
         if (out / name).exists():
-            raise ExportError(f"{out / name} exists: {out} holds an earlier export; choose another folder "
+            raise ConfigError(f"{out / name} exists: {out} holds an earlier export; choose another folder "
                               "(nothing was changed)")
     model, info = load_weights(run_dir)
     tensors = hf_state_dict(model)
@@ -151,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         out = export(args.run, args.out)
-    except (ConfigError, DataError) as err:
+    except MltrainError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     print(f"exported {args.run} -> {out} (HF GPT-2: {HF_CONFIG}, {HF_WEIGHTS})")

@@ -15,8 +15,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from mltrain.config import ConfigError
-from mltrain.data import DataError, Tokenizer, get_tokenizer
+from mltrain.data import Tokenizer, get_tokenizer
+from mltrain.errors import ConfigError, MltrainError
 from mltrain.model import GPT
 from mltrain.run import resolve_device
 from mltrain.weights import INFO_FILE, load_weights, read_info
@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         texts = sample(args)
-    except (ConfigError, DataError) as err:
+    except MltrainError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     print("\n\n---\n\n".join(texts))

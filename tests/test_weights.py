@@ -7,19 +7,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
-from mltrain.config import register_configs
 from mltrain.export import HF_CONFIG, HF_WEIGHTS, hf_state_dict
 from mltrain.export import main as export_main
-from mltrain.model import GPT, GPTConfig
+from mltrain.model import GPT, GPTConfig, Norm
 from mltrain.run import run
 from mltrain.sample import generate
 from mltrain.sample import main as sample_main
-from mltrain.weights import INFO_FILE, WEIGHTS_FILE, WeightsError, load_weights, save_weights
+from mltrain.errors import DataError
+from mltrain.weights import INFO_FILE, WEIGHTS_FILE, load_weights, save_weights
 
-register_configs()
 
 SMALL = dict(vocab_size=256, n_layer=2, n_head=2, n_embd=32, block_size=16)
 # Every LayerNorm/bias combination GPT-2 can represent, and RMSNorm, which it cannot.
@@ -65,7 +63,7 @@ def error_line(capsys, prog: str) -> str:
 
 @pytest.mark.parametrize("variant", [*VARIANTS, "rmsnorm"])
 def test_round_trip_is_bit_exact_and_keeps_the_tie(tmp_path, variant):
-    overrides = VARIANTS.get(variant, dict(norm="rmsnorm", norm_affine=True))
+    overrides = VARIANTS.get(variant, dict(norm=Norm.rmsnorm, norm_affine=True))
     run_dir, model = saved_run(tmp_path, **overrides)
     stored = load_file(run_dir / WEIGHTS_FILE)
     assert "lm_head.weight" not in stored and "wte.weight" in stored  # the tied head is stored once
@@ -82,9 +80,8 @@ def test_round_trip_is_bit_exact_and_keeps_the_tie(tmp_path, variant):
 
 
 @pytest.mark.slow
-def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(tmp_path):
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=smoke", "coarsening=evenodd", "train.progress=false"])
+def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(tmp_path, make_config):
+    cfg = make_config("scale=smoke", "coarsening=evenodd", "train.progress=false", tiny=False)
     run_dir = tmp_path / "run"
     run(cfg, run_dir=run_dir)
     info = json.loads((run_dir / INFO_FILE).read_text())
@@ -108,20 +105,24 @@ def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(t
 
 
 def test_loading_bad_run_dirs_fails_with_one_line(tmp_path):
-    with pytest.raises(WeightsError, match="no such run directory"):
+    with pytest.raises(DataError, match="no such run directory"):
         load_weights(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(WeightsError, match="has no model.safetensors"):
+    with pytest.raises(DataError, match="has no model.safetensors"):
         load_weights(tmp_path / "empty")
     run_dir, _ = saved_run(tmp_path)
     info = json.loads((run_dir / INFO_FILE).read_text())
+    assert info["model"]["norm"] == "layernorm"  # plain JSON, not an Enum's repr
+    (run_dir / INFO_FILE).write_text(json.dumps({**info, "model": {**info["model"], "norm": "batchnorm"}}))
+    with pytest.raises(DataError, match="batchnorm"):  # never silently another model
+        load_weights(run_dir)
     info["model"]["n_embd"] = 64
     (run_dir / INFO_FILE).write_text(json.dumps(info))
-    with pytest.raises(WeightsError) as e:
+    with pytest.raises(DataError) as e:
         load_weights(run_dir)
     assert "does not match the model" in str(e.value) and "\n" not in str(e.value)
     (run_dir / WEIGHTS_FILE).write_bytes(b"not safetensors")
-    with pytest.raises(WeightsError, match="not a readable safetensors file"):
+    with pytest.raises(DataError, match="not a readable safetensors file"):
         load_weights(run_dir)
 
 
@@ -265,7 +266,7 @@ def test_export_state_dict_layout():
 
 
 def test_export_refuses_what_gpt2_cannot_represent_and_existing_output(tmp_path, capsys):
-    run_dir, _ = saved_run(tmp_path, name="rms", norm="rmsnorm")
+    run_dir, _ = saved_run(tmp_path, name="rms", norm=Norm.rmsnorm)
     out = tmp_path / "hf"
     assert export_main([str(run_dir), str(out)]) == 2
     assert "model.norm=rmsnorm" in error_line(capsys, "mltrain-export") and not out.exists()
