@@ -99,5 +99,17 @@ def compare_main(argv: list[str] | None = None) -> None:
     sys.exit(main(argv))
 
 
+def sample_main(argv: list[str] | None = None) -> None:
+    from mltrain.sample import main
+
+    sys.exit(main(argv))
+
+
+def export_main(argv: list[str] | None = None) -> None:
+    from mltrain.export import main
+
+    sys.exit(main(argv))
+
+
 if __name__ == "__main__":
     train_main()

@@ -26,6 +26,7 @@ from mltrain.multilevel import MultilevelRunner, planned_steps, run_kind
 from mltrain.optim import build_optimizer
 from mltrain.tracking import Tracker, run_label, run_name
 from mltrain.trainer import EVAL_SEED, Trainer
+from mltrain.weights import save_weights
 
 log = logging.getLogger("mltrain")
 
@@ -198,6 +199,7 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
             )
         if device.type == "cuda":
             summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+        save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
         tracker.write_summary(summary)
     log.info(
         "done: %d fine steps%s | %.3g FLOPs (%.0f fine-step equivalents) | train %.4f | val %.4f (from %.4f) "

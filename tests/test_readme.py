@@ -99,3 +99,36 @@ def test_readme_compare_command_runs(tmp_path, monkeypatch):
     assert compare_main(args) == 0
     report = json.loads((tmp_path / "report" / "comparison.json").read_text())
     assert report and (tmp_path / "report" / "comparison.png").stat().st_size > 1000
+
+
+def test_readme_sample_and_export_commands_run(tmp_path, monkeypatch, capsys):
+    """The README's training line for the run that mltrain-sample and mltrain-export read is run (tiny),
+    then both commands exactly as written; the export loads in transformers with mltrain's logits."""
+    import torch
+
+    from mltrain.export import main as export_main
+    from mltrain.run import run
+    from mltrain.sample import main as sample_main
+    from mltrain.weights import load_weights
+
+    (sample_args,) = readme_commands("mltrain-sample")
+    (export_args,) = readme_commands("mltrain-export")
+    run_dir = sample_args[0]
+    assert export_args[0] == run_dir
+    (train_args,) = [a for a in readme_commands("mltrain") if f"hydra.run.dir={run_dir}" in a]
+    overrides = [a for a in train_args if not a.startswith("hydra.")] + ["train.progress=false"]
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    run(cfg, run_dir=tmp_path / run_dir)
+
+    monkeypatch.chdir(tmp_path)
+    assert sample_main(sample_args) == 0
+    prompt = sample_args[sample_args.index("--prompt") + 1]
+    assert capsys.readouterr().out.startswith(prompt)
+    assert export_main(export_args) == 0
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / export_args[1]).eval()
+    model, _ = load_weights(tmp_path / run_dir)
+    idx = torch.randint(0, model.config.vocab_size, (2, model.config.block_size))
+    with torch.no_grad():
+        assert (hf(idx).logits - model(idx)[0]).abs().max().item() < 1e-4

@@ -79,16 +79,17 @@ class Tokenizer:
         return tokens, lengths
 
 
-def _offline_fix(name: str, key: str) -> str:
-    return (
+def _offline_fix(name: str, key: str, bytes_alternative: bool) -> str:
+    fix = (
         f"Fix: set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's cached BPE files for '{name}' "
-        f"(for gpt2: encoder.json and vocab.bpe, each named by the sha1 of its download URL), "
-        f"or use {key}=bytes (no download needed)."
+        f"(for gpt2: encoder.json and vocab.bpe, each named by the sha1 of its download URL)"
     )
+    return f"{fix}, or use {key}=bytes (no download needed)." if bytes_alternative else f"{fix}."
 
 
-def get_tokenizer(name: str, key: str = "data.tokenizer") -> Tokenizer:
-    """`bytes` or a tiktoken encoding name. `key` is the config key named in error messages."""
+def get_tokenizer(name: str, key: str = "data.tokenizer", bytes_alternative: bool = True) -> Tokenizer:
+    """`bytes` or a tiktoken encoding name. `key` is the config key named in error messages;
+    `bytes_alternative=False` when switching to bytes is no fix (a trained model's own tokenizer)."""
     if name == BYTES:
         return Tokenizer(name=BYTES, n_vocab=256, eot_token=None)
     import tiktoken
@@ -103,12 +104,12 @@ def get_tokenizer(name: str, key: str = "data.tokenizer") -> Tokenizer:
     except (OSError, ImportError) as err:  # requests' ConnectionError/Timeout are OSErrors
         raise DataError(
             f"tiktoken could not download the BPE files for encoding '{name}' (offline?): "
-            f"{type(err).__name__}: {str(err)[:200]}. {_offline_fix(name, key)}"
+            f"{type(err).__name__}: {str(err)[:200]}. {_offline_fix(name, key, bytes_alternative)}"
         ) from err
     except ValueError as err:  # tiktoken: hash mismatch of a downloaded or cached file
         raise DataError(
             f"tiktoken rejected the BPE files for encoding '{name}': {str(err)[:300]}. "
-            f"Check the files in TIKTOKEN_CACHE_DIR. {_offline_fix(name, key)}"
+            f"Check the files in TIKTOKEN_CACHE_DIR. {_offline_fix(name, key, bytes_alternative)}"
         ) from err
     return Tokenizer(name=name, n_vocab=enc.n_vocab, eot_token=enc.eot_token, _encoding=enc)
 

@@ -1,0 +1,157 @@
+"""mltrain-export: a run's final weights as a Hugging Face GPT-2 folder (config.json + model.safetensors).
+
+    mltrain-export RUN OUT
+    >>> from transformers import GPT2LMHeadModel; GPT2LMHeadModel.from_pretrained(OUT)
+
+The two models compute the same function; the differences are only in how parameters are stored:
+- HF GPT-2's Conv1D holds its weight as (in, out), the transpose of nn.Linear's (out, in). c_attn is one
+  q|k|v matrix in both, in the same order.
+- GPT-2 always has LayerNorm weights and biases and Linear biases. A parameter-free norm exports as
+  weight 1, bias 0; a model without biases exports zero biases. Affine norms and biases map as they are.
+- mltrain's MLP uses exact GELU (F.gelu); HF's GPT-2 default is the tanh approximation (`gelu_new`), so
+  the config says `activation_function: "gelu"`.
+- The head is tied to the token embedding in both; the file stores `transformer.wte.weight` once.
+RMSNorm has no GPT-2 counterpart: such a model is refused with one line, before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+import torch.nn as nn
+from safetensors.torch import save as save_safetensors
+
+from mltrain.atomic import write_bytes, write_json
+from mltrain.errors import ConfigError, MltrainError
+from mltrain.model import GPT, GPTConfig, Norm
+from mltrain.weights import load_weights, model_config, read_info
+
+PROG = "mltrain-export"
+HF_CONFIG = "config.json"
+HF_WEIGHTS = "model.safetensors"
+LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which mltrain's make_norm uses
+
+
+def unsupported(cfg: GPTConfig) -> Optional[str]:
+    """Why GPT-2 cannot represent this model, or None when it can."""
+    if cfg.norm != Norm.layernorm:
+        return f"model.norm={cfg.norm}: GPT-2 has LayerNorm only, so this model has no GPT-2 equivalent"
+    return None
+
+
+def hf_config(cfg: GPTConfig, eot_token: Optional[int]) -> dict[str, Any]:
+    """GPT-2's config.json for a model of this shape (what `transformers.GPT2Config` reads)."""
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.block_size,
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "n_inner": 4 * cfg.n_embd,
+        "activation_function": "gelu",  # exact GELU, as mltrain's F.gelu (HF's default gelu_new is tanh)
+        "resid_pdrop": cfg.dropout,
+        "embd_pdrop": cfg.dropout,
+        "attn_pdrop": cfg.dropout,
+        "layer_norm_epsilon": LAYER_NORM_EPS,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": eot_token,  # GPT-2 starts and ends documents with <|endoftext|>; bytes has none
+        "eos_token_id": eot_token,
+        "torch_dtype": "float32",
+    }
+
+
+def _norm(module: nn.Module, n_embd: int) -> tuple[torch.Tensor, torch.Tensor]:
+    weight = module.weight if module.weight is not None else torch.ones(n_embd)
+    bias = getattr(module, "bias", None)
+    return weight, bias if bias is not None else torch.zeros(n_embd)
+
+
+def _conv1d(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """nn.Linear (out, in) as HF Conv1D (in, out), with a zero bias when the Linear has none."""
+    bias = linear.bias if linear.bias is not None else torch.zeros(linear.out_features)
+    return linear.weight.t(), bias
+
+
+def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """HF GPT2LMHeadModel tensors for `model` (CPU, contiguous, the model's dtype)."""
+    d = model.config.n_embd
+    out: dict[str, torch.Tensor] = {
+        "transformer.wte.weight": model.wte.weight,
+        "transformer.wpe.weight": model.wpe.weight,
+    }
+    for i, block in enumerate(model.blocks):
+        h = f"transformer.h.{i}"
+        parts = {
+            "ln_1": _norm(block.ln_1, d),
+            "attn.c_attn": _conv1d(block.attn.c_attn),
+            "attn.c_proj": _conv1d(block.attn.c_proj),
+            "ln_2": _norm(block.ln_2, d),
+            "mlp.c_fc": _conv1d(block.mlp.c_fc),
+            "mlp.c_proj": _conv1d(block.mlp.c_proj),
+        }
+        for name, (weight, bias) in parts.items():
+            out[f"{h}.{name}.weight"], out[f"{h}.{name}.bias"] = weight, bias
+    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = _norm(model.ln_f, d)
+    dtype = model.wte.weight.dtype
+    return {k: v.detach().to("cpu", dtype).contiguous() for k, v in out.items()}
+
+
+def export(run_dir: str | Path, out: str | Path) -> Path:
+    """Write RUN's final model to OUT as a HF GPT-2 folder; return OUT. Checks everything first."""
+    run_dir, out = Path(run_dir), Path(out)
+    info = read_info(run_dir)
+    reason = unsupported(model_config(info))
+    if reason is not None:
+        raise ConfigError(f"cannot export {run_dir} to GPT-2: {reason}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} exists and is not a folder")
+    for name in (HF_CONFIG, HF_WEIGHTS):
+        if (out / name).exists():
+            raise ConfigError(f"{out / name} exists: {out} holds an earlier export; choose another folder "
+                              "(nothing was changed)")
+    model, info = load_weights(run_dir)
+    tensors = hf_state_dict(model)
+    # HF refuses safetensors files without format=pt in their metadata.
+    write_bytes(out / HF_WEIGHTS, save_safetensors(tensors, metadata={"format": "pt"}))
+    config = {**hf_config(model.config, info.get("eot_token")), "mltrain_tokenizer": info["tokenizer"]}
+    write_json(out / HF_CONFIG, config, indent=2)  # written last: its presence marks a complete export
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Write a run's final weights as a Hugging Face GPT-2 folder (config.json + model.safetensors), "
+                    "loadable with transformers' GPT2LMHeadModel.from_pretrained(OUT).",
+    )
+    p.add_argument("run", help="run directory (holds model.safetensors and model.json)")
+    p.add_argument("out", help="output folder (created; refused if it holds an earlier export)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, message already printed)
+        return int(e.code or 0)
+    try:
+        out = export(args.run, args.out)
+    except MltrainError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    print(f"exported {args.run} -> {out} (HF GPT-2: {HF_CONFIG}, {HF_WEIGHTS})")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
