@@ -17,6 +17,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from mltrain.errors import CompareError
 from mltrain.tracking import first_line, read_metrics, run_label
 
 log = logging.getLogger("mltrain.compare")
@@ -26,10 +27,6 @@ METRICS = "metrics.jsonl"
 KINDS_ORDER = {"single": 0, "multilevel": 1, "schedule_control": 2}
 BUDGET_KEY = "train.budget"
 FINISHED = "finished"
-
-
-class CompareError(Exception):
-    """Bad input for a comparison: reported as one line, non-zero exit."""
 
 
 @dataclass
