@@ -250,3 +250,21 @@ def test_a_diverged_baseline_is_named_when_no_baseline_is_left(tmp_path, capsys)
     err = capsys.readouterr().err
     assert rc == 1 and len(err.strip().splitlines()) == 1
     assert "no baseline found" in err and "diverged" in err
+
+
+@pytest.mark.slow
+def test_the_issues_nan_reproduction_is_reported_as_diverged_with_no_saving(tmp_path, capsys):
+    """`mltrain scale=smoke` and `mltrain scale=smoke coarsening=evenodd optim.lr=1e30` into one folder."""
+    from conftest import compose_config
+
+    from mltrain.run import run
+
+    root = tmp_path / "runs"
+    run(compose_config("scale=smoke", "train.progress=false", tiny=False), run_dir=root / "single")
+    run(compose_config("scale=smoke", "coarsening=evenodd", "optim.lr=1e30", "train.progress=false", tiny=False),
+        run_dir=root / "ml")
+    report, md = report_of(root, capsys)
+    (e,) = report["excluded"]
+    assert Path(e["run"]).name == "ml" and e["status"] == "diverged" and e["reason"]
+    assert report["vs_baseline"] == [] and report["verdict"] == []  # no saving of any kind
+    assert "**diverged**" in md and "%" not in md.split("## Left out")[0].split("## Verdict")[1]

@@ -21,6 +21,7 @@ from mltrain.run import build, run
 from mltrain.trainer import Trainer
 
 register_configs()
+STEP = Trainer.step  # the real one, whatever a test patches
 
 TINY = ["model.n_layer=2", "model.n_embd=16", "model.n_head=2", "model.block_size=8", "train.batch_size=2",
         "train.max_steps=10", "train.eval_interval=5", "train.eval_batches=2", "train.log_interval=2",
@@ -55,9 +56,8 @@ def batches_by_kind(monkeypatch, *overrides: str) -> dict[str, list[str]]:
             seen.setdefault(self.kind, []).append(hashlib.sha1(x.numpy().tobytes()).hexdigest())
             return x, y
 
-    original = Trainer.step
     monkeypatch.setattr(Trainer, "step", lambda self, view, opt, lr, sampler, kind:
-                        original(self, view, opt, lr, Recording(sampler, kind), kind))
+                        STEP(self, view, opt, lr, Recording(sampler, kind), kind))
     session = build(compose_cfg(*overrides), lambda row: None)
     session.runner.run()
     return seen
