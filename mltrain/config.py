@@ -71,6 +71,9 @@ class LoggerMode(Choice):
 @dataclass
 class TrainConfig:
     max_steps: int = 1000  # fine-level optimizer steps
+    # Fraction of max_steps this run trains for, its LR schedule ending there: single-level runs at
+    # several budgets make the budget frontier mltrain-compare measures savings against (may exceed 1).
+    budget: float = 1.0
     batch_size: int = 16  # sequences per optimizer step (split into grad_accum micro-batches)
     grad_accum: int = 1
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
@@ -183,6 +186,23 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
 
 
+def budget_steps(train: Any) -> int:
+    """The fine steps a run trains for: train.max_steps x train.budget, at least 1."""
+    return max(1, round(train.max_steps * train.budget))
+
+
+def apply_budget(cfg: Any) -> float:
+    """Resolve train.budget into train.max_steps (so the plan, the schedule and the last evaluation
+    all end there) and set it to 1, so it is never applied twice; returns the budget."""
+    from omegaconf import open_dict
+
+    budget = float(cfg.train.budget)
+    with open_dict(cfg):
+        cfg.train.max_steps = budget_steps(cfg.train)
+        cfg.train.budget = 1.0
+    return budget
+
+
 # ---------------------------------------------------------------------------------------------
 # Semantic validation (types are Hydra's job; this is everything a type cannot say)
 
@@ -215,6 +235,8 @@ def validate(cfg: Any) -> None:
     for key in ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval"):
         _positive(t[key], f"train.{key}")
     _positive(t.grad_clip, "train.grad_clip", zero_ok=True)
+    if not 0.0 < t.budget <= 10.0 or math.isnan(t.budget):
+        raise ConfigError(f"train.budget={t.budget} must be in (0, 10] (a fraction of train.max_steps)")
     if t.batch_size % t.grad_accum:
         raise ConfigError(
             f"train.batch_size={t.batch_size} must be divisible by train.grad_accum={t.grad_accum}"
@@ -267,12 +289,13 @@ def _validate_multilevel(cfg: Any) -> None:
                 f"train.grad_accum={cfg.train.grad_accum}"
             )
     fine_in_cycles = ml.n_cycles * ml.fine_steps_per_cycle
-    if fine_in_cycles >= cfg.train.max_steps:
+    if fine_in_cycles >= budget_steps(cfg.train):
         # At least one fine step after the last prolongation, so the final losses describe the model
         # the run ends with.
         raise ConfigError(
             f"multilevel.n_cycles*fine_steps_per_cycle={fine_in_cycles} fine steps must be fewer than "
-            f"train.max_steps={cfg.train.max_steps} (fine training continues after the cycles)"
+            f"train.max_steps={cfg.train.max_steps} x train.budget={cfg.train.budget} "
+            "(fine training continues after the cycles)"
         )
     co = resolve_coarse_optim(cfg.optim, ml.coarse_optim)
     _validate_optim(co, "multilevel.coarse_optim")

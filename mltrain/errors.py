@@ -22,3 +22,7 @@ class CoarseningError(ConfigError):
 
 class DataError(MltrainError, RuntimeError):
     """Missing or unusable data: files, shards, tokenizer files. The message says what to do."""
+
+
+class CompareError(MltrainError):
+    """Bad input for `mltrain-compare` (no runs, no baseline, unreadable files): one line, exit status 1."""

@@ -46,15 +46,39 @@ def run_kind(cfg: Any) -> str:
     return "schedule_control" if cfg.multilevel.control == Control.schedule else "multilevel"
 
 
-def control_steps(cfg: Any, level: int) -> int:
-    """Fine steps that cost the same FLOPs as `coarse_steps` steps of a level-`level` coarse model."""
+def control_ratio(cfg: Any, level: int) -> float:
+    """FLOPs of one level-`level` coarse step over one fine step (same batch size)."""
     m, scheme = cfg.model, build_scheme(cfg.coarsening)
     depth = m.n_layer
     for _ in range(level):
         depth = scheme.coarse_depth(depth)
     coarse = train_flops_per_token(depth, m.n_embd, m.vocab_size, m.block_size)
     fine = train_flops_per_token(m.n_layer, m.n_embd, m.vocab_size, m.block_size)
-    return max(1, round(cfg.multilevel.coarse_steps * coarse / fine))
+    return coarse / fine
+
+
+def control_steps(cfg: Any, level: int) -> int:
+    """Fine steps that cost the same FLOPs as one phase of `coarse_steps` level-`level` coarse steps
+    (rounded; the plan spreads the rounding over the run, see ControlSteps)."""
+    return max(1, round(cfg.multilevel.coarse_steps * control_ratio(cfg, level)))
+
+
+class ControlSteps:
+    """Fine-step counts for the schedule control's phases that match the coarse phases' FLOPs over the
+    whole run: phase i of a level gets round(i · x) - round((i-1) · x) steps, x = coarse_steps × the
+    coarse/fine cost ratio, so the total is within half a step of the coarse FLOPs it replaces instead
+    of drifting by up to half a step per phase."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.done: dict[int, tuple[int, int]] = {}  # level -> (phases so far, steps so far)
+
+    def next(self, level: int) -> int:
+        phases, steps = self.done.get(level, (0, 0))
+        target = round((phases + 1) * self.cfg.multilevel.coarse_steps * control_ratio(self.cfg, level))
+        n = target - steps
+        self.done[level] = (phases + 1, target)
+        return n
 
 
 def build_plan(cfg: Any) -> list[Phase]:
@@ -66,12 +90,14 @@ def build_plan(cfg: Any) -> list[Phase]:
     if ml.order == Order.descending:
         children.reverse()
 
+    control = ControlSteps(cfg)
+
     def cycle(path: tuple[int, ...], c: int) -> list[Phase]:
         level = len(path)
         if level == 0:
             steps = ml.fine_steps_per_cycle
         else:
-            steps = control_steps(cfg, level) if kind == "schedule_control" else ml.coarse_steps
+            steps = control.next(level) if kind == "schedule_control" else ml.coarse_steps
         phases = [Phase("train", path, steps, c)]
         if level + 1 < ml.levels:
             for child in children:

@@ -17,20 +17,23 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mltrain.coarsening import Hierarchy, build_scheme
-from mltrain.config import validate
+from mltrain.config import apply_budget, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError
 from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
 from mltrain.model import GPT, GPTConfig
 from mltrain.multilevel import MultilevelRunner, planned_steps, run_kind
 from mltrain.optim import build_optimizer
+from mltrain.provenance import provenance
 from mltrain.tracking import Tracker, run_label, run_name
 from mltrain.trainer import EVAL_SEED, Trainer
 from mltrain.weights import save_weights
 
 log = logging.getLogger("mltrain")
 
-# Offsets that give the diagnostic batches and a differently sized coarse stream their own seeds.
+# Offsets that give the diagnostic batches and the coarse phases (and the schedule control's steps)
+# their own seeded streams: the fine stream is consumed only by fine steps, so fine step n of every run
+# with the same seed (single-level, multilevel, control, any budget) trains on the same batch.
 DIAG_SEED_OFFSET = 1_000_003
 COARSE_SEED_OFFSET = 2_000_003
 
@@ -83,10 +86,23 @@ class Session:
     trainer: Trainer
     runner: MultilevelRunner
     data_description: str
+    data: dict  # what summary.json records about the data (see data_record)
 
     @property
     def kind(self) -> str:
         return self.runner.kind
+
+
+def data_record(data) -> dict:
+    """The data a run trained and was evaluated on, as summary.json records it: mltrain-compare
+    refuses to compare runs whose data or tokenizer differ."""
+    return {
+        "description": data.description,
+        "tokenizer": data.tokenizer,
+        "vocab_size": data.vocab_size,
+        "train_tokens": int(sum(len(a) for a in data.train)),
+        "val_tokens": int(sum(len(a) for a in data.val)),
+    }
 
 
 def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
@@ -94,6 +110,7 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
 
     Deterministic in cfg.seed: two sessions built from one config train identically (what resume relies
     on). Resolves model.vocab_size into cfg from the tokenizer."""
+    apply_budget(cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.train.dtype, device)
     if device.type == "cuda":
@@ -113,8 +130,7 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     t, ml = cfg.train, cfg.multilevel
     B, T = t.batch_size, cfg.model.block_size
     sampler = BatchSampler(data.train, B, T, seed=cfg.seed)
-    coarse_B = ml.coarse_batch_size or B
-    coarse_sampler = sampler if coarse_B == B else BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
+    coarse_sampler = BatchSampler(data.train, ml.coarse_batch_size or B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
     diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET)
     val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val")
 
@@ -128,7 +144,7 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     trainer = Trainer(model, t, device, dtype, val_sampler, log_row, peak_flops=peak)
     runner = MultilevelRunner(cfg, trainer, hierarchy, fine_optimizer, sampler, coarse_sampler, diag_sampler, device)
     trainer.bar.reset(total=planned_steps(runner.plan))
-    return Session(cfg, model, trainer, runner, data.description)
+    return Session(cfg, model, trainer, runner, data.description, data_record(data))
 
 
 def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
@@ -141,6 +157,7 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
         raise ConfigError(f"{found} exists: this run dir holds an earlier run; choose another hydra.run.dir")
     run_dir.mkdir(parents=True, exist_ok=True)
 
+    budget = float(cfg.train.budget)  # build() resolves it into train.max_steps
     # The trainer logs only inside `with tracker` below; the lambda looks the tracker up then.
     session = build(cfg, lambda row: tracker.log(row))
     model, trainer, runner, kind = session.model, session.trainer, session.runner, session.kind
@@ -156,7 +173,8 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
     device = trainer.device
 
     overrides = _overrides()
-    config_dict = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    origin = provenance(device)
+    config_dict = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
     tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind, seed=cfg.seed),
                       group=run_label(overrides, kind), job_type=kind)
     with tracker:
@@ -177,13 +195,21 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
             "fine_steps": s.fine_steps,
             "final_train_loss": trainer.last_loss.get("fine"),
             "final_val_loss": trainer.last_loss.get("val"),
+            "final_val_loss_se": trainer.last_loss.get("val_se"),
             "initial_val_loss": initial_val,
             "wall_time_s": wall,
             "tokens_per_s": s.tokens / wall,
             "flops_formula": FLOPS_FORMULA,
             "flops_per_fine_step": fine_step_flops,
+            "total_flops_blocks": s.flops_blocks,
+            "diag_flops": s.diag_flops,
+            "eval_flops": s.eval_flops,
             "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+            "data": session.data,
+            "held_out": trainer.held_out(),
+            "provenance": origin,
             "seed": cfg.seed,
+            "budget": budget,
             "run_kind": kind,
             "coarsening": cfg.coarsening.name,
             "delta": ml.delta if kind != "single" else None,

@@ -9,7 +9,9 @@ and in the samplers' own state.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
@@ -35,6 +37,12 @@ class TrainState:
     tokens: int = 0
     flops: float = 0.0  # cumulative training FLOPs, all levels
     coarse_flops: float = 0.0
+    # The same sum with a step of an n-block view costed at n / n_layer of a fine step (blocks only, as
+    # the paper may have counted: a coarse step = 1/k of a fine one). Equal to `flops` for fine steps.
+    flops_blocks: float = 0.0
+    # Measurements, never on the FLOPs axis: the per-cycle diagnostics and held-out evaluation.
+    diag_flops: float = 0.0
+    eval_flops: float = 0.0
     phase_index: int = 0  # position in the multilevel plan
     step_in_phase: int = 0
 
@@ -120,6 +128,7 @@ class Trainer:
         s = self.state
         s.tokens += n_tokens
         s.flops += flops
+        s.flops_blocks += self.flops_per_token(self.model.config.n_layer) * n_tokens * view.n_blocks / self.model.config.n_layer
         if kind == "fine":
             s.fine_steps += 1
         elif kind == "coarse":
@@ -157,42 +166,65 @@ class Trainer:
 
     def counters(self) -> dict:
         s = self.state
-        return {"flops": s.flops, "tokens": s.tokens, "time_s": self.elapsed()}
+        return {"flops": s.flops, "flops_blocks": s.flops_blocks, "tokens": s.tokens, "time_s": self.elapsed()}
 
     # -- evaluation ---------------------------------------------------------------------------------
+    def val_batches(self) -> list:
+        """The fixed held-out batches (train.eval_batches of them), drawn and moved to the device once."""
+        if self._val_batches is None:
+            self._val_batches = [self._to_device(self.val_sampler.batch(i)) for i in range(self.cfg.eval_batches)]
+        return self._val_batches
+
+    def held_out(self) -> dict:
+        """Size of the held-out set and a fingerprint of its tokens: runs are compared only on the same one."""
+        digest = hashlib.sha1()
+        sequences = 0
+        for x, y in self.val_batches():
+            digest.update(x.cpu().numpy().tobytes())
+            digest.update(y[:, -1:].cpu().numpy().tobytes())
+            sequences += x.shape[0]
+        return {"batches": self.cfg.eval_batches, "sequences": sequences, "tokens": sequences * self.model.config.block_size,
+                "fingerprint": digest.hexdigest()[:16]}
+
     @torch.no_grad()
-    def evaluate(self, view: ModelView) -> float:
-        """Mean held-out loss of `view` over train.eval_batches fixed batches."""
+    def evaluate(self, view: ModelView) -> tuple[float, float]:
+        """Mean held-out loss of `view` over the fixed held-out sequences, and its standard error
+        (the sample std of the per-sequence mean losses / sqrt(number of sequences))."""
         was_training = self.model.training
         self.model.eval()
-        if self._val_batches is None:  # the same batches every time: draw and move them once
-            self._val_batches = [self._to_device(self.val_sampler.batch(i)) for i in range(self.cfg.eval_batches)]
-        total = torch.zeros((), device=self.device)
-        for x, y in self._val_batches:
+        per_sequence = []
+        for x, y in self.val_batches():
             for xs, ys in zip(x.chunk(self.cfg.grad_accum), y.chunk(self.cfg.grad_accum)):
                 with self.autocast():
-                    _, loss = view(xs, ys)
-                total += loss.float() / self.cfg.grad_accum
+                    logits, _ = view(xs)
+                loss = F.cross_entropy(logits.float().transpose(1, 2), ys, reduction="none")
+                per_sequence.append(loss.mean(dim=1))
+            self.state.eval_flops += self.flops_per_token(view.n_blocks) / 3 * x.numel()  # forward only
         self.model.train(was_training)
-        return (total / self.cfg.eval_batches).item()
+        losses = torch.cat(per_sequence)
+        se = losses.std() / math.sqrt(losses.numel()) if losses.numel() > 1 else torch.zeros(())
+        return losses.mean().item(), se.item()
 
     def log_eval(self, view: ModelView, **extra: Any) -> float:
         t_start = time.perf_counter()
-        loss = self.evaluate(view)
+        loss, se = self.evaluate(view)
         for pending in self._pending.values():  # keep evaluation time out of the rows' tokens/s
             pending[3] += time.perf_counter() - t_start
-        row = {"step": self.state.fine_steps, "level": view.level, "val/loss": loss, **self.counters(), **extra}
+        row = {"step": self.state.fine_steps, "level": view.level, "val/loss": loss, "val/loss_se": se,
+               **self.counters(), **extra}
         self.log(row)
         if self.bar.disable:  # without a progress bar, one line per evaluation
             where = f" (after cycle {extra['cycle']})" if "cycle" in extra else ""
             log.info("step %d%s: val loss %.4f | %.3g FLOPs | %.0f s", row["step"], where, loss, row["flops"], row["time_s"])
         self.last_loss["val"] = loss
+        self.last_loss["val_se"] = se
         return loss
 
     def gradients(self, view: ModelView, batch) -> tuple[float, dict[int, torch.Tensor]]:
         """Loss and gradients of `view` on `batch` via autograd.grad (no optimizer step, .grad
         untouched), in train.grad_accum chunks like a training step, so it fits where training fits."""
         x, y = self._to_device(batch)
+        self.state.diag_flops += self.flops_per_token(view.n_blocks) * x.numel()
         params = view.parameters()
         accum = self.cfg.grad_accum
         total_loss, grads = 0.0, [torch.zeros_like(p, dtype=torch.float32) for p in params]

@@ -146,7 +146,10 @@ def test_savings_per_seed_mean_std_and_grouping(sweep, tmp_path, capsys):
     assert md.startswith("# mltrain comparison")
     assert "Command: `mltrain-compare " in md and "--smooth 1" in md
     assert "50.0%" in md and "80.0%" in md and "20.0%" in md
-    assert "50.0% ± 30.0%" in md  # mean ± sample std of 50, 80, 20
+    # mean and the 95% t interval of 50, 80, 20: 50 ± t(0.975, 2) * 30 / sqrt(3), which contains 0
+    half = 4.302652729911275 * 0.3 / math.sqrt(3)
+    assert f"50.0% [{100 * (0.5 - half):.1f}%, {100 * (0.5 + half):.1f}%] (n=3) !" in md
+    assert "the 95% interval contains 0" in md
 
 
 def test_not_reached_is_reported_and_excluded_from_the_mean(sweep, tmp_path, capsys):
@@ -231,8 +234,9 @@ def test_png_written_and_json_schema(sweep, tmp_path, capsys):
     png = (out / "comparison.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     report = json.loads((out / "comparison.json").read_text())
-    assert {"command", "smooth", "smoothing", "pairing", "baseline", "configurations", "vs_baseline",
-            "vs_control", "outputs"} <= set(report)
+    assert {"command", "smooth", "smoothing", "pairing", "interval_method", "baseline", "configurations",
+            "vs_baseline", "vs_control", "frontier", "vs_frontier", "fixed_budgets", "held_out", "excluded",
+            "verdict", "outputs"} <= set(report)
     assert report["outputs"]["png"] == str(out / "comparison.png")
     for e in report["vs_baseline"] + report["vs_control"]:
         assert {"label", "run_kind", "reference", "per_seed", "train", "val"} <= set(e)
@@ -241,7 +245,8 @@ def test_png_written_and_json_schema(sweep, tmp_path, capsys):
             for m in ("train", "val"):
                 assert {"target", "reference_flops", "flops", "reached", "saving"} <= set(s[m])
         for m in ("train", "val"):
-            assert {"n_runs", "n_reached", "mean_flops", "std_flops", "mean_saving", "std_saving"} == set(e[m])
+            assert {"n_runs", "n_reached", "mean_flops", "std_flops", "mean_saving", "std_saving",
+                    "saving_interval", "saving_blocks_interval", "loss_diff_interval"} == set(e[m])
 
 
 def test_label_falls_back_to_hydra_overrides(tmp_path, capsys):

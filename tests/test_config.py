@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from mltrain.config import validate
 from mltrain.errors import ConfigError
-from mltrain.multilevel import build_plan, control_steps, run_kind
+from mltrain.multilevel import build_plan, control_ratio, control_steps, run_kind
 
 METHODS = ["single", "multilevel", "schedule_control", "random_control", "stride3", "ode_step", "adamw_reset"]
 SCALES = ["demo", "cpu", "paper", "smoke"]
@@ -71,6 +71,14 @@ def test_paper_presets_carry_the_papers_numbers():
 def test_schedule_control_matches_coarse_flops_of_gpt22m():
     cfg = OmegaConf.merge(make("experiment=schedule_control", "scale=paper"), {"model": {"vocab_size": 50257}})
     assert control_steps(cfg, 1) == 77  # 100 coarse steps x 0.769
+
+
+def test_schedule_control_matches_the_coarse_flops_of_the_whole_run_not_per_phase():
+    cfg = OmegaConf.merge(make("experiment=schedule_control", "scale=paper"), {"model": {"vocab_size": 50257}})
+    steps = [p.steps for p in build_plan(cfg) if p.kind == "train" and p.path]
+    assert len(steps) == 35 * 2 and set(steps) <= {76, 77}
+    exact = 35 * 2 * 100 * control_ratio(cfg, 1)  # 5,384.9 fine steps' worth of coarse FLOPs
+    assert sum(steps) == round(exact) and abs(sum(steps) - exact) <= 0.5  # 70 x 77 would be 5,390
 
 
 def test_command_line_beats_the_preset():

@@ -1,0 +1,382 @@
+"""Runs in, trusted or not: run directories (or W&B runs) → `Run`s with their curves and their status.
+
+A run is *usable* only when it finished with finite losses. Anything else (no summary.json: still
+going or killed; a summary whose `status` says interrupted or diverged; a non-finite loss anywhere) is
+kept as an excluded run with the reason, so the report lists it and no statistic ever uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+from mltrain.errors import CompareError
+from mltrain.tracking import first_line, read_metrics, run_label
+
+log = logging.getLogger("mltrain.compare")
+
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+KINDS_ORDER = {"single": 0, "multilevel": 1, "schedule_control": 2}
+BUDGET_KEY = "train.budget"
+FINISHED = "finished"
+
+
+@dataclass
+class Curve:
+    """Loss against cumulative training FLOPs, in logged order. `flops_blocks` is the same x-axis with
+    a coarse step costed at (its blocks / the fine model's blocks) of a fine step: the "blocks only"
+    convention; None for runs that did not log it."""
+
+    flops: np.ndarray
+    loss: np.ndarray
+    flops_blocks: Optional[np.ndarray] = None
+
+    @classmethod
+    def empty(cls) -> "Curve":
+        return cls(np.empty(0), np.empty(0), None)
+
+    def __len__(self) -> int:
+        return int(self.loss.size)
+
+
+@dataclass
+class Run:
+    source: str  # run directory, or W&B run path
+    label: str
+    run_kind: str
+    seed: Any
+    summary: dict
+    train: Curve  # level-0 (fine model) train rows, raw
+    val: Curve
+    status: str = FINISHED  # finished | unfinished | interrupted | diverged | empty | mismatch
+    reason: Optional[str] = None  # why a run that is not usable is left out
+    smoothed: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.run_kind, self.label)
+
+    @property
+    def usable(self) -> bool:
+        return self.status == FINISHED
+
+    @property
+    def budget(self) -> float:
+        """The fraction of train.max_steps this run trained for (its schedule ended there)."""
+        value = self.summary.get("budget")
+        if _finite(value):
+            return float(value)
+        for part in self.label.split(","):
+            if part.startswith(BUDGET_KEY + "="):
+                try:
+                    return float(part.split("=", 1)[1])
+                except ValueError:
+                    break
+        return 1.0
+
+    @property
+    def family(self) -> str:
+        """The label without train.budget: the runs of one budget sweep share it."""
+        return label_family(self.label)
+
+    def total_flops(self, blocks: bool = False) -> Optional[float]:
+        key = "total_flops_blocks" if blocks else "total_flops"
+        v = self.summary.get(key)
+        if _finite(v):
+            return float(v)
+        if blocks:
+            if self.run_kind == "single":  # every step is a fine step: the conventions agree
+                return self.total_flops()
+            ends = [c.flops_blocks[-1] for c in (self.train, self.val) if c.flops_blocks is not None and len(c)]
+        else:
+            ends = [c.flops[-1] for c in (self.train, self.val) if len(c)]
+        return float(max(ends)) if ends else None
+
+    def curve(self, metric: str, blocks: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+        """(FLOPs, loss) of `metric` (train: the smoothed fine-level rows; val: as logged); None when the
+        run did not log the blocks-only x-axis that was asked for."""
+        c = self.train if metric == "train" else self.val
+        loss = self.smoothed if metric == "train" else c.loss
+        if blocks:
+            if self.run_kind == "single":
+                return c.flops, loss
+            return (c.flops_blocks, loss) if c.flops_blocks is not None else None
+        return c.flops, loss
+
+    def final(self, metric: str) -> Optional[float]:
+        c = self.curve(metric)
+        return float(c[1][-1]) if c is not None and c[1].size else None
+
+
+def label_family(label: str) -> str:
+    parts = [p for p in label.split(",") if p and not p.startswith(BUDGET_KEY + "=")]
+    return ",".join(parts) or "default"
+
+
+@dataclass
+class Configuration:
+    run_kind: str
+    label: str
+    runs: list[Run]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.run_kind, self.label)
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} [{self.run_kind}]"
+
+    @property
+    def seeds(self) -> list:
+        return [r.seed for r in self.runs]
+
+    @property
+    def budget(self) -> float:
+        return self.runs[0].budget
+
+    @property
+    def family(self) -> str:
+        return label_family(self.label)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def curves_from_rows(rows: Iterable[dict]) -> tuple[Curve, Curve]:
+    """(train, val): level-0 train rows and val rows with finite FLOPs and loss, in logged order."""
+    cols: dict[str, list] = {k: [] for k in ("tf", "tl", "tb", "vf", "vl", "vb")}
+    have_blocks = True
+    for row in rows:
+        f = row.get("flops")
+        if not _finite(f):
+            continue
+        fb = row.get("flops_blocks")
+        for prefix, key, wanted in (("t", "train/loss", row.get("level", 0) in (0, None)), ("v", "val/loss", True)):
+            loss = row.get(key)
+            if wanted and _finite(loss):
+                cols[prefix + "f"].append(float(f))
+                cols[prefix + "l"].append(float(loss))
+                cols[prefix + "b"].append(float(fb) if _finite(fb) else math.nan)
+                have_blocks = have_blocks and _finite(fb)
+    arr = lambda k: np.asarray(cols[k], dtype=float)  # noqa: E731
+    blocks = (lambda k: arr(k)) if have_blocks else (lambda k: None)
+    return Curve(arr("tf"), arr("tl"), blocks("tb")), Curve(arr("vf"), arr("vl"), blocks("vb"))
+
+
+def first_nonfinite(rows: Iterable[dict]) -> Optional[str]:
+    """Where the first non-finite loss was logged ("train/loss at step 3 (level 1)"), or None."""
+    for row in rows:
+        for key, value in row.items():
+            if key.endswith("loss") and _is_number(value) and not math.isfinite(value):
+                level = row.get("level")
+                where = f"step {row.get('step', '?')}" + (f" (level {level})" if level not in (None, 0) else "")
+                return f"{key} = {value} at {where}"
+    return None
+
+
+def classify(summary: Optional[dict], rows: list[dict]) -> tuple[str, Optional[str]]:
+    """(status, reason): finished with finite losses, or why the run cannot be used."""
+    if summary is None:
+        return "unfinished", f"no {SUMMARY}: the run is still going, or was killed before the end"
+    status = summary.get("status")
+    if status not in (None, FINISHED):
+        detail = next((summary[k] for k in ("status_reason", "reason", "message") if summary.get(k)), None)
+        return str(status), f"summary.json status is {status!r}" + (f": {detail}" if detail else "")
+    bad = first_nonfinite(rows)
+    if bad is not None:
+        return "diverged", f"non-finite loss: {bad}"
+    for key in ("final_train_loss", "final_val_loss"):
+        v = summary.get(key)
+        if _is_number(v) and not math.isfinite(v):
+            return "diverged", f"non-finite {key} = {v} in {SUMMARY}"
+    return FINISHED, None
+
+
+def find_run_dirs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """Run directories (holding metrics.jsonl; summary.json once finished) at or below each path,
+    sorted, unique."""
+    found: dict[str, Path] = {}
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise CompareError(f"no such file or directory: {p}")
+        if not p.is_dir():
+            raise CompareError(f"not a directory: {p}")
+        for dirpath, dirnames, filenames in os.walk(p):
+            if METRICS in filenames:
+                found.setdefault(os.path.realpath(dirpath), Path(dirpath))
+                dirnames[:] = []  # a run dir's own subfolders (wandb/, .hydra/) hold no runs
+            else:
+                dirnames[:] = sorted(d for d in dirnames if d != "wandb" and not d.startswith("."))
+    return sorted(found.values())
+
+
+def _read_overrides(run_dir: Path) -> list[str] | None:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return None
+    try:
+        from omegaconf import OmegaConf
+
+        return [str(o) for o in OmegaConf.load(path)]
+    except Exception:  # noqa: BLE001 - a broken overrides file only costs the label
+        return None
+
+
+def _seed_from_overrides(overrides: list[str] | None) -> Any:
+    for o in overrides or []:
+        if o.startswith("seed="):
+            try:
+                return int(o.split("=", 1)[1])
+            except ValueError:
+                return o.split("=", 1)[1]
+    return None
+
+
+def _kind_from_overrides(overrides: list[str] | None) -> str:
+    text = " ".join(overrides or [])
+    if "control=schedule" in text or "schedule_control" in text:
+        return "schedule_control"
+    if "coarsening=" in text and "coarsening=none" not in text:
+        return "multilevel"
+    return "single"
+
+
+def load_run_dir(run_dir: Path) -> Run:
+    summary: Optional[dict] = None
+    if (run_dir / SUMMARY).exists():
+        try:
+            with open(run_dir / SUMMARY, encoding="utf-8") as f:
+                summary = json.load(f)
+            if not isinstance(summary, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            raise CompareError(f"unreadable summary {run_dir / SUMMARY}: {err}") from None
+    try:
+        rows = read_metrics(run_dir / METRICS)
+    except OSError as err:
+        raise CompareError(f"unreadable metrics {run_dir / METRICS}: {err}") from None
+    overrides = _read_overrides(run_dir)
+    s = summary or {}
+    run_kind = str(s.get("run_kind") or (_kind_from_overrides(overrides) if summary is None else "single"))
+    label = s.get("label") or (run_label(overrides, run_kind) if overrides is not None else "default")
+    seed = s.get("seed", _seed_from_overrides(overrides))
+    status, reason = classify(summary, rows)
+    train, val = curves_from_rows(rows)
+    if status == FINISHED and not len(train) and not len(val):
+        status, reason = "empty", "no finite train or val loss rows"
+    return Run(str(run_dir), str(label), run_kind, seed, s, train, val, status, reason)
+
+
+def group_runs(runs: Iterable[Run]) -> list[Configuration]:
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for r in runs:
+        groups.setdefault(r.key, []).append(r)
+    configs = []
+    for (kind, label), rs in groups.items():
+        rs.sort(key=lambda r: (_seed_sort(r.seed), r.source))
+        seeds = [r.seed for r in rs]
+        dup = {s for s in seeds if seeds.count(s) > 1}
+        if dup:
+            log.warning("%s [%s]: several runs with seed(s) %s; all are kept", label, kind, sorted(map(str, dup)))
+        configs.append(Configuration(kind, label, rs))
+    configs.sort(key=lambda c: (KINDS_ORDER.get(c.run_kind, 9), c.run_kind, c.family, c.budget, c.label))
+    return configs
+
+
+def _seed_sort(seed: Any) -> tuple:
+    return (0, seed, "") if isinstance(seed, (int, float)) else (1, 0, str(seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparability: the same data, tokenizer, held-out set and FLOP convention
+
+
+def comparability(run: Run) -> dict[str, Any]:
+    """What must agree between two runs for their losses and FLOPs to be compared. Keys a run did not
+    record (runs from older versions) are absent and not checked."""
+    s = run.summary
+    data = s.get("data") if isinstance(s.get("data"), dict) else {}
+    held = s.get("held_out") if isinstance(s.get("held_out"), dict) else {}
+    out = {
+        "data": data.get("description"),
+        "tokenizer": data.get("tokenizer"),
+        "held-out set": held.get("fingerprint"),
+        "FLOP convention": s.get("flops_formula"),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def mismatch(run: Run, reference: Run) -> Optional[str]:
+    """Why `run` cannot be compared with `reference`, or None."""
+    a, b = comparability(run), comparability(reference)
+    diffs = [f"{k} {a[k]!r} (reference: {b[k]!r})" for k in a.keys() & b.keys() if a[k] != b[k]]
+    return "different " + "; ".join(sorted(diffs)) if diffs else None
+
+
+# ---------------------------------------------------------------------------------------------
+# W&B source
+
+
+def load_wandb_runs(path: str, group: str | None, filters: list[str], timeout: int = 20) -> list[Run]:
+    """Runs of ENTITY/PROJECT from the W&B public API (needs network and a key)."""
+    query: dict[str, Any] = {}
+    if group:
+        query["group"] = group
+    for f in filters:
+        if "=" not in f:
+            raise CompareError(f"--filter {f!r}: expected KEY=VALUE (e.g. config.seed=1, state=finished)")
+        k, v = f.split("=", 1)
+        try:
+            query[k] = json.loads(v)
+        except json.JSONDecodeError:
+            query[k] = v
+    try:
+        import wandb
+
+        api = wandb.Api(timeout=timeout)
+        wruns = list(api.runs(path, filters=query or None))
+    except Exception as err:  # noqa: BLE001 - offline, no key, no such project: one clear line
+        raise CompareError(f"W&B: cannot list runs of {path!r} ({type(err).__name__}: {first_line(err)})") from None
+    runs = []
+    for wr in wruns:
+        try:
+            summary = {k: wr.summary[k] for k in wr.summary.keys() if not str(k).startswith("_")}
+            if not summary.get("run_kind"):
+                log.warning("W&B run %s has no run_kind in its summary (crashed or not mltrain); skipped", wr.path)
+                continue
+            keys = ["flops", "flops_blocks", "train/loss", "level"]
+            rows = list(wr.scan_history(keys=keys, page_size=10000))
+            if not rows:  # older runs without `level` or `flops_blocks` on train rows
+                rows = list(wr.scan_history(keys=["flops", "train/loss"], page_size=10000))
+            val_rows = list(wr.scan_history(keys=["flops", "flops_blocks", "val/loss"], page_size=10000))
+            rows += val_rows or list(wr.scan_history(keys=["flops", "val/loss"], page_size=10000))
+            rows.sort(key=lambda r: r.get("_step", 0))
+        except Exception as err:  # noqa: BLE001
+            raise CompareError(
+                f"W&B: cannot read run {'/'.join(wr.path)} ({type(err).__name__}: {first_line(err)})"
+            ) from None
+        run_kind = str(summary["run_kind"])
+        label = summary.get("label") or wr.group or "default"
+        seed = summary.get("seed", (wr.config or {}).get("seed"))
+        status, reason = classify(summary, rows)
+        state = getattr(wr, "state", "finished")
+        if status == FINISHED and state not in ("finished", None):
+            status, reason = "unfinished", f"W&B run state is {state!r}"
+        train, val = curves_from_rows(rows)
+        runs.append(Run(f"wandb:{'/'.join(wr.path)}", str(label), run_kind, seed, summary, train, val, status, reason))
+    return runs

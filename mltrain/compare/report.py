@@ -1,0 +1,295 @@
+"""The report as markdown (printed and written to comparison.md) from the report dict of `analysis`."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from mltrain.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
+
+
+def _fmt_flops(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _fmt_loss(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4f}"
+
+
+def _fmt_diff(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.4f}"
+
+
+def _pm(values: list, fmt) -> str:
+    v = [x for x in values if x is not None]
+    if not v:
+        return "—"
+    return fmt(float(np.mean(v))) + (f" ± {fmt(float(np.std(v, ddof=1)))}" if len(v) > 1 else "")
+
+
+def _ci(iv: Optional[dict], fmt) -> str:
+    """`mean [low, high] (n=…)`, with a `!` when the interval has a warning."""
+    if not iv or iv["n"] == 0:
+        return "—"
+    text = fmt(iv["mean"])
+    if iv["ci_low"] is not None:
+        text += f" [{fmt(iv['ci_low'])}, {fmt(iv['ci_high'])}]"
+    text += f" (n={iv['n']})"
+    return text + (" !" if iv["warnings"] else "")
+
+
+def _cell(e: dict) -> tuple[str, str]:
+    if e["target"] is None:
+        return "no target", "—"
+    if not e["reached"]:
+        return "not reached", "—"
+    return _fmt_flops(e["flops"]), _fmt_pct(e["saving"])
+
+
+def _md_table(entries: list[dict]) -> list[str]:
+    lines = [
+        "| configuration | seed | train: FLOPs to target | train: saving | val: FLOPs to target | val: saving | val: saving, blocks-only FLOPs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        name = f"`{e['label']}` ({e['run_kind']})"
+        for i, s in enumerate(e["per_seed"]):
+            tf, ts = _cell(s["train"])
+            vf, vs = _cell(s["val"])
+            seed = f"{s['seed']}" + ("" if s["paired"] else "*")
+            lines.append(f"| {name if i == 0 else ''} | {seed} | {tf} | {ts} | {vf} | {vs} | {_fmt_pct(s['val']['saving_blocks'])} |")
+        cells = []
+        for m in ("train", "val"):
+            a = e[m]
+            reached = f" ({a['n_reached']}/{a['n_runs']} reached)"
+            cells.append(_pm([a["mean_flops"]], _fmt_flops) + reached if a["mean_flops"] is not None else "—" + reached)
+            cells.append(_ci(a["saving_interval"], _fmt_pct))
+        cells.append(_ci(e["val"]["saving_blocks_interval"], _fmt_pct))
+        lines.append(f"| | **mean [95% CI]** | {' | '.join(cells)} |")
+    return lines
+
+
+def _warnings(report: dict) -> list[str]:
+    out = []
+    for v in report["verdict"]:
+        for what, iv in (("saving", v["saving"]), ("saving vs the one baseline", v["saving_vs_one_baseline"])):
+            for w in (iv or {}).get("warnings", []):
+                out.append(f"- `{v['label']}` ({v['run_kind']}), {what}: {w}")
+    return out
+
+
+def render_markdown(report: dict) -> str:
+    b = report["baseline"]
+    lines = [
+        "# mltrain comparison: loss vs FLOPs",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"Intervals: {int(CONFIDENCE * 100)}% {INTERVAL_METHOD}, of per-seed values paired by seed "
+        f"(`!` = a warning below: fewer than {MIN_SEEDS} seeds, or the interval contains 0).",
+        "",
+    ]
+    lines += _verdict_section(report)
+    lines += _excluded_section(report)
+    lines += [
+        "## Configurations",
+        "",
+        "| configuration | kind | budget | seeds | final train loss (smoothed) | final val loss | total FLOPs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in report["configurations"]:
+        mark = " **(baseline)**" if c["is_baseline"] else (" (frontier)" if c["in_frontier"] else "")
+        seeds = ", ".join(map(str, c["seeds"]))
+        runs = c["runs"]
+        lines.append(
+            f"| `{c['label']}`{mark} | {c['run_kind']} | {c['budget']:g} | {c['n_seeds']} ({seeds}) "
+            f"| {_pm([r['final_train_loss_smoothed'] for r in runs], _fmt_loss)} "
+            f"| {_pm([r['final_val_loss'] for r in runs], _fmt_loss)} | {_pm([r['total_flops'] for r in runs], _fmt_flops)} |"
+        )
+    lines += [""]
+    lines += _held_out_section(report)
+    lines += _frontier_section(report)
+    lines += _budgets_section(report)
+    lines += [
+        f"## vs the one full-length single-level baseline `{b['label']}` ({b['run_kind']})",
+        "",
+        f"Train loss: fine-model (level 0) rows, trailing moving average over the last {report['smooth']} rows. "
+        "Val loss: as logged. Target = the baseline's final loss; FLOPs to target = first FLOPs at which "
+        "a run reaches it (linear interpolation between logged rows); saving = 1 − F / F_ref, F_ref = FLOPs "
+        "the baseline needed to reach its own final loss. This baseline's LR has decayed only at its end, "
+        "so a run reaching its final loss earlier is compared with a schedule that had not finished: "
+        "the frontier above is the fair reference. `*` = no baseline run with that seed (compared with "
+        "the baseline's mean target and mean F_ref, left out of the interval).",
+        "",
+    ]
+    lines += _md_table(report["vs_baseline"]) if report["vs_baseline"] else ["(no other configuration)"]
+    if report["vs_control"]:
+        by_ref: dict[tuple, list] = {}
+        for e in report["vs_control"]:
+            by_ref.setdefault((e["reference"]["label"], e["reference"]["run_kind"]), []).append(e)
+        for (label, kind), entries in by_ref.items():
+            lines += ["", f"## vs schedule control `{label}` ({kind})", ""]
+            lines += _md_table(entries)
+            lines += ["", "| configuration | final val loss − control's, same seed |", "|---|---|"]
+            lines += [f"| `{e['label']}` | {_ci(e['val']['loss_diff_interval'], _fmt_diff)} |" for e in entries]
+    lines += [""]
+    lines += _costs_section(report)
+    warnings = _warnings(report)
+    if warnings:
+        lines += ["## Warnings", "", *warnings, ""]
+    lines += [f"Plot: `{report['outputs']['png']}`", ""]
+    return "\n".join(lines)
+
+
+def _verdict_section(report: dict) -> list[str]:
+    if not report["verdict"]:
+        return ["## Verdict", "", "(nothing to compare with the baseline)", ""]
+    has_frontier = report["frontier"] is not None
+    lines = [
+        "## Verdict",
+        "",
+        "Saving = 1 − F_run / F_single, F_single = the single-level FLOPs that reach the run's final "
+        + ("held-out loss on the budget frontier (see below)." if has_frontier else
+           "held-out loss on the one baseline's curve (no budget frontier among the runs)."),
+        "",
+        "| configuration | kind | seeds | saving (default FLOPs) | saving, coarse step = its blocks' share | "
+        "saving vs the one baseline | val loss − frontier at equal FLOPs | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for v in report["verdict"]:
+        outside = ""
+        if v["n_outside"] and any(v["n_outside"].values()):
+            outside = f"; outside the frontier: {v['n_outside']['below']} below, {v['n_outside']['above']} above"
+        lines.append(
+            f"| `{v['label']}` | {v['run_kind']} | {v['n_seeds']} | {_ci(v['saving'], _fmt_pct)} "
+            f"| {_ci(v['saving_blocks'], _fmt_pct)} | {_ci(v['saving_vs_one_baseline'], _fmt_pct)} "
+            f"| {_ci(v['loss_gap_vs_frontier'], _fmt_diff)} | {v['verdict']}{outside} |"
+        )
+    lines += [
+        "",
+        "Default FLOPs count the head (a coarse step of gpt22m costs 0.77 of a fine step); the blocks-only "
+        "column costs a coarse step at its share of the fine model's blocks (1/k), as the paper may have "
+        "counted. A loss gap below 0 means lower held-out loss than the best single-level run with the same FLOPs.",
+        "",
+    ]
+    return lines
+
+
+def _excluded_section(report: dict) -> list[str]:
+    if not report["excluded"]:
+        return []
+    lines = ["## Left out (not in any statistic)", "", "| run | configuration | seed | status | why |", "|---|---|---|---|---|"]
+    for e in report["excluded"]:
+        lines.append(f"| `{e['run']}` | `{e['label']}` ({e['run_kind']}) | {e['seed']} | **{e['status']}** | {e['reason']} |")
+    return lines + [""]
+
+
+def _held_out_section(report: dict) -> list[str]:
+    h = report["held_out"]
+    if h["se_median"] is None:
+        return ["Held-out set: the runs did not record the standard error of their val loss.", ""]
+    size = f"{h['tokens']:,} tokens ({h['sequences']:,} sequences)" if h["tokens"] else "size not recorded"
+    return [
+        f"Held-out set: {size}, the same for every run. Standard error of a final val loss (over held-out "
+        f"sequences): median {h['se_median']:.4f}, max {h['se_max']:.4f}. Differences between runs on the same "
+        "set are less noisy than that; the intervals over seeds carry the seed-to-seed noise.",
+        "",
+    ]
+
+
+def _frontier_section(report: dict) -> list[str]:
+    f = report["frontier"]
+    if f is None:
+        return [
+            "## Budget frontier",
+            "",
+            "No budget frontier: only one single-level budget among the runs. Run single-level baselines that "
+            "end at several budgets (`train.budget=0.3,0.45,0.6,0.8,1.0,1.3`) for the fair reference.",
+            "",
+        ]
+    lines = [
+        "## Budget frontier (single-level runs whose schedules end at each budget)",
+        "",
+        "| budget | configuration | seeds | mean total FLOPs | mean final val loss |",
+        "|---|---|---|---|---|",
+    ]
+    for c in f["configurations"]:
+        lines.append(f"| {c['budget']:g} | `{c['label']}` | {len(c['seeds'])} | {_fmt_flops(c['mean_flops'])} "
+                     f"| {_fmt_loss(c['mean_final_val_loss'])} |")
+    lines += [
+        "",
+        "Frontier = lower envelope of (total FLOPs, final val loss) per seed (the mean over seeds for a seed "
+        "without its own), linear in log FLOPs between budgets"
+        + (f"; dominated budgets dropped from the mean envelope: {f['dominated_budgets']}" if f["dominated_budgets"] else "")
+        + ". A run lower than the longest budget or higher than the shortest is *outside the frontier*: only a "
+        "bound on its saving is known, and it is left out of the interval.",
+        "",
+        "| configuration | seed | total FLOPs | final val loss | single-level FLOPs on the frontier | saving | saving, blocks-only | val loss − frontier at equal FLOPs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for e in report["vs_frontier"]:
+        for i, s in enumerate(e["per_seed"]):
+            name = f"`{e['label']}` ({e['run_kind']})" if i == 0 else ""
+            seed = f"{s['seed']}" + ("" if s["paired"] else "*")
+            if s["outside"]:
+                op, bound = s["saving_bound"]
+                where = "outside the frontier (" + ("below the longest budget" if s["outside"] == "below"
+                                                     else "above the shortest budget") + ")"
+                fl, sv = where, f"{op} {_fmt_pct(bound)}"
+            else:
+                fl, sv = _fmt_flops(s["frontier_flops"]), _fmt_pct(s["saving"])
+            lines.append(f"| {name} | {seed} | {_fmt_flops(s['flops'])} | {_fmt_loss(s['final_val_loss'])} | {fl} | {sv} "
+                         f"| {_fmt_pct(s['saving_blocks'])} | {_fmt_diff(s['loss_gap'])} |")
+        lines.append(f"| | **mean [95% CI]** | | | | {_ci(e['saving'], _fmt_pct)} | {_ci(e['saving_blocks'], _fmt_pct)} "
+                     f"| {_ci(e['loss_gap'], _fmt_diff)} |")
+    return lines + [""]
+
+
+def _budgets_section(report: dict) -> list[str]:
+    fb = report["fixed_budgets"]
+    if not fb["rows"]:
+        return []
+    head = " | ".join(f"{fr:g} × baseline ({_fmt_flops(f)})" for fr, f in zip(fb["fractions"], fb["flops"]))
+    lines = [
+        "## Held-out loss at fixed FLOP budgets",
+        "",
+        "Val loss at fractions of the baseline's FLOPs (interpolated between evaluations; — past a run's end), "
+        "and the paired difference from the baseline at the same FLOPs (mid-run points are mid-schedule: "
+        "the frontier compares finished schedules).",
+        "",
+        f"| configuration | {head} |",
+        "|---|" + "---|" * len(fb["flops"]),
+    ]
+    for row in fb["rows"]:
+        cells = []
+        for c in row["cells"]:
+            text = _fmt_loss(c["mean_loss"])
+            if "diff" in c and c["diff"]["n"]:
+                text += f"; Δ {_ci(c['diff'], _fmt_diff)}"
+            cells.append(text)
+        mark = " **(baseline)**" if row["is_baseline"] else ""
+        lines.append(f"| `{row['label']}` ({row['run_kind']}){mark} | {' | '.join(cells)} |")
+    return lines + [""]
+
+
+def _costs_section(report: dict) -> list[str]:
+    costs = report["uncounted_costs"]
+    if not costs:
+        return []
+    lines = [
+        "## Not on the FLOPs axis",
+        "",
+        "The per-cycle diagnostics (a coarse and a fine forward/backward on one batch per coarse model) and "
+        "held-out evaluation are measurements, not training: their FLOPs are left out of every figure above.",
+        "",
+        "| configuration | diagnostics / training FLOPs | evaluation / training FLOPs |",
+        "|---|---|---|",
+    ]
+    for c in costs:
+        lines.append(f"| `{c['label']}` ({c['run_kind']}) | {_fmt_pct(c['diag_share'])} | {_fmt_pct(c['eval_share'])} |")
+    return lines + [""]
