@@ -2,7 +2,7 @@
 # The CPU study behind the README's "What we found on CPU": does multilevel training save FLOPs against
 # the fair single-level reference, beyond seed noise?
 #
-#   * the budget frontier: single-level runs whose cosine schedules end at 0.3, 0.5, 0.75, 1 and 1.3 of
+#   * the budget frontier: single-level runs whose cosine schedules end at 0.3 ... 2.2 of
 #     the full run
 #   * the paper's method at δ = 0.1, 0.25, 0.5
 #   * the controls: the LR-schedule control, random-permutation coarsening, the ODE step
@@ -21,7 +21,7 @@ start=$(date +%s)
 
 # SGD: the frontier, the method at three δ, then the controls.
 mltrain -m hydra/launcher=local hydra.launcher.n_jobs=2 experiment=single scale=cpu \
-  train.budget=0.3,0.5,0.75,1.0,1.3 seed=0,1,2,3,4 \
+  train.budget=0.3,0.5,0.75,1.0,1.3,1.7,2.2 seed=0,1,2,3,4 \
   model.n_layer=4 model.n_embd=32 model.n_head=2 model.block_size=32 train.batch_size=8 train.max_steps=300 \
   schedule.warmup_steps=14 train.eval_interval=100 train.eval_batches=64 train.log_interval=20 \
   train.progress=false hydra.sweep.dir="$out/sgd/frontier"
@@ -38,7 +38,7 @@ mltrain -m hydra/launcher=local hydra.launcher.n_jobs=2 experiment=schedule_cont
 
 # AdamW with the coarse optimizer reset, against single-level AdamW with the same settings.
 mltrain -m hydra/launcher=local hydra.launcher.n_jobs=2 experiment=single scale=cpu optim=adamw \
-  optim.weight_decay=0.1 train.budget=0.5,1.0,1.3 seed=0,1,2,3,4 \
+  optim.weight_decay=0.1 train.budget=0.5,1.0,1.3,1.7,2.2 seed=0,1,2,3,4 \
   model.n_layer=4 model.n_embd=32 model.n_head=2 model.block_size=32 train.batch_size=8 train.max_steps=300 \
   schedule.warmup_steps=14 train.eval_interval=100 train.eval_batches=64 train.log_interval=20 \
   train.progress=false hydra.sweep.dir="$out/adamw/frontier"

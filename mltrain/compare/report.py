@@ -9,6 +9,21 @@ import numpy as np
 from mltrain.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
 
 
+_COMMON: set[str] = set()
+
+
+def _name(label: str) -> str:
+    """A label without the overrides every configuration of the report shares (listed once at the top)."""
+    parts = [p for p in label.split(",") if p not in _COMMON]
+    return ",".join(parts) or "(the common settings)"
+
+
+def common_overrides(report: dict) -> set[str]:
+    labels = [c["label"] for c in report["configurations"]] + [e["label"] for e in report.get("excluded", [])]
+    sets = [set(label.split(",")) for label in labels if label and label != "default"]
+    return set.intersection(*sets) if len(sets) > 1 else set()
+
+
 def _fmt_flops(x: float | None) -> str:
     return "—" if x is None else f"{x:.3g}"
 
@@ -57,7 +72,7 @@ def _md_table(entries: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        name = f"`{e['label']}` ({e['run_kind']})"
+        name = f"`{_name(e['label'])}` ({e['run_kind']})"
         for i, s in enumerate(e["per_seed"]):
             tf, ts = _cell(s["train"])
             vf, vs = _cell(s["val"])
@@ -79,17 +94,23 @@ def _warnings(report: dict) -> list[str]:
     for v in report["verdict"]:
         for what, iv in (("saving", v["saving"]), ("saving vs the one baseline", v["saving_vs_one_baseline"])):
             for w in (iv or {}).get("warnings", []):
-                out.append(f"- `{v['label']}` ({v['run_kind']}), {what}: {w}")
+                out.append(f"- `{_name(v['label'])}` ({v['run_kind']}), {what}: {w}")
     return out
 
 
 def render_markdown(report: dict) -> str:
+    global _COMMON
+    _COMMON = common_overrides(report)
     b = report["baseline"]
     lines = [
         "# mltrain comparison: loss vs FLOPs",
         "",
         f"Command: `{report['command']}`",
         "",
+    ]
+    if _COMMON:
+        lines += [f"Every configuration below also has: `{','.join(sorted(_COMMON))}`.", ""]
+    lines += [
         f"Intervals: {int(CONFIDENCE * 100)}% {INTERVAL_METHOD}, of per-seed values paired by seed "
         f"(`!` = a warning below: fewer than {MIN_SEEDS} seeds, or the interval contains 0).",
         "",
@@ -107,7 +128,7 @@ def render_markdown(report: dict) -> str:
         seeds = ", ".join(map(str, c["seeds"]))
         runs = c["runs"]
         lines.append(
-            f"| `{c['label']}`{mark} | {c['run_kind']} | {c['budget']:g} | {c['n_seeds']} ({seeds}) "
+            f"| `{_name(c['label'])}`{mark} | {c['run_kind']} | {c['budget']:g} | {c['n_seeds']} ({seeds}) "
             f"| {_pm([r['final_train_loss_smoothed'] for r in runs], _fmt_loss)} "
             f"| {_pm([r['final_val_loss'] for r in runs], _fmt_loss)} | {_pm([r['total_flops'] for r in runs], _fmt_flops)} |"
         )
@@ -116,7 +137,7 @@ def render_markdown(report: dict) -> str:
     lines += _frontier_section(report)
     lines += _budgets_section(report)
     lines += [
-        f"## vs the one full-length single-level baseline `{b['label']}` ({b['run_kind']})",
+        f"## vs the one full-length single-level baseline `{_name(b['label'])}` ({b['run_kind']})",
         "",
         f"Train loss: fine-model (level 0) rows, trailing moving average over the last {report['smooth']} rows. "
         "Val loss: as logged. Target = the baseline's final loss; FLOPs to target = first FLOPs at which "
@@ -133,10 +154,10 @@ def render_markdown(report: dict) -> str:
         for e in report["vs_control"]:
             by_ref.setdefault((e["reference"]["label"], e["reference"]["run_kind"]), []).append(e)
         for (label, kind), entries in by_ref.items():
-            lines += ["", f"## vs schedule control `{label}` ({kind})", ""]
+            lines += ["", f"## vs schedule control `{_name(label)}` ({kind})", ""]
             lines += _md_table(entries)
             lines += ["", "| configuration | final val loss − control's, same seed |", "|---|---|"]
-            lines += [f"| `{e['label']}` | {_ci(e['val']['loss_diff_interval'], _fmt_diff)} |" for e in entries]
+            lines += [f"| `{_name(e['label'])}` | {_ci(e['val']['loss_diff_interval'], _fmt_diff)} |" for e in entries]
     lines += [""]
     lines += _costs_section(report)
     warnings = _warnings(report)
@@ -166,7 +187,7 @@ def _verdict_section(report: dict) -> list[str]:
         if v["n_outside"] and any(v["n_outside"].values()):
             outside = f"; outside the frontier: {v['n_outside']['below']} below, {v['n_outside']['above']} above"
         lines.append(
-            f"| `{v['label']}` | {v['run_kind']} | {v['n_seeds']} | {_ci(v['saving'], _fmt_pct)} "
+            f"| `{_name(v['label'])}` | {v['run_kind']} | {v['n_seeds']} | {_ci(v['saving'], _fmt_pct)} "
             f"| {_ci(v['saving_blocks'], _fmt_pct)} | {_ci(v['saving_vs_one_baseline'], _fmt_pct)} "
             f"| {_ci(v['loss_gap_vs_frontier'], _fmt_diff)} | {v['verdict']}{outside} |"
         )
@@ -185,7 +206,7 @@ def _excluded_section(report: dict) -> list[str]:
         return []
     lines = ["## Left out (not in any statistic)", "", "| run | configuration | seed | status | why |", "|---|---|---|---|---|"]
     for e in report["excluded"]:
-        lines.append(f"| `{e['run']}` | `{e['label']}` ({e['run_kind']}) | {e['seed']} | **{e['status']}** | {e['reason']} |")
+        lines.append(f"| `{e['run']}` | `{_name(e['label'])}` ({e['run_kind']}) | {e['seed']} | **{e['status']}** | {e['reason']} |")
     return lines + [""]
 
 
@@ -219,7 +240,7 @@ def _frontier_section(report: dict) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for c in f["configurations"]:
-        lines.append(f"| {c['budget']:g} | `{c['label']}` | {len(c['seeds'])} | {_fmt_flops(c['mean_flops'])} "
+        lines.append(f"| {c['budget']:g} | `{_name(c['label'])}` | {len(c['seeds'])} | {_fmt_flops(c['mean_flops'])} "
                      f"| {_fmt_loss(c['mean_final_val_loss'])} |")
     lines += [
         "",
@@ -234,7 +255,7 @@ def _frontier_section(report: dict) -> list[str]:
     ]
     for e in report["vs_frontier"]:
         for i, s in enumerate(e["per_seed"]):
-            name = f"`{e['label']}` ({e['run_kind']})" if i == 0 else ""
+            name = f"`{_name(e['label'])}` ({e['run_kind']})" if i == 0 else ""
             seed = f"{s['seed']}" + ("" if s["paired"] else "*")
             if s["outside"]:
                 op, bound = s["saving_bound"]
@@ -273,7 +294,7 @@ def _budgets_section(report: dict) -> list[str]:
                 text += f"; Δ {_ci(c['diff'], _fmt_diff)}"
             cells.append(text)
         mark = " **(baseline)**" if row["is_baseline"] else ""
-        lines.append(f"| `{row['label']}` ({row['run_kind']}){mark} | {' | '.join(cells)} |")
+        lines.append(f"| `{_name(row['label'])}` ({row['run_kind']}){mark} | {' | '.join(cells)} |")
     return lines + [""]
 
 
@@ -291,5 +312,5 @@ def _costs_section(report: dict) -> list[str]:
         "|---|---|---|",
     ]
     for c in costs:
-        lines.append(f"| `{c['label']}` ({c['run_kind']}) | {_fmt_pct(c['diag_share'])} | {_fmt_pct(c['eval_share'])} |")
+        lines.append(f"| `{_name(c['label'])}` ({c['run_kind']}) | {_fmt_pct(c['diag_share'])} | {_fmt_pct(c['eval_share'])} |")
     return lines + [""]
