@@ -1,11 +1,14 @@
 """The errors mltrain reports to a user in one line (exit status 2), never as a traceback.
 
 Each names the key or the file at fault and what to do. Everything else that goes wrong is a bug and
-keeps its traceback. This module imports nothing, so every layer (config, coarsening, data) can raise
-these without importing each other.
+keeps its traceback. This module imports only the standard library, so every layer (config,
+coarsening, data) can raise these without importing each other.
 """
 
 from __future__ import annotations
+
+import logging
+import sys
 
 
 class MltrainError(Exception):
@@ -26,3 +29,21 @@ class DataError(MltrainError, RuntimeError):
 
 class CompareError(MltrainError):
     """Bad input for `mltrain-compare` (no runs, no baseline, unreadable files): one line, exit status 1."""
+
+
+class StorageError(MltrainError, OSError):
+    """A file or folder mltrain must write cannot be written (read-only, full disk, file-size limit).
+    The message names the path and says what was kept."""
+
+
+def report(prog: str, message: str, kind: str = "error") -> None:
+    """The one error line: `<prog>: <kind>: <message>` on stderr, and the same record in the log files
+    of the run (Hydra's FileHandler), so the run's own log says why it stopped."""
+    print(f"{prog}: {kind}: {message}", file=sys.stderr, flush=True)
+    record = logging.LogRecord(prog, logging.ERROR, __file__, 0, "%s", (message,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            try:
+                handler.handle(record)
+            except Exception:  # noqa: BLE001 - a full disk must not turn the one line into a traceback
+                pass
