@@ -14,9 +14,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from mltrain import rundir
 from mltrain.config import register_configs, validate
-from mltrain.errors import ConfigError, MltrainError
-from mltrain.run import existing_run, run
+from mltrain.errors import MltrainError, report
+from mltrain.run import run
 
 log = logging.getLogger("mltrain")
 
@@ -28,36 +29,37 @@ register_configs()
 
 
 def _fail(message: str) -> None:
-    print(f"mltrain: error: {message}", file=sys.stderr)
+    report("mltrain", message)
     sys.exit(2)
 
 
 class RunGuard(Callback):
     """Checks around Hydra's own steps.
 
-    - Before a single run: refuse a directory that already holds a run (Hydra would overwrite its
-      `.hydra/` files before the task starts) and a config that cannot run (ConfigError), before
-      anything is written: one error line, exit status 2.
-    - Before a multirun: refuse a sweep directory that already holds runs.
+    - Before a single run: refuse a config that cannot run (ConfigError), a directory that holds an
+      earlier run or is in use by a live one, and claim the directory for the run's whole life
+      (mltrain/rundir.py), all before Hydra writes `.hydra/` into it: one error line, exit status 2.
+    - Before a multirun: the same for the sweep directory; a sweep directory with any earlier job in
+      it (finished or killed) is refused before a job's `.hydra/` is rewritten.
     - After each multirun job: a failed job is reported when it fails (one line for bad input, the
       traceback for a crash) and the sweep goes on; at the end Hydra re-raises the first failure and
       `mltrain -m` exits with status 1.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        found = existing_run(Path(config.hydra.run.dir))
-        if found is not None:
-            _fail(f"{found} exists: hydra.run.dir={config.hydra.run.dir} holds an earlier run; "
-                  "choose another hydra.run.dir (nothing was changed)")
+        run_dir = Path(config.hydra.run.dir)
         try:
             validate(config)
-        except ConfigError as err:
+            rundir.claim(run_dir)  # held until the process ends
+        except MltrainError as err:
             _fail(str(err))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        if sweep.is_dir() and any(sweep.rglob("summary.json")):
-            _fail(f"hydra.sweep.dir={sweep} holds earlier runs; choose another (nothing was changed)")
+        try:
+            rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs")
+        except MltrainError as err:
+            _fail(str(err))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or job_return.status != JobStatus.FAILED:
@@ -77,11 +79,11 @@ def _train(cfg: DictConfig) -> float | None:
     except MltrainError as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on
-        log.error("%s", err)  # known bad input: one clear line (console and the run's log), no traceback
-        sys.exit(2)
+        _fail(str(err))  # known bad input: one clear line (console and the run's log), no traceback
 
 
 def train_main() -> None:
+    logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" tracebacks
     _train()
 
 

@@ -24,6 +24,7 @@ from mltrain.errors import ConfigError
 from mltrain.model import GPTConfig
 from mltrain.names import short_dirname
 from mltrain.optim import OptimName, ScheduleName, resolve_coarse_optim
+from mltrain.rundir import unique_dir
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 
@@ -184,6 +185,9 @@ def register_configs() -> None:
     """The schema, and the resolver the config tree uses; idempotent."""
     ConfigStore.instance().store(name="mltrain_schema", node=Config)
     OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
+    # Default run/sweep dirs: claimed with an atomic mkdir, suffixed when another run took the name in
+    # the same second. Cached like Hydra's `now`, so every job of a sweep resolves the same folder.
+    OmegaConf.register_new_resolver("mltrain_unique_dir", unique_dir, replace=True, use_cache=True)
 
 
 def budget_steps(train: Any) -> int:

@@ -16,6 +16,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mltrain import rundir
 from mltrain.coarsening import Hierarchy, build_scheme
 from mltrain.config import apply_budget, validate
 from mltrain.data import BatchSampler, load_tokens
@@ -53,14 +54,8 @@ def resolve_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
     return torch.bfloat16 if name == "bfloat16" else None
 
 
-def existing_run(run_dir: Path) -> Optional[Path]:
-    for name in ("summary.json", "metrics.jsonl"):
-        if (run_dir / name).exists():
-            return run_dir / name
-    return None
-
-
-def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
+def model_config(cfg: DictConfig, vocab_size: int) -> GPTConfig:
+    """The model's config with the vocabulary resolved from the tokenizer (nothing is allocated)."""
     m = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     if m["vocab_size"] is None:
         m["vocab_size"] = vocab_size
@@ -68,7 +63,11 @@ def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
         raise ConfigError(
             f"model.vocab_size={m['vocab_size']} is smaller than the tokenizer's vocabulary ({vocab_size})"
         )
-    return GPT(GPTConfig(**m))
+    return GPTConfig(**m)
+
+
+def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
+    return GPT(model_config(cfg, vocab_size))
 
 
 def _overrides() -> list[str]:
@@ -153,10 +152,13 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
     if run_dir is None:
         run_dir = HydraConfig.get().runtime.output_dir
     run_dir = Path(run_dir)
-    if (found := existing_run(run_dir)) is not None:
-        raise ConfigError(f"{found} exists: this run dir holds an earlier run; choose another hydra.run.dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # The run owns its directory until it returns (a lock, not only a start-up check): a second run
+    # into it is refused, never interleaved. Under the CLI, RunGuard has claimed it already.
+    with rundir.claim(run_dir):
+        return _run(cfg, run_dir)
 
+
+def _run(cfg: DictConfig, run_dir: Path) -> float:
     budget = float(cfg.train.budget)  # build() resolves it into train.max_steps
     # The trainer logs only inside `with tracker` below; the lambda looks the tracker up then.
     session = build(cfg, lambda row: tracker.log(row))

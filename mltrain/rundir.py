@@ -1,0 +1,199 @@
+"""A run owns its directory for its whole life, and default directories never collide.
+
+* `claim(path)` refuses a directory that holds an earlier run, creates it, and takes an exclusive
+  `fcntl.flock` on `<path>/.mltrain.lock` that is held until `release()` (or the end of the process).
+  The kernel drops the lock when the process dies, even by SIGKILL, so a killed run never leaves a
+  stale lock behind; a second run into the same directory, started at the same moment in another
+  process, is refused with one line instead of interleaving its rows with the first one's. Claims in
+  one process nest (the CLI's RunGuard claims before Hydra writes `.hydra/`, `run()` claims again).
+* `unique_dir(base)` is the `mltrain_unique_dir` resolver of conf/config.yaml: the default run and
+  sweep directories (`outputs/<date>/<time>`) are claimed with an atomic `mkdir`, and a name already
+  taken (another run started in the same second) gets a suffix `-1`, `-2`, ...
+* `earlier_run(path)` / `earlier_sweep(path)`: the file that shows a directory already holds a run
+  (or a sweep's runs), or None. Nothing is written before these checks, so a refusal leaves the
+  earlier run byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+from mltrain.errors import ConfigError, StorageError
+
+LOCK_FILE = ".mltrain.lock"
+RUN_FILES = ("summary.json", "metrics.jsonl")  # what a run writes once it has started training
+
+_held: dict[str, list] = {}  # realpath -> [open lock file, nesting count]
+_chosen: dict[str, str] = {}  # unique_dir: absolute base -> the directory this process claimed
+
+
+def earlier_run(path: str | os.PathLike) -> Optional[Path]:
+    path = Path(path)
+    for name in RUN_FILES:
+        if (path / name).exists():
+            return path / name
+    return None
+
+
+def earlier_sweep(path: str | os.PathLike) -> Optional[Path]:
+    """Evidence of an earlier sweep in `path`: its multirun.yaml, or a job directory that Hydra or a
+    run has written into (`.hydra/`, metrics.jsonl, summary.json), killed jobs included."""
+    path = Path(path)
+    if (path / "multirun.yaml").exists():
+        return path / "multirun.yaml"
+    if path.is_dir():
+        for name in (*RUN_FILES, ".hydra"):
+            found = next(iter(sorted(path.glob(f"**/{name}"))), None)
+            if found is not None:
+                return found
+    return None
+
+
+def _holder(lock_path: Path) -> str:
+    try:
+        pid = lock_path.read_text().strip()
+    except OSError:
+        return "another process"
+    return f"process {pid}" if pid.isdigit() else "another process"
+
+
+class Claim:
+    """One claim on a run directory; `release()` (or leaving a `with` block) gives it back."""
+
+    def __init__(self, key: str, path: Path):
+        self.key, self.path, self._released = key, path, False
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        entry = _held.get(self.key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _held[self.key]
+            entry[0].close()  # closing the file drops the flock
+
+    def __enter__(self) -> "Claim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def claim(
+    path: str | os.PathLike,
+    what: str = "hydra.run.dir",
+    earlier: Callable[[Path], Optional[Path]] = earlier_run,
+    allow_earlier: bool = False,
+    holds: str = "an earlier run",
+) -> Claim:
+    """Own `path` (see the module docstring). ConfigError when it holds an earlier run (unless
+    `allow_earlier`, for a resume) or another live run holds it; StorageError when it cannot be created.
+    `what` names the key in messages."""
+    path = Path(path)
+    key = os.path.realpath(path)
+    if key in _held:  # this process owns it already (RunGuard, then run())
+        _held[key][1] += 1
+        return Claim(key, path)
+
+    def refuse_earlier() -> None:
+        found = None if allow_earlier else earlier(path)
+        if found is not None:
+            raise ConfigError(
+                f"{found} exists: {what}={path} holds {holds}; choose another {what} (nothing was changed)"
+            )
+
+    refuse_earlier()
+    lock_path = path / LOCK_FILE
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        f = open(lock_path, "a+")
+    except OSError as err:
+        raise StorageError(f"cannot create {what}={path}: {_reason(err)}") from None
+    try:
+        import fcntl
+
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:  # pragma: no cover - no flock (Windows): the start-up checks alone
+        pass
+    except OSError as err:
+        f.close()
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise StorageError(f"cannot lock {lock_path}: {_reason(err)}") from None
+        raise ConfigError(
+            f"{what}={path} is in use by another mltrain run ({_holder(lock_path)}); wait for it to "
+            f"finish or choose another {what} (nothing was changed)"
+        ) from None
+    try:
+        refuse_earlier()  # a run that finished between the first check and the lock
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")  # who holds it, for the message a second run gets
+        f.flush()
+    except OSError as err:
+        f.close()
+        if isinstance(err, StorageError):
+            raise
+        raise StorageError(f"cannot write {lock_path}: {_reason(err)}") from None
+    except BaseException:
+        f.close()
+        raise
+    _held[key] = [f, 1]
+    return Claim(key, path)
+
+
+def holds(path: str | os.PathLike) -> bool:
+    """True when this process has claimed `path`."""
+    return os.path.realpath(path) in _held
+
+
+def unique_dir(base: str) -> str:
+    """`base`, or `base-1`, `base-2`, ... : the first that this process could create (atomic mkdir).
+
+    The same base gives the same answer for the whole process, however often Hydra resolves it. A
+    folder that cannot be created at all (read-only working directory) is returned as it is: the
+    claim that follows reports it in one line. Folders made here that are still empty when the
+    process ends (a refused run, `--cfg hydra --resolve`) are removed again."""
+    key = os.path.abspath(base)
+    if key in _chosen:
+        return _chosen[key]
+    candidate = base
+    for i in range(1, 10_000):
+        made = _missing_parents(candidate)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(candidate)), exist_ok=True)
+            os.mkdir(candidate)
+        except FileExistsError:
+            candidate = f"{base}-{i}"
+            continue
+        except OSError:
+            break
+        atexit.register(_remove_if_empty, [os.path.abspath(candidate), *made])
+        break
+    _chosen[key] = candidate
+    return candidate
+
+
+def _missing_parents(path: str) -> list[str]:
+    parents, p = [], os.path.dirname(os.path.abspath(path))
+    while p and not os.path.exists(p):
+        parents.append(p)
+        p = os.path.dirname(p)
+    return parents
+
+
+def _remove_if_empty(folders: list[str]) -> None:
+    for folder in folders:  # the run dir first, then the parents made for it
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # only ever removes an empty folder
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or str(err)
