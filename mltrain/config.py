@@ -10,9 +10,12 @@ divisible by gradient accumulation, ...) live in `validate()`, which `run` calls
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
+import typing
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -212,15 +215,72 @@ def apply_budget(cfg: Any) -> float:
 
 
 def _positive(value: Any, key: str, zero_ok: bool = False) -> None:
-    if value is None or (value < 0 if zero_ok else value <= 0):
+    if value is None or not (value >= 0 if zero_ok else value > 0):  # `not`: NaN fails too
         raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
+
+
+# Keys of the composed config that are not mltrain's: Hydra's own node (present in callbacks).
+_NOT_OURS = ("hydra",)
+INT64_MAX = 2**63 - 1
+
+
+def _schema_class(hint: Any) -> Optional[type]:
+    """The dataclass a field's type names (Optional[X] -> X), or None for a leaf."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if dataclasses.is_dataclass(candidate):
+            return candidate
+    return None
+
+
+def _numbers(hint: Any) -> tuple[type, ...]:
+    """float and/or int when a field holds numbers (plain, Optional or a List of them)."""
+    args = typing.get_args(hint)
+    inner = [a for a in (args or (hint,)) if a is not type(None)]
+    if typing.get_origin(hint) in (list, List):
+        inner = list(args)
+    return tuple(t for t in inner if t in (float, int))
+
+
+def _check_tree(node: Any, schema: type, prefix: str = "") -> Iterator[str]:
+    """Every problem of `node` against its schema class, as a message: keys the schema does not
+    have (Hydra adds them with `+key=...` even to a typed config, and nothing would read them) and
+    numbers that are not finite or do not fit in 64 bits."""
+    hints = typing.get_type_hints(schema)
+    for key in node.keys():
+        name = f"{prefix}{key}"
+        if not prefix and key in _NOT_OURS:
+            continue
+        if key not in hints:
+            close = difflib.get_close_matches(str(key), list(hints), n=1)
+            hint = f"did you mean {prefix}{close[0]}? " if close else ""
+            yield (
+                f"{name} is not an mltrain key ({hint}keys of {prefix.rstrip('.') or 'the config'}: "
+                f"{', '.join(hints)}); a key added with + would be ignored, so it is refused"
+            )
+            continue
+        value = node[key]
+        sub = _schema_class(hints[key])
+        if sub is not None and OmegaConf.is_dict(value):
+            yield from _check_tree(value, sub, f"{name}.")
+            continue
+        if not _numbers(hints[key]) or value is None:
+            continue
+        for v in value if OmegaConf.is_list(value) else [value]:
+            if isinstance(v, float) and not math.isfinite(v):
+                yield f"{name}={value} must be a finite number"
+            elif isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT64_MAX:
+                yield f"{name}={value} is out of range (it must fit in 64 bits)"
 
 
 def validate(cfg: Any) -> None:
     """Raise ConfigError with one clear message for the first problem found. Touches no data.
 
     Keys with a fixed set of values are Choice enums, refused by Hydra while composing; this checks
-    what a type cannot say."""
+    what a type cannot say: first that every key is the schema's and every number finite (so
+    `optim.lr=nan` is named as itself, not as a later comparison that happens to fail), then each
+    key's range."""
+    for problem in _check_tree(cfg, Config):
+        raise ConfigError(problem)
     m, t = cfg.model, cfg.train
     if not 0 <= cfg.seed < 2**32:
         raise ConfigError(f"seed={cfg.seed} must be in [0, 2**32)")
@@ -230,6 +290,8 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"model.n_embd={m.n_embd} must be divisible by model.n_head={m.n_head}")
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError(f"model.dropout={m.dropout} must be in [0, 1)")
+    if m.vocab_size is not None:
+        _positive(m.vocab_size, "model.vocab_size")
     if cfg.data.source == Source.text and not cfg.data.path:
         raise ConfigError("data=text needs data.path (a file, a directory or a glob of text files)")
     if cfg.data.source == Source.shards and not cfg.data.dir:
@@ -253,6 +315,7 @@ def validate(cfg: Any) -> None:
 def _validate_optim(o: Any, key: str) -> None:
     _positive(o.lr, f"{key}.lr")
     _positive(o.weight_decay, f"{key}.weight_decay", zero_ok=True)
+    _positive(o.eps, f"{key}.eps")
     if not 0.0 <= o.momentum < 1.0:
         raise ConfigError(f"{key}.momentum={o.momentum} must be in [0, 1)")
     if o.nesterov and o.momentum == 0:
