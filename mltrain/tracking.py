@@ -5,11 +5,13 @@ diagnostic event, `write_summary(summary)` at the end, and `finish()` (or uses i
 
 Files (the contract `mltrain-compare` reads):
 
-* `metrics.jsonl` -- one JSON object per `log()` call, written line-buffered and flushed per row, so a
-  crash keeps every row logged before it. If the file already exists (a resumed run, or a second
-  Tracker on the same directory) new rows are **appended**; nothing is ever truncated. A partial last
-  line left by a killed process is closed with a newline first, so the appended rows stay parseable
-  (`read_metrics` skips the one broken line). Non-finite floats are written as `NaN`/`Infinity`, which
+* `metrics.jsonl` -- one JSON object per `log()` call, each row one `os.write` to an append-only file
+  descriptor, so a crash keeps every row logged before it. A row is written whole or not at all: when
+  the disk (or the file-size limit) is full, the part that got through is cut off again and the run
+  stops with StorageError, naming the file and the rows it keeps. If the file already exists (a
+  resumed run, or a second Tracker on the same directory) new rows are **appended**; earlier rows are
+  never changed. A partial last line left by a killed process is closed with a newline first, so the
+  appended rows stay parseable (`read_metrics` skips the one broken line). Non-finite floats are written as `NaN`/`Infinity`, which
   Python's `json` reads back.
 * `summary.json` -- written atomically (temp file in the same folder, fsync, `os.replace`), so readers
   see either the previous or the new summary, never half of one.
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mltrain import atomic
+from mltrain.errors import StorageError
 from mltrain.names import shorten
 
 log = logging.getLogger("mltrain.tracking")
@@ -210,7 +213,6 @@ class Tracker:
         job_type: str,
     ) -> None:
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.summary_path = self.run_dir / "summary.json"
         self.name = str(_get(logger_cfg, "run_name", name))
@@ -219,32 +221,65 @@ class Tracker:
         self.wandb_run: Any = None
         self.wandb_mode: str | None = None
         self._finished = False
-        self._file = self._open_metrics()
+        self.rows = 0  # rows this Tracker wrote
+        self._last_step: Any = None
+        self._file: int | None = None
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._open_metrics()
+        except OSError as err:
+            if self._file is not None:
+                os.close(self._file)
+            if isinstance(err, StorageError):
+                raise
+            raise StorageError(f"cannot write {self.metrics_path} ({err.strerror or err})") from None
         if _get(logger_cfg, "name", "jsonl") == "wandb":
             self._start_wandb(logger_cfg, _plain(config))
 
     # -- files ----------------------------------------------------------------------------------
 
-    def _open_metrics(self):
-        needs_newline = False
-        if self.metrics_path.exists() and self.metrics_path.stat().st_size > 0:
+    def _open_metrics(self) -> None:
+        """A raw append-only descriptor: each row goes down in one os.write, so it is written whole or,
+        when the disk is full, cut back off (see _append)."""
+        self._file = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        if os.fstat(self._file).st_size > 0:
             with open(self.metrics_path, "rb") as f:
                 f.seek(-1, os.SEEK_END)
-                needs_newline = f.read(1) != b"\n"
+                torn = f.read(1) != b"\n"
+            if torn:
+                self._append(b"\n", row=False)  # close a partial last line left by a killed process
             log.info("%s exists: appending new rows after the existing ones", self.metrics_path)
-        f = open(self.metrics_path, "a", encoding="utf-8", buffering=1)  # line-buffered
-        if needs_newline:
-            f.write("\n")
-            f.flush()
-        return f
+
+    def _append(self, data: bytes, row: bool = True) -> None:
+        """Append `data` whole, or not at all: on any write error (disk full, file-size limit, a
+        read-only remount) the file is cut back to its size before the row, and StorageError says
+        what it keeps."""
+        fd = self._file
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as err:
+            try:
+                os.ftruncate(fd, start)  # shrinking a file works on a full disk and under RLIMIT_FSIZE
+                kept = f"it keeps its {self.rows:,} whole rows of this run" + (
+                    f" (to step {self._last_step})" if self._last_step is not None else "")
+            except OSError:
+                kept = "its last row may be torn (read_metrics skips it)"
+            raise StorageError(
+                f"cannot write {self.metrics_path} ({err.strerror or err}): the disk or the file-size limit is "
+                f"full; the run stopped and {kept}; no summary.json was written"
+            ) from None
+        self.rows += row
 
     def log(self, row: Mapping[str, Any]) -> None:
-        """Append one row to metrics.jsonl (flushed at once) and forward it to W&B."""
+        """Append one row to metrics.jsonl (one write, whole or not at all) and forward it to W&B."""
         row = dict(row)
         if self._file is None:
             raise RuntimeError("Tracker.log() after finish()")
-        self._file.write(json.dumps(row, default=_json_default) + "\n")
-        self._file.flush()
+        self._append((json.dumps(row, default=_json_default) + "\n").encode("utf-8"))
+        self._last_step = row.get("step", self._last_step)
         if self.wandb_run is not None:
             try:
                 # No step=: coarse rows share a fine step; W&B's own _step counts rows, x-axis is flops.
@@ -255,7 +290,13 @@ class Tracker:
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """summary.json (atomic replace) and the W&B run summary."""
         summary = dict(summary)
-        write_json_atomic(self.summary_path, summary)
+        try:
+            write_json_atomic(self.summary_path, summary)
+        except OSError as err:  # the temporary file is gone again (atomic_open); metrics.jsonl is whole
+            raise StorageError(
+                f"cannot write {self.summary_path} ({err.strerror or err}); the run finished and "
+                f"{self.metrics_path.name} keeps all its {self.rows:,} rows of this run"
+            ) from None
         if self.wandb_run is not None:
             try:
                 self.wandb_run.summary.update({k: v for k, v in summary.items() if v is not None})
@@ -269,7 +310,7 @@ class Tracker:
         self._finished = True
         if self._file is not None:
             try:
-                self._file.close()
+                os.close(self._file)
             finally:
                 self._file = None
         if self.wandb_run is not None:

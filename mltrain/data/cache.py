@@ -23,7 +23,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from mltrain import atomic
-from mltrain.errors import DataError
+from mltrain.errors import DataError, MltrainError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -81,20 +81,28 @@ class TokenCache:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise DataError(f"cannot create the token cache folder {self.dir} ({err}); set data.cache_dir") from err
-        with contextlib.ExitStack() as stack:
-            writers = {s: _SplitWriter(stack.enter_context(atomic.atomic_open(self.split_path(s))), dtype) for s in SPLITS}
-            extra = fill(writers)
-            for split, w in writers.items():
-                if w.count == 0:
-                    raise DataError(f"the {split} split is empty ({extra.get('what', self.stem)}); add more text")
-        meta = {
-            "version": CACHE_VERSION,
-            "key": self.key,
-            "dtype": np.dtype(dtype).name,
-            "tokens": {s: w.count for s, w in writers.items()},
-            **extra,
-        }
-        atomic.write_json(self.meta_path, meta)
+        try:
+            with contextlib.ExitStack() as stack:
+                writers = {s: _SplitWriter(stack.enter_context(atomic.atomic_open(self.split_path(s))), dtype) for s in SPLITS}
+                extra = fill(writers)
+                for split, w in writers.items():
+                    if w.count == 0:
+                        raise DataError(f"the {split} split is empty ({extra.get('what', self.stem)}); add more text")
+            meta = {
+                "version": CACHE_VERSION,
+                "key": self.key,
+                "dtype": np.dtype(dtype).name,
+                "tokens": {s: w.count for s, w in writers.items()},
+                **extra,
+            }
+            atomic.write_json(self.meta_path, meta)
+        except OSError as err:  # read-only folder, full disk: the temporaries are removed, no entry is left
+            if isinstance(err, MltrainError):
+                raise
+            raise StorageError(
+                f"cannot write the token cache in {self.dir} ({err.strerror or err}); free some space or "
+                f"point data.cache_dir at a writable folder"
+            ) from None
         loaded = self.load()
         if loaded is None:  # pragma: no cover - only on a concurrent delete
             raise DataError(f"the token cache entry {self.meta_path} vanished right after it was written")
