@@ -22,6 +22,7 @@ from mltrain.config import apply_budget, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError
 from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
+from mltrain.memory import check_fits
 from mltrain.model import GPT, GPTConfig
 from mltrain.multilevel import MultilevelRunner, planned_steps, run_kind
 from mltrain.optim import build_optimizer
@@ -110,28 +111,34 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     Deterministic in cfg.seed: two sessions built from one config train identically (what resume relies
     on). Resolves model.vocab_size into cfg from the tokenizer."""
     apply_budget(cfg)
+    # Cheap before expensive: what needs only the config and the data's size (the samplers refuse a
+    # split shorter than one context window; the memory bound) is checked before the device or the
+    # model is touched, so an impossible run stops in seconds with one line, not after a huge allocation.
+    data = load_tokens(cfg.data)
+    t, ml = cfg.train, cfg.multilevel
+    B, T = t.batch_size, cfg.model.block_size
+    sampler = BatchSampler(data.train, B, T, seed=cfg.seed)
+    coarse_B = ml.coarse_batch_size or B
+    coarse_sampler = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
+    diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET)
+    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val")
+    gpt_config = model_config(cfg, data.vocab_size)
+
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.train.dtype, device)
+    check_fits(gpt_config, cfg.optim, max(B, coarse_B) // t.grad_accum, device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-    data = load_tokens(cfg.data)
     torch.manual_seed(cfg.seed)  # weights and dropout; every numpy draw has its own seeded generator
-    model = build_model(cfg, data.vocab_size)
+    model = GPT(gpt_config)
     with open_dict(cfg):
         cfg.model.vocab_size = model.config.vocab_size  # resolved: recorded in W&B and used by the plan
     model.to(device)
     if cfg.train.compile:
         for block in model.blocks:  # per block, so any subset (a coarse view) reuses the compiled code
             block.compile()
-
-    t, ml = cfg.train, cfg.multilevel
-    B, T = t.batch_size, cfg.model.block_size
-    sampler = BatchSampler(data.train, B, T, seed=cfg.seed)
-    coarse_sampler = BatchSampler(data.train, ml.coarse_batch_size or B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
-    diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET)
-    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val")
 
     hierarchy = None
     if run_kind(cfg) != "single":
