@@ -121,9 +121,16 @@ def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
         log.info("tokenizing %d text file(s) from %s with %s, once", len(files), c.path, tok.name)
         sizes = [f.stat().st_size for f in files]
         what = f"text ({c.path}: {len(files)} file{'s' if len(files) > 1 else ''}, {sum(sizes) / 1e6:.2f} MB)"
+        not_text: list[str] = []  # files allowed by data.allow_binary, remembered in the cache entry
+
+        def checked(docs: Any) -> Any:
+            for f, name, body in zip(files, names, docs):
+                if not text.check_is_text(body, f, c.allow_binary):
+                    not_text.append(name)
+                yield body
 
         def fill(writers: dict) -> dict:
-            docs = text.read_documents(files, c.cache_dir)
+            docs = checked(text.read_documents(files, c.cache_dir))
             if len(files) == 1:  # one document: its last val_fraction is validation
                 tokens = tok.encode_array(next(iter(docs)))
                 n_val = max(1, int(round(len(tokens) * c.val_fraction)))
@@ -131,13 +138,18 @@ def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
                     raise DataError(f"data.path={c.path!r}: {files[0]} is too short to split ({len(tokens)} tokens)")
                 writers["train"].write(tokens[:-n_val])
                 writers["val"].write(tokens[-n_val:])
-                return {"what": what}
+                return {"what": what, "not_text": not_text}
             is_val = validation_documents(names, sizes, c.val_fraction)
             _write_documents(writers, tok, docs, names, is_val)
-            return {"what": what, "val_documents": [n for n, v in zip(names, is_val) if v]}
+            return {"what": what, "val_documents": [n for n, v in zip(names, is_val) if v], "not_text": not_text}
 
         found = store.build(tok.dtype, fill)
     arrays, meta = found
+    if meta.get("not_text") and not c.allow_binary:  # tokenized earlier under data.allow_binary=true
+        raise DataError(
+            f"data.path={c.path!r}: {', '.join(meta['not_text'][:3])} is not UTF-8 text (more than "
+            f"{text.MAX_NOT_TEXT:.0%} undecodable or control bytes); set data.allow_binary=true to train on it anyway"
+        )
     return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok))
 
 

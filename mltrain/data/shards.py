@@ -161,8 +161,16 @@ def load_shard_splits(folder: str, tokenizer_name: str, vocab_size: int) -> tupl
     train = [arrays[p] for p in train_paths]
     val = [arrays[p] for p in val_paths]
     n_train, n_val = sum(map(len, train)), sum(map(len, val))
+    which = ""
+    if not any(_VAL_NAME.search(p.stem.lower()) for p in val_paths):
+        # No shard is named for validation: say which one is held out, so it is not mistaken for training data.
+        which = f"; validation: {val_paths[0].name}, the first shard, as no shard is named *val*"
+        log.warning(
+            "data.dir=%s has no shard named for validation (e.g. *_val_*.bin): holding out its first shard, "
+            "%s (%s tokens), for validation", folder, val_paths[0].name, f"{n_val:,}",
+        )  # fmt: skip
     desc = (
-        f"shards ({path}: {len(train)} train + {len(val)} val files), {tokenizer_name}: "
+        f"shards ({path}: {len(train)} train + {len(val)} val files{which}), {tokenizer_name}: "
         f"{n_train:,} train / {n_val:,} val tokens"
     )
     return train, val, desc

@@ -11,13 +11,44 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import logging
 import os
 from pathlib import Path
 from typing import Iterator
 
 from mltrain.errors import DataError
 
+log = logging.getLogger(__name__)
+
 TEXT_SUFFIXES = (".txt", ".md")
+
+# A file is "not text" when more than this share of its characters are undecodable UTF-8 (read as
+# U+FFFD) or control characters other than tab, newline, carriage return and form feed: binary formats
+# (token shards, archives, images) are full of NUL bytes, which are valid UTF-8. Real text has ~0.
+MAX_NOT_TEXT = 0.01
+_CONTROL = bytes(c for c in range(32) if chr(c) not in "\t\n\r\f")
+
+
+def not_text_share(text: str) -> tuple[int, int]:
+    """(characters that text does not contain: U+FFFD and control characters, length in characters)."""
+    raw = text.encode("utf-8")
+    controls = len(raw) - len(raw.translate(None, _CONTROL))
+    return text.count("\ufffd") + controls, len(text)
+
+
+def check_is_text(text: str, path: Path | str, allow: bool) -> bool:
+    """False (after a warning) or DataError when `text` read from `path` is not text; True when it is."""
+    bad, n = not_text_share(text)
+    if n == 0 or bad <= MAX_NOT_TEXT * n:
+        return True
+    share = f"{bad:,} of its {n:,} characters ({bad / n:.1%}) are undecodable UTF-8 or control bytes"
+    if allow:
+        log.warning("%s is not UTF-8 text (%s); training on it anyway (data.allow_binary=true)", path, share)
+        return False
+    raise DataError(
+        f"data.path: {path} is not UTF-8 text: {share}. Give text files (convert other encodings to UTF-8), "
+        f"or set data.allow_binary=true to train on it anyway"
+    )
 
 
 def resolve_files(path: str) -> list[Path]:
