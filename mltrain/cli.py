@@ -98,7 +98,13 @@ def prepare_main() -> None:
 def compare_main(argv: list[str] | None = None) -> None:
     from mltrain.compare import main
 
-    sys.exit(main(argv))
+    try:
+        code = main(argv)
+    except OSError as err:  # --out on a read-only path, a full disk: one line, not a traceback
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"mltrain-compare: error: cannot write {where}{err.strerror or err}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
 
 
 def sample_main(argv: list[str] | None = None) -> None:

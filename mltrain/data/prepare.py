@@ -44,11 +44,12 @@ from typing import Any, Iterator, Optional
 import hydra
 import numpy as np
 from hydra.core.config_store import ConfigStore
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from mltrain import atomic
 from mltrain.data import shards
-from mltrain.errors import DataError
+from mltrain.errors import DataError, MltrainError, report
 from mltrain.data.text import datasets_local_only
 from mltrain.data.tokenizers import Tokenizer, encode_batch_before, get_tokenizer, init_worker
 
@@ -209,6 +210,19 @@ def open_dataset(c: PrepareConfig) -> tuple[Any, str]:
     return ds, f"{c.dataset} ({c.name}, {c.split})"
 
 
+def _source(c: PrepareConfig) -> str:
+    return f"prepare.data_files={c.data_files!r}" if c.data_files else f"prepare.dataset={c.dataset} ({c.name}, {c.split})"
+
+
+def _first_line(err: BaseException) -> str:
+    """The message of `err` (or of its cause, for wrappers such as datasets' DatasetGenerationError)."""
+    for e in (err, err.__cause__, err.__context__):
+        text = str(e or "").strip()
+        if text:
+            return text.splitlines()[0]
+    return ""
+
+
 @dataclass
 class _Batch:
     first_doc: int  # index of texts[0] in the document stream
@@ -244,7 +258,15 @@ def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> 
         while True:
             state = ds.state_dict() if streaming else None
             state_doc = pos
-            chunk = next(chunks, None)
+            try:
+                chunk = next(chunks, None)
+            except (KeyboardInterrupt, MltrainError):
+                raise
+            except Exception as err:  # a malformed line or file, a broken stream: one line, not a traceback
+                raise DataError(
+                    f"cannot read document {pos:,} onwards of {_source(c)}: {type(err).__name__}: "
+                    f"{_first_line(err)[:300]}"
+                ) from None
             if chunk is None:
                 return
             texts = [t or "" for t in chunk[c.text_field]]
@@ -496,10 +518,45 @@ def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path) -> Path:
     return out
 
 
+def progress_note(out_dir: str) -> str:
+    """What an interrupted or failed preparation kept in `out_dir` (from its state file)."""
+    try:
+        state = json.loads((Path(os.path.expanduser(out_dir)) / STATE_FILE).read_text())
+        n, tokens = len(state["shards"]), int(state["tokens"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no finished shard was kept in {out_dir}"
+    return (f"{n} finished shard{'s' if n != 1 else ''} ({tokens:,} tokens) kept in {out_dir}; run the same "
+            f"command again to resume")
+
+
+class PrepareGuard(Callback):
+    """Before Hydra creates its log folder under prepare.out_dir: one line, not a traceback, when it cannot."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            Path(config.hydra.run.dir).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            report("mltrain-prepare", f"cannot create prepare.out_dir={config.prepare.out_dir} "
+                                      f"({err.strerror or err}); choose a writable prepare.out_dir")
+            sys.exit(2)
+
+
 @hydra.main(version_base="1.3", config_path="pkg://mltrain.conf", config_name="prepare")
 def hydra_main(cfg: DictConfig) -> None:
+    out_dir = str(cfg.prepare.out_dir)
+    import datasets
+
+    # datasets logs its read errors itself before raising them; the one line below says it already.
+    datasets.utils.logging.set_verbosity(logging.CRITICAL)
     try:
         run_prepare(cfg.prepare)
-    except DataError as err:
-        log.error("%s", err)
+    except MltrainError as err:
+        report("mltrain-prepare", str(err))
+        sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: every finished shard is committed; say so, without a traceback
+        report("mltrain-prepare", progress_note(out_dir), kind="interrupted")
+        sys.exit(130)
+    except OSError as err:  # a full disk, a folder that turned read-only: what failed and what is kept
+        where = f"{err.filename}: " if err.filename else ""
+        report("mltrain-prepare", f"{where}{err.strerror or err}; {progress_note(out_dir)}")
         sys.exit(2)

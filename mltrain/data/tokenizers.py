@@ -11,6 +11,7 @@ import it in fresh processes.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -122,6 +123,9 @@ _worker_tokenizer: Tokenizer | None = None
 
 def init_worker(name: str) -> None:
     global _worker_tokenizer
+    # Ctrl-C reaches the whole process group: the main process handles it (and ends the pool);
+    # workers ignoring it keeps their tracebacks off the console.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_tokenizer = get_tokenizer(name, key="prepare.tokenizer")
 
 
