@@ -252,11 +252,9 @@ def _check_tree(node: Any, schema: type, prefix: str = "") -> Iterator[str]:
             continue
         if key not in hints:
             close = difflib.get_close_matches(str(key), list(hints), n=1)
-            hint = f"did you mean {prefix}{close[0]}? " if close else ""
-            yield (
-                f"{name} is not an mltrain key ({hint}keys of {prefix.rstrip('.') or 'the config'}: "
-                f"{', '.join(hints)}); a key added with + would be ignored, so it is refused"
-            )
+            hint = (f"did you mean {prefix}{close[0]}?" if close
+                    else f"the keys of {prefix.rstrip('.') or 'the config'} are {', '.join(hints)}")
+            yield f"{name} is not an mltrain key ({hint}); a key added with + would be ignored, so it is refused"
             continue
         value = node[key]
         sub = _schema_class(hints[key])
