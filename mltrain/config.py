@@ -277,7 +277,8 @@ def validate(cfg: Any) -> None:
     what a type cannot say: first that every key is the schema's and every number finite (so
     `optim.lr=nan` is named as itself, not as a later comparison that happens to fail), then each
     key's range."""
-    for problem in _check_tree(cfg, Config):
+    problem = next(_check_tree(cfg, Config), None)
+    if problem is not None:
         raise ConfigError(problem)
     m, t = cfg.model, cfg.train
     if not 0 <= cfg.seed < 2**32:

@@ -52,11 +52,10 @@ def available_bytes(device: torch.device) -> Optional[int]:
     available = None
     try:
         with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError):
+            info = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f if ":" in line)}
+        if "MemAvailable" in info:
+            available = info["MemAvailable"] + info.get("SwapFree", 0)  # a bound: refuse only the impossible
+    except (OSError, ValueError, IndexError):
         pass
     if available is None:
         try:
