@@ -20,7 +20,7 @@ from mltrain import rundir
 from mltrain.coarsening import Hierarchy, build_scheme
 from mltrain.config import apply_budget, validate
 from mltrain.data import BatchSampler, load_tokens
-from mltrain.errors import ConfigError
+from mltrain.errors import ConfigError, StorageError
 from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
 from mltrain.memory import check_fits
 from mltrain.model import GPT, GPTConfig
@@ -234,7 +234,13 @@ def _run(cfg: DictConfig, run_dir: Path) -> float:
             )
         if device.type == "cuda":
             summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
-        save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
+        try:
+            save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
+        except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept
+            raise StorageError(
+                f"cannot write the final weights into {run_dir} ({err.strerror or err}); the run finished and "
+                f"metrics.jsonl keeps all its {tracker.rows:,} rows; no summary.json was written"
+            ) from None
         tracker.write_summary(summary)
     log.info(
         "done: %d fine steps%s | %.3g FLOPs (%.0f fine-step equivalents) | train %.4f | val %.4f (from %.4f) "

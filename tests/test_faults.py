@@ -441,6 +441,18 @@ def test_a_full_disk_keeps_whole_rows_and_stops_with_one_line(tmp_path, warm_cac
     assert not (run_dir / "summary.json").exists() and not list(run_dir.glob(".*.tmp"))
 
 
+def test_a_full_disk_at_the_final_weights_says_what_is_kept(tmp_path, warm_cache):
+    run_dir = tmp_path / "run"
+    proc = cli("mltrain", *SMOKE, f"hydra.run.dir={run_dir}", cwd=tmp_path,
+               limits={"RLIMIT_FSIZE": 50_000})  # the rows fit, the 2-block model's ~135 kB of weights do not
+    line = one_error(proc)
+    assert "cannot write the final weights" in line and "keeps all its" in line
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert rows and rows[-1]["step"] == 6
+    assert not (run_dir / "model.safetensors").exists() and not (run_dir / "summary.json").exists()
+    assert not list(run_dir.glob(".*.tmp"))
+
+
 def test_a_full_disk_while_tokenizing_leaves_no_cache_entry(tmp_path):
     cache = tmp_path / "cache"
     proc = cli("mltrain", *SMOKE, f"data.cache_dir={cache}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
