@@ -82,7 +82,14 @@ def _train(cfg: DictConfig) -> float | None:
 
 
 def train_main() -> None:
-    _train()
+    from mltrain import distributed  # torch: only for the training entry point
+
+    # Under torchrun or SLURM tasks: join the ranks before Hydra names the run dir (see distributed.py).
+    distributed.prepare_launch(sys.argv)
+    try:
+        _train()
+    finally:
+        distributed.shutdown()
 
 
 # The other tools import their own modules when called, so `mltrain-compare` (no torch) and

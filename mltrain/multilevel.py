@@ -165,6 +165,18 @@ class MultilevelRunner:
         self.coarse_optimizers[path] = opt
         return opt
 
+    def coarse_storage(self) -> list[torch.nn.Module]:
+        """The blocks coarse models own (the `average` scheme), created now for every coarse model of
+        the plan, so that a data-parallel wrapper built next covers them (see mltrain/distributed.py)."""
+        if self.hierarchy is None or self.control:
+            return []
+        blocks: list[torch.nn.Module] = []
+        for path in dict.fromkeys(p.path for p in self.plan if p.path):
+            view = self.hierarchy.view(path)
+            if view.owns_blocks:
+                blocks += view.blocks
+        return blocks
+
     def fine_lr(self) -> float:
         return lr_at(self.trainer.state.fine_steps, self.cfg.schedule, self.cfg.optim.lr, self.cfg.train.max_steps)
 
