@@ -90,7 +90,11 @@ def sweep_placement() -> Optional[str]:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN or "joblib" not in str(hc.launcher.get("_target_", "")):
         return None
-    return claim_sweep_gpu(Path(hc.sweep.dir) / ".gpu_locks", hc.job.num)
+    gpu = claim_sweep_gpu(Path(hc.sweep.dir) / ".gpu_locks", hc.job.num)
+    if gpu is not None:
+        log.info("sweep job #%d trains on GPU %s (worker pid %d, CUDA_VISIBLE_DEVICES=%s)", hc.job.num, gpu,
+                 os.getpid(), os.environ["CUDA_VISIBLE_DEVICES"])
+    return gpu
 
 
 def claim_sweep_gpu(lock_dir: Path, job_num: int) -> Optional[str]:
@@ -123,5 +127,4 @@ def claim_sweep_gpu(lock_dir: Path, job_num: int) -> Optional[str]:
         _claimed = pool[job_num % len(pool)]
         log.warning("more parallel sweep jobs than GPUs (%d): job #%d shares GPU %s", len(pool), job_num, _claimed)
     os.environ["CUDA_VISIBLE_DEVICES"] = _claimed
-    log.info("sweep worker (pid %d) trains on GPU %s", os.getpid(), _claimed)
     return _claimed
