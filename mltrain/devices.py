@@ -23,8 +23,8 @@ from typing import Optional
 
 import torch
 
-from mltrain.config import ConfigError
 from mltrain.distributed import World
+from mltrain.errors import ConfigError
 
 log = logging.getLogger("mltrain")
 

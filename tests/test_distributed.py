@@ -68,7 +68,7 @@ def losses(rows):
     """(kind, step, level, value) of every loss row, in order: train, held-out and diagnostics."""
     out = []
     for r in rows:
-        for key in ("train/loss", "val/loss", "diag/coarse_loss", "diag/fine_loss", "diag/grad_cosine"):
+        for key in ("train/loss", "val/loss", "val/loss_se", "diag/coarse_loss", "diag/fine_loss", "diag/grad_cosine"):
             if key in r:
                 out.append((key, r["step"], r.get("level"), r[key]))
     return out
