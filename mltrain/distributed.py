@@ -143,16 +143,16 @@ def check_divisible(world: World, grad_accum: int, **batch_sizes: int) -> Option
 class Replica(nn.Module):
     """Every parameter any level trains, in one module: the fine model and the coarse-owned storage.
 
-    `forward(idx, targets, blocks)` runs `blocks` (any view's) between the fine model's embeddings
-    and head, so the one DDP wrapper around this module serves every level."""
+    `forward(idx, targets, blocks, step_size)` runs `blocks` (any view's, with its Euler step) between
+    the fine model's embeddings and head, so the one DDP wrapper around this module serves every level."""
 
     def __init__(self, model: nn.Module, coarse_storage: Iterable[nn.Module] = ()):
         super().__init__()
         self.model = model
         self.coarse_storage = nn.ModuleList(coarse_storage)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor, blocks: list[nn.Module]):
-        return self.model(idx, targets, blocks=blocks)
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor, blocks: list[nn.Module], step_size: float = 1.0):
+        return self.model(idx, targets, blocks=blocks, step_size=step_size)
 
 
 def wrap(model: nn.Module, coarse_storage: Iterable[nn.Module], device: torch.device) -> DistributedDataParallel:

@@ -188,7 +188,7 @@ class Trainer:
         averages the gradients over the ranks; the view itself in one process."""
         if self.replica is None:
             return view(x, y)
-        return self.replica(x, y, view.blocks)
+        return self.replica(x, y, view.blocks, view.step_size)
 
     def log_train(self, kind: str, view: ModelView, lr: float, **extra: Any) -> float:
         """Write one train row: the mean loss of the `kind` steps since its last row (one host sync)."""

@@ -90,8 +90,8 @@ def assert_same_training(a, b):
     ("single", []),
     # grad_accum=2: the first micro-batch of each rank runs under no_sync, the second reduces
     ("evenodd", ["coarsening=evenodd", *ML, "train.grad_accum=2"]),
-    # coarse blocks with storage of their own, created before the DDP wrapper
-    ("average", ["coarsening=average", *ML]),
+    # coarse blocks with storage of their own, created before the DDP wrapper; Euler steps of size k
+    ("average", ["coarsening=average", "coarsening.step_scale=stride", *ML]),
 ])
 def test_two_processes_train_like_one_with_the_same_global_batch(tmp_path, name, extra):
     overrides = [*TINY, *extra]
