@@ -117,3 +117,71 @@ def test_a_global_batch_the_ranks_cannot_split_is_one_error_line(tmp_path):
     assert proc.returncode != 0
     assert "train.batch_size=6 is the global batch: it must be divisible by the number of processes (2)" in proc.stderr
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Resume across world sizes, with mltrain/checkpoint.py: rank 0 writes the runner's state (weights,
+# optimizers, plan position, sampler positions — global batch indices, independent of the ranks), and
+# any number of processes can continue from it.
+
+RESUME = [*TINY, "coarsening=evenodd", *ML]
+
+
+def in_torchrun(tmp_path: Path, stop_at: int, load: str, save: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    script = Path(__file__).with_name("distributed_resume.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+           json.dumps(RESUME), str(stop_at), load, str(save)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def in_process(stop_at: int = -1, load: str = ""):
+    import torch  # noqa: F401  (the session below runs in this process)
+
+    from mltrain.checkpoint import load_checkpoint
+    from mltrain.run import build
+
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfg = compose("config", overrides=RESUME)
+    session = build(cfg, lambda row: None)
+    state = session.trainer.state
+    if load:
+        load_checkpoint(load, session.runner)
+    session.runner.run(should_stop=lambda: stop_at >= 0 and
+                       state.fine_steps + state.coarse_steps + state.control_steps >= stop_at)
+    return session
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    import torch
+
+    assert a["train_state"] == b["train_state"]
+    assert a["samplers"] == b["samplers"]
+    for name, tensor in a["model"].items():
+        assert torch.allclose(tensor, b["model"][name], rtol=0, atol=TOL), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop_at", [5])  # inside cycle 0's first coarse phase
+def test_a_checkpoint_written_by_two_processes_resumes_in_one_and_back(tmp_path, stop_at):
+    import torch
+
+    from mltrain.checkpoint import save_checkpoint
+
+    whole = in_process()
+    save_checkpoint(tmp_path / "whole.pt", whole.runner)
+    expected = torch.load(tmp_path / "whole.pt", weights_only=True)
+
+    # 2 processes stop mid coarse phase; 1 process finishes the run
+    in_torchrun(tmp_path, stop_at, "", tmp_path / "two.pt")
+    assert torch.load(tmp_path / "two.pt", weights_only=True)["train_state"]["coarse_steps"] == stop_at - 1
+    resumed_in_one = in_process(load=str(tmp_path / "two.pt"))
+    save_checkpoint(tmp_path / "one_end.pt", resumed_in_one.runner)
+    assert_same_state(expected, torch.load(tmp_path / "one_end.pt", weights_only=True))
+
+    # 1 process stops there; 2 processes finish the run
+    stopped = in_process(stop_at=stop_at)
+    save_checkpoint(tmp_path / "one.pt", stopped.runner)
+    in_torchrun(tmp_path, -1, str(tmp_path / "one.pt"), tmp_path / "two_end.pt")
+    assert_same_state(expected, torch.load(tmp_path / "two_end.pt", weights_only=True))
