@@ -14,7 +14,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mltrain import rundir
+from mltrain import distributed, rundir
 from mltrain.config import register_configs, validate
 from mltrain.errors import MltrainError, report
 from mltrain.run import run
@@ -50,7 +50,8 @@ class RunGuard(Callback):
         run_dir = Path(config.hydra.run.dir)
         try:
             validate(config)
-            rundir.claim(run_dir)  # held until the process ends
+            if distributed.world_from_env().is_main:  # one owner: the other ranks of a torchrun job write nothing
+                rundir.claim(run_dir)  # held until the process ends
         except MltrainError as err:
             _fail(str(err))
 
@@ -84,7 +85,12 @@ def _train(cfg: DictConfig) -> float | None:
 
 def train_main() -> None:
     logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" tracebacks
-    _train()
+    # Under torchrun or SLURM tasks: join the ranks before Hydra names the run dir (see distributed.py).
+    distributed.prepare_launch(sys.argv)
+    try:
+        _train()
+    finally:
+        distributed.shutdown()
 
 
 # The other tools import their own modules when called, so `mltrain-compare` (no torch) and

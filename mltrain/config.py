@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
+import time
 import typing
+from datetime import datetime
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional
 
@@ -184,13 +187,25 @@ class Config:
     scale: Optional[str] = None  # name of the scale preset, set by conf/scale/*.yaml
 
 
+# A run's start time (seconds since the epoch), set by mltrain.distributed.prepare_launch so that every
+# rank of one data-parallel job names the same default run dir.
+START_TIME_ENV = "MLTRAIN_START_TIME"
+_PROCESS_START = time.time()
+
+
+def start_time(pattern: str) -> str:
+    """`${mltrain_now:%H-%M-%S}` in conf/config.yaml: Hydra's `now`, but one instant for all ranks."""
+    return datetime.fromtimestamp(float(os.environ.get(START_TIME_ENV, _PROCESS_START))).strftime(pattern)
+
+
 def register_configs() -> None:
-    """The schema, and the resolver the config tree uses; idempotent."""
+    """The schema, and the resolvers the config tree uses; idempotent."""
     ConfigStore.instance().store(name="mltrain_schema", node=Config)
     OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
     # Default run/sweep dirs: claimed with an atomic mkdir, suffixed when another run took the name in
     # the same second. Cached like Hydra's `now`, so every job of a sweep resolves the same folder.
     OmegaConf.register_new_resolver("mltrain_unique_dir", unique_dir, replace=True, use_cache=True)
+    OmegaConf.register_new_resolver("mltrain_now", start_time, replace=True)
 
 
 def budget_steps(train: Any) -> int:

@@ -24,7 +24,7 @@ import torch
 from mltrain.coarsening import Hierarchy, ModelView, build_scheme, fine_view
 from mltrain.config import Control, Order, StatePolicy
 from mltrain.flops import train_flops_per_token
-from mltrain.optim import build_optimizer, lr_at, resolve_coarse_optim
+from mltrain.optim import LRSchedule, build_optimizer, resolve_coarse_optim
 from mltrain.trainer import Trainer, TrainState
 
 
@@ -135,6 +135,9 @@ class MultilevelRunner:
         self.control = self.kind == "schedule_control"
         self.plan = build_plan(cfg)
         self.coarse_optim_cfg = resolve_coarse_optim(cfg.optim, cfg.multilevel.coarse_optim)
+        # Schedules and intervals read from the config once: the step loop reads plain Python values.
+        self.fine_schedule = LRSchedule.from_config(cfg.schedule, cfg.optim.lr, cfg.train.max_steps)
+        self._coarse_schedules: dict[int, LRSchedule] = {}  # by phase length
         self.coarse_optimizers: dict[tuple[int, ...], torch.optim.Optimizer] = {}
         self.diag_index = 0
 
@@ -165,11 +168,27 @@ class MultilevelRunner:
         self.coarse_optimizers[path] = opt
         return opt
 
+    def coarse_storage(self) -> list[torch.nn.Module]:
+        """The blocks coarse models own (the `average` scheme), created now for every coarse model of
+        the plan, so that a data-parallel wrapper built next covers them (see mltrain/distributed.py)."""
+        if self.hierarchy is None or self.control:
+            return []
+        blocks: list[torch.nn.Module] = []
+        for path in dict.fromkeys(p.path for p in self.plan if p.path):
+            view = self.hierarchy.view(path)
+            if view.owns_blocks:
+                blocks += view.blocks
+        return blocks
+
     def fine_lr(self) -> float:
-        return lr_at(self.trainer.state.fine_steps, self.cfg.schedule, self.cfg.optim.lr, self.cfg.train.max_steps)
+        return self.fine_schedule(self.trainer.state.fine_steps)
 
     def coarse_lr(self, step_in_phase: int, phase_steps: int) -> float:
-        return lr_at(step_in_phase, self.cfg.multilevel.coarse_schedule, self.coarse_optim_cfg.lr, phase_steps)
+        schedule = self._coarse_schedules.get(phase_steps)
+        if schedule is None:
+            schedule = self._coarse_schedules[phase_steps] = LRSchedule.from_config(
+                self.cfg.multilevel.coarse_schedule, self.coarse_optim_cfg.lr, phase_steps)
+        return schedule(step_in_phase)
 
     # -- execution ----------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> bool:
@@ -199,6 +218,9 @@ class MultilevelRunner:
         extra = {} if phase.cycle is None else {"cycle": phase.cycle}
         if self.control and not fine:
             extra["control_for"] = ".".join(map(str, phase.path))
+        # Plain values for the loop (an OmegaConf read per step costs more than it looks).
+        log_every, eval_every, max_steps = cfg.train.log_interval, cfg.train.eval_interval, cfg.train.max_steps
+        coarse_log_every, in_cycle = cfg.multilevel.coarse_log_interval, phase.cycle is not None
         while state.step_in_phase < phase.steps:
             lr = self.fine_lr() if fine else self.coarse_lr(state.step_in_phase, phase.steps)
             t.step(view, optimizer, lr, sampler, kind)
@@ -206,11 +228,11 @@ class MultilevelRunner:
             if fine:
                 n = state.fine_steps
                 # Every fine step of a cycle is logged: the jumps after prolongation are the point.
-                if n % cfg.train.log_interval == 0 or n == cfg.train.max_steps or phase.cycle is not None:
+                if n % log_every == 0 or n == max_steps or in_cycle:
                     t.log_train(kind, view, lr, **extra)
-                if n % cfg.train.eval_interval == 0 or n == cfg.train.max_steps:
+                if n % eval_every == 0 or n == max_steps:
                     t.log_eval(view)
-            elif state.step_in_phase % cfg.multilevel.coarse_log_interval == 0 or state.step_in_phase == phase.steps:
+            elif state.step_in_phase % coarse_log_every == 0 or state.step_in_phase == phase.steps:
                 t.log_train(kind, view, lr, **extra)
             if state.step_in_phase < phase.steps and should_stop():
                 return False

@@ -8,6 +8,7 @@ every phase (the paper's coarse schedule is constant, where the position does no
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
@@ -72,6 +73,26 @@ def lr_at(position: int, schedule: Any, peak_lr: float, total_steps: int) -> flo
         return peak_lr
     progress = min(1.0, (position - warmup) / max(1, total_steps - warmup))
     return schedule.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (peak_lr - schedule.min_lr)
+
+
+@dataclass(frozen=True)
+class LRSchedule:
+    """`lr_at` with its configuration read once: calling it is plain arithmetic. (Reading a key of an
+    OmegaConf config costs ~20 µs; a handful per step was ~5% of a small model's step time.)"""
+
+    name: str
+    warmup_steps: int
+    min_lr: float
+    peak_lr: float
+    total_steps: int
+
+    @classmethod
+    def from_config(cls, schedule: Any, peak_lr: float, total_steps: int) -> "LRSchedule":
+        return cls(str(schedule.name), int(schedule.warmup_steps), float(schedule.min_lr), float(peak_lr),
+                   int(total_steps))
+
+    def __call__(self, position: int) -> float:
+        return lr_at(position, self, self.peak_lr, self.total_steps)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -16,10 +17,11 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain import rundir
+from mltrain import distributed, rundir
 from mltrain.coarsening import Hierarchy, build_scheme
 from mltrain.config import apply_budget, validate
 from mltrain.data import BatchSampler, load_tokens
+from mltrain.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
 from mltrain.errors import ConfigError, StorageError
 from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
 from mltrain.memory import check_fits
@@ -38,21 +40,6 @@ log = logging.getLogger("mltrain")
 # with the same seed (single-level, multilevel, control, any budget) trains on the same batch.
 DIAG_SEED_OFFSET = 1_000_003
 COARSE_SEED_OFFSET = 2_000_003
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda but torch sees no CUDA device (use device=auto or device=cpu)")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
-    """The autocast dtype, or None for plain fp32."""
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
-    return torch.bfloat16 if name == "bfloat16" else None
 
 
 def model_config(cfg: DictConfig, vocab_size: int) -> GPTConfig:
@@ -114,22 +101,26 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     # Cheap before expensive: what needs only the config and the data's size (the samplers refuse a
     # split shorter than one context window; the memory bound) is checked before the device or the
     # model is touched, so an impossible run stops in seconds with one line, not after a huge allocation.
-    data = load_tokens(cfg.data)
+    world = distributed.world_from_env()
     t, ml = cfg.train, cfg.multilevel
     B, T = t.batch_size, cfg.model.block_size
-    sampler = BatchSampler(data.train, B, T, seed=cfg.seed)
     coarse_B = ml.coarse_batch_size or B
-    coarse_sampler = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET)
-    diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET)
-    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val")
+    if problem := distributed.check_divisible(world, t.grad_accum, **{
+            "train.batch_size": B, "multilevel.coarse_batch_size": coarse_B}):
+        raise ConfigError(problem)
+    data = load_tokens(cfg.data)
+    ranks = {"rank": world.rank, "world_size": world.size}  # each rank reads its slice of every global batch
+    sampler = BatchSampler(data.train, B, T, seed=cfg.seed, **ranks)
+    coarse_sampler = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **ranks)
+    diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **ranks)
+    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **ranks)
     gpt_config = model_config(cfg, data.vocab_size)
 
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device, world)
     dtype = resolve_dtype(cfg.train.dtype, device)
-    check_fits(gpt_config, cfg.optim, max(B, coarse_B) // t.grad_accum, device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    check_fits(gpt_config, cfg.optim, max(B, coarse_B) // world.size // t.grad_accum, device)
+    enable_tf32(device)
+    distributed.init(world)
 
     torch.manual_seed(cfg.seed)  # weights and dropout; every numpy draw has its own seeded generator
     model = GPT(gpt_config)
@@ -137,8 +128,10 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
         cfg.model.vocab_size = model.config.vocab_size  # resolved: recorded in W&B and used by the plan
     model.to(device)
     if cfg.train.compile:
-        for block in model.blocks:  # per block, so any subset (a coarse view) reuses the compiled code
-            block.compile()
+        # The whole model, once: dynamo guards on the number of blocks a call runs, not on which
+        # modules they are (nn.Module parameters are graph inputs), so every coarse model of one
+        # depth reuses one graph, and later cycles compile nothing (checked in tests/test_compile.py).
+        model.compile(dynamic=False)
 
     hierarchy = None
     if run_kind(cfg) != "single":
@@ -147,8 +140,10 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
     # MFU only means something against the bf16 peak, i.e. under bf16 autocast.
     peak = peak_flops(device) if dtype == torch.bfloat16 else None
-    trainer = Trainer(model, t, device, dtype, val_sampler, log_row, peak_flops=peak)
+    trainer = Trainer(model, t, device, dtype, val_sampler, log_row, peak_flops=peak, world=world)
     runner = MultilevelRunner(cfg, trainer, hierarchy, fine_optimizer, sampler, coarse_sampler, diag_sampler, device)
+    if world.distributed:  # one DDP wrapper for every level: see mltrain/distributed.py
+        trainer.replica = distributed.wrap(model, runner.coarse_storage(), device)
     trainer.bar.reset(total=planned_steps(runner.plan))
     return Session(cfg, model, trainer, runner, data.description, data_record(data))
 
@@ -159,16 +154,25 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
     if run_dir is None:
         run_dir = HydraConfig.get().runtime.output_dir
     run_dir = Path(run_dir)
+    world = distributed.world_from_env()
+    if not world.distributed:
+        sweep_placement()  # a parallel sweep worker takes a GPU of its own, before CUDA starts
+    distributed.init(world)
     # The run owns its directory until it returns (a lock, not only a start-up check): a second run
-    # into it is refused, never interleaved. Under the CLI, RunGuard has claimed it already.
-    with rundir.claim(run_dir):
+    # into it is refused, never interleaved. Under the CLI, RunGuard has claimed it already. Rank 0
+    # alone owns it; the other ranks of a data-parallel job write nothing there.
+    with rundir.claim(run_dir) if world.is_main else contextlib.nullcontext():
+        distributed.barrier()  # every rank waits for rank 0's claim before training
+        distributed.quiet_other_ranks(world)
         return _run(cfg, run_dir)
 
 
 def _run(cfg: DictConfig, run_dir: Path) -> float:
+    world = distributed.world_from_env()
     budget = float(cfg.train.budget)  # build() resolves it into train.max_steps
-    # The trainer logs only inside `with tracker` below; the lambda looks the tracker up then.
-    session = build(cfg, lambda row: tracker.log(row))
+    # The trainer logs only inside `with tracker` below; the lambda looks the tracker up then. Only
+    # rank 0 writes files (metrics, summary, weights, W&B); the other ranks compute the same rows and drop them.
+    session = build(cfg, lambda row: tracker.log(row) if tracker is not None else None)
     model, trainer, runner, kind = session.model, session.trainer, session.runner, session.kind
     log.info("data: %s", session.data_description)
     n_params = model.num_params()
@@ -185,8 +189,8 @@ def _run(cfg: DictConfig, run_dir: Path) -> float:
     origin = provenance(device)
     config_dict = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
     tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind, seed=cfg.seed),
-                      group=run_label(overrides, kind), job_type=kind)
-    with tracker:
+                      group=run_label(overrides, kind), job_type=kind) if world.is_main else None
+    with tracker if tracker is not None else contextlib.nullcontext():
         trainer.t0 = time.perf_counter()  # wall time counts from here, not from data loading
         initial_val = trainer.log_eval(runner.fine)
         model.train()
@@ -224,6 +228,7 @@ def _run(cfg: DictConfig, run_dir: Path) -> float:
             "delta": ml.delta if kind != "single" else None,
             "label": run_label(overrides, kind),
             "preset": cfg.preset,
+            "world_size": world.size,
         }
         if kind != "single":
             summary.update(
@@ -234,14 +239,15 @@ def _run(cfg: DictConfig, run_dir: Path) -> float:
             )
         if device.type == "cuda":
             summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
-        try:
-            save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
-        except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept
-            raise StorageError(
-                f"cannot write the final weights into {run_dir} ({err.strerror or err}); the run finished and "
-                f"metrics.jsonl keeps all its {tracker.rows:,} rows; no summary.json was written"
-            ) from None
-        tracker.write_summary(summary)
+        if tracker is not None:
+            try:
+                save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
+            except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept
+                raise StorageError(
+                    f"cannot write the final weights into {run_dir} ({err.strerror or err}); the run finished and "
+                    f"metrics.jsonl keeps all its {tracker.rows:,} rows; no summary.json was written"
+                ) from None
+            tracker.write_summary(summary)
     log.info(
         "done: %d fine steps%s | %.3g FLOPs (%.0f fine-step equivalents) | train %.4f | val %.4f (from %.4f) "
         "| %.0f tok/s | %.1f s | %s",

@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import errno
 import os
+import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -162,8 +163,24 @@ def unique_dir(base: str) -> str:
     claim that follows reports it in one line. Folders made here that are still empty when the
     process ends (a refused run, `--cfg hydra --resolve`) are removed again."""
     key = os.path.abspath(base)
-    if key in _chosen:
-        return _chosen[key]
+    if key not in _chosen:
+        _chosen[key] = _agreed_by_ranks(lambda: _claim_unique(base))
+    return _chosen[key]
+
+
+def _agreed_by_ranks(choose: Callable[[], str]) -> str:
+    """`choose()`, made by rank 0 alone and broadcast when this process is one rank of a data-parallel
+    job (distributed.prepare_launch joined the group before Hydra resolves the dir): every rank then
+    names the same directory, where each choosing for itself would give rank 1 the `-1` suffix."""
+    dist = sys.modules.get("torch.distributed")  # never imported here: only a launched job has it set up
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return choose()
+    chosen = [choose() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(chosen, src=0)
+    return chosen[0]
+
+
+def _claim_unique(base: str) -> str:
     candidate = base
     for i in range(1, 10_000):
         made = _missing_parents(candidate)
@@ -177,7 +194,6 @@ def unique_dir(base: str) -> str:
             break
         atexit.register(_remove_if_empty, [os.path.abspath(candidate), *made])
         break
-    _chosen[key] = candidate
     return candidate
 
 

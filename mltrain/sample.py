@@ -18,7 +18,7 @@ import torch
 from mltrain.data import Tokenizer, get_tokenizer
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.model import GPT
-from mltrain.run import resolve_device
+from mltrain.devices import resolve_device
 from mltrain.weights import INFO_FILE, load_weights, read_info
 
 PROG = "mltrain-sample"

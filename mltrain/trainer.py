@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from mltrain import distributed
 from mltrain.coarsening import ModelView
 from mltrain.flops import train_flops_per_token
 from mltrain.optim import set_lr
@@ -50,6 +51,29 @@ class TrainState:
         return asdict(self)
 
 
+class _Pending:
+    """One phase kind's steps since its last train row. Losses stay on the device (no host sync per
+    step) as a list of detached scalars, summed once per row; past COLLAPSE entries they are folded
+    into one, so a long log interval holds no more than that."""
+
+    COLLAPSE = 256
+    __slots__ = ("losses", "steps", "tokens", "t_start")
+
+    def __init__(self, t_start: float):
+        self.losses: list[torch.Tensor] = []
+        self.steps, self.tokens, self.t_start = 0, 0, t_start
+
+    def add(self, loss: torch.Tensor, tokens: int) -> None:
+        self.losses.append(loss)
+        if len(self.losses) >= self.COLLAPSE:
+            self.losses = [torch.stack(self.losses).sum()]
+        self.steps += 1
+        self.tokens += tokens
+
+    def mean_loss(self) -> torch.Tensor:
+        return torch.stack(self.losses).sum() / self.steps
+
+
 class Trainer:
     def __init__(
         self,
@@ -60,22 +84,32 @@ class Trainer:
         val_sampler: Any,
         log: Callable[[dict], None],
         peak_flops: Optional[float] = None,
+        world: distributed.World = distributed.World(),
     ):
         self.model, self.cfg, self.device, self.dtype = model, train_cfg, device, dtype
+        # The step's settings as plain values: an OmegaConf read costs ~20 µs, too much per step.
+        self.grad_accum, self.grad_clip = int(train_cfg.grad_accum), float(train_cfg.grad_clip)
         self.val_sampler, self.log = val_sampler, log
         self.state = TrainState()
-        self.peak_flops = peak_flops
+        self.world = world
+        # MFU is per job: the FLOPs of all ranks against the peak of all their devices.
+        self.peak_flops = peak_flops * world.size if peak_flops else None
+        # Under data parallel, the one DistributedDataParallel wrapper every training step goes
+        # through (see mltrain/distributed.py); None in one process.
+        self.replica: Optional[torch.nn.Module] = None
         cfg = model.config
         self._flops_per_token: dict[int, float] = {}
         self._dims = (cfg.n_embd, cfg.vocab_size, cfg.block_size)
         self.t0 = time.perf_counter()
         self.last_loss: dict[str, float] = {}  # by phase kind, for the summary
-        self._pending: dict[str, list] = {}  # per phase kind: [loss_sum tensor, n_steps, tokens, t_start]
+        self._pending: dict[str, _Pending] = {}  # per phase kind, since its last train row
         self._clip_params: dict[int, list] = {}  # per optimizer: its parameters, for gradient clipping
         self._val_batches: Optional[list] = None  # the fixed held-out batches, on the device
         # disable=None: no bar when stderr is not a terminal (CI, SLURM logs); eval lines still show
         # progress. The total (all planned optimizer steps) is set once the plan exists.
-        self.bar = tqdm(disable=None if train_cfg.progress else True, unit="step", dynamic_ncols=True)
+        # Ranks > 0 show no bar: rank 0 speaks for the job.
+        show = train_cfg.progress and world.is_main
+        self.bar = tqdm(disable=None if show else True, unit="step", dynamic_ncols=True)
 
     # -- accounting -------------------------------------------------------------------------------
     def flops_per_token(self, n_blocks: int) -> float:
@@ -99,31 +133,41 @@ class Trainer:
 
     # -- the step -----------------------------------------------------------------------------------
     def step(self, view: ModelView, optimizer: torch.optim.Optimizer, lr: float, sampler: Any, kind: str) -> None:
-        """One optimizer step of `view` on the next batch of `sampler`; `kind` is fine|coarse|control."""
-        # Per-kind accumulator since that kind's last row: [loss sum (on device), steps, tokens, start
-        # time]. Losses stay on the device until a row is written: no host sync per step.
+        """One optimizer step of `view` on the next batch of `sampler`; `kind` is fine|coarse|control.
+
+        The hot path: no host sync, no per-step allocation beyond the step's own tensors; with one
+        micro-batch the loss is used as it is (no chunking, no division by 1)."""
         pending = self._pending.get(kind)
         if pending is None:
-            pending = self._pending[kind] = [torch.zeros((), device=self.device), 0, 0, time.perf_counter()]
+            pending = self._pending[kind] = _Pending(time.perf_counter())
         set_lr(optimizer, lr)
         x, y = self._to_device(sampler.next_batch())
-        accum = self.cfg.grad_accum
-        for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
+        accum = self.grad_accum
+        if accum == 1:
             with self.autocast():
-                _, loss = view(xs, ys)
-            loss = loss / accum
+                _, loss = self._forward(view, x, y)
             loss.backward()
-            pending[0].add_(loss.detach())
-        if self.cfg.grad_clip > 0:
+            loss = loss.detach()
+        else:
+            loss = torch.zeros((), device=self.device)
+            for i, (xs, ys) in enumerate(zip(x.chunk(accum), y.chunk(accum))):
+                # Under DDP the gradients are reduced once, with the last micro-batch.
+                sync = self.replica is None or i == accum - 1
+                with contextlib.nullcontext() if sync else self.replica.no_sync():
+                    with self.autocast():
+                        _, part = self._forward(view, xs, ys)
+                    (part / accum).backward()
+                loss += part.detach() / accum
+        if self.grad_clip > 0:
             # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view).
             params = self._clip_params.get(id(optimizer))
             if params is None:
                 params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-        n_tokens = x.numel()
+        n_tokens = x.numel() * self.world.size  # the global batch: every rank's slice
         flops = self.flops_per_token(view.n_blocks) * n_tokens
         s = self.state
         s.tokens += n_tokens
@@ -136,15 +180,22 @@ class Trainer:
             s.coarse_flops += flops
         else:
             s.control_steps += 1
-        pending[1] += 1
-        pending[2] += n_tokens
+        pending.add(loss, n_tokens)
         self.bar.update(1)
+
+    def _forward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor):
+        """A training forward of `view`: through the DDP wrapper under data parallel, so its backward
+        averages the gradients over the ranks; the view itself in one process."""
+        if self.replica is None:
+            return view(x, y)
+        return self.replica(x, y, view.blocks, view.step_size)
 
     def log_train(self, kind: str, view: ModelView, lr: float, **extra: Any) -> float:
         """Write one train row: the mean loss of the `kind` steps since its last row (one host sync)."""
-        loss_sum, n, tokens, t_start = self._pending.pop(kind)
-        loss = (loss_sum / n).item()
-        dt = max(time.perf_counter() - t_start, 1e-9)
+        pending = self._pending.pop(kind)
+        loss = distributed.mean_([pending.mean_loss()])[0].item()  # over the steps, then the ranks
+        tokens = pending.tokens
+        dt = max(time.perf_counter() - pending.t_start, 1e-9)
         self.last_loss[kind] = loss
         row = {
             "step": self.state.fine_steps,
@@ -176,10 +227,12 @@ class Trainer:
         return self._val_batches
 
     def held_out(self) -> dict:
-        """Size of the held-out set and a fingerprint of its tokens: runs are compared only on the same one."""
+        """Size of the held-out set and a fingerprint of its tokens: runs are compared only on the same one.
+        Under data parallel, of the whole batches (the ranks' slices in rank order), as in one process."""
         digest = hashlib.sha1()
         sequences = 0
         for x, y in self.val_batches():
+            x, y = distributed.gather_rows(x), distributed.gather_rows(y)
             digest.update(x.cpu().numpy().tobytes())
             digest.update(y[:, -1:].cpu().numpy().tobytes())
             sequences += x.shape[0]
@@ -193,15 +246,16 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         per_sequence = []
-        for x, y in self.val_batches():
+        for x, y in self.val_batches():  # this rank's slice of each held-out batch
             for xs, ys in zip(x.chunk(self.cfg.grad_accum), y.chunk(self.cfg.grad_accum)):
                 with self.autocast():
                     logits, _ = view(xs)
                 loss = F.cross_entropy(logits.float().transpose(1, 2), ys, reduction="none")
                 per_sequence.append(loss.mean(dim=1))
-            self.state.eval_flops += self.flops_per_token(view.n_blocks) / 3 * x.numel()  # forward only
+            self.state.eval_flops += self.flops_per_token(view.n_blocks) / 3 * x.numel() * self.world.size  # forward only
         self.model.train(was_training)
-        losses = torch.cat(per_sequence)
+        # Every rank's per-sequence losses, so the mean and its error are the one-process figures.
+        losses = distributed.gather_rows(torch.cat(per_sequence))
         se = losses.std() / math.sqrt(losses.numel()) if losses.numel() > 1 else torch.zeros(())
         return losses.mean().item(), se.item()
 
@@ -209,7 +263,7 @@ class Trainer:
         t_start = time.perf_counter()
         loss, se = self.evaluate(view)
         for pending in self._pending.values():  # keep evaluation time out of the rows' tokens/s
-            pending[3] += time.perf_counter() - t_start
+            pending.t_start += time.perf_counter() - t_start
         row = {"step": self.state.fine_steps, "level": view.level, "val/loss": loss, "val/loss_se": se,
                **self.counters(), **extra}
         self.log(row)
@@ -222,19 +276,22 @@ class Trainer:
 
     def gradients(self, view: ModelView, batch) -> tuple[float, dict[int, torch.Tensor]]:
         """Loss and gradients of `view` on `batch` via autograd.grad (no optimizer step, .grad
-        untouched), in train.grad_accum chunks like a training step, so it fits where training fits."""
+        untouched), in train.grad_accum chunks like a training step, so it fits where training fits.
+        Under data parallel `batch` is this rank's slice and both are averaged over the ranks (the
+        plain model, not the DDP wrapper: no optimizer step follows)."""
         x, y = self._to_device(batch)
-        self.state.diag_flops += self.flops_per_token(view.n_blocks) * x.numel()
+        self.state.diag_flops += self.flops_per_token(view.n_blocks) * x.numel() * self.world.size
         params = view.parameters()
         accum = self.cfg.grad_accum
-        total_loss, grads = 0.0, [torch.zeros_like(p, dtype=torch.float32) for p in params]
+        total_loss, grads = torch.zeros((), device=self.device), [torch.zeros_like(p, dtype=torch.float32) for p in params]
         for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
             with self.autocast():
                 _, loss = view(xs, ys)
             for g, part in zip(grads, torch.autograd.grad(loss / accum, params)):
                 g.add_(part.float())
-            total_loss += loss.item() / accum
-        return total_loss, {id(p): g for p, g in zip(params, grads)}
+            total_loss += loss.detach().float() / accum
+        distributed.mean_([total_loss, *grads])
+        return total_loss.item(), {id(p): g for p, g in zip(params, grads)}
 
     def gradient_agreement(self, coarse: ModelView, parent: ModelView, batch) -> dict:
         """The review's evidence: losses of a coarse model and its parent on one batch, and the cosine

@@ -1,0 +1,206 @@
+"""Data parallel over processes, with PyTorch's own engine (torch.distributed and DDP).
+
+Launch with `torchrun --nproc_per_node=N mltrain ...` (ranks from RANK, WORLD_SIZE, LOCAL_RANK) or as
+several SLURM tasks (`srun`, or the submitit launcher with `tasks_per_node=N`: ranks from SLURM_PROCID,
+SLURM_NTASKS, SLURM_LOCALID). `train.batch_size` stays the *global* batch: rank r of W reads rows
+[r·B/W, (r+1)·B/W) of the same global batch (`BatchSampler(rank=, world_size=)`), DDP averages the
+gradients, so W processes take the steps one process would, up to float summation order.
+
+Why one DDP wrapper for every level (`Replica`)
+-----------------------------------------------
+A coarse model is a *view*: the fine model's embeddings, final norm and head around a subset of its
+blocks (the `average` scheme adds blocks of its own). DDP registers an autograd hook on every parameter
+of the module it wraps and all-reduces gradient buckets as they fill; two DDP wrappers over shared
+parameters (one for the fine model, one per coarse model) would each hook the same parameters, so a
+backward through either would fire both reducers, and the one that expected no gradient this step
+would wait forever or reduce stale buckets. Instead there is exactly one wrapper, over `Replica`: the
+fine model plus the coarse-owned storage, so every trainable parameter has exactly one hook. A step at
+any level runs the view's blocks through that wrapper, and `find_unused_parameters=True` makes DDP walk
+the step's autograd graph and mark the parameters the view did not use as ready (no gradient), so the
+buckets complete. Every rank runs the same plan, so every rank uses the same view at the same step;
+a parameter no rank used keeps `grad=None` (DDP leaves globally unused gradients untouched), and the
+optimizer skips it, exactly as in one process. The `average` scheme's coarse storage must therefore
+exist before wrapping (`Hierarchy.materialize`), or its parameters would not be hooked.
+
+Gradient accumulation runs the first grad_accum-1 micro-batches under `no_sync()` (local accumulation)
+and reduces once, on the last. Evaluation and the gradient-agreement diagnostics do not go through DDP
+(no optimizer step follows them): they run the plain model on the rank's slice and average the results
+with `all_reduce` (`mean_`), so the figures equal the one-process figures.
+
+Only rank 0 writes files (metrics, summary, checkpoints, W&B) and logs at INFO; every rank uses the one
+Hydra run dir: `prepare_launch()`, called before Hydra composes the config, agrees on one start time
+for `${mltrain_now:...}` in the run-dir pattern and keeps ranks > 0 from writing Hydra's own files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterable, Mapping, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+from mltrain.config import START_TIME_ENV
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the ranks of one training job (rank 0 of 1 when not distributed)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def world_from_env(env: Mapping[str, str] = os.environ) -> World:
+    """The launcher's ranks: torchrun's variables first (also `srun torchrun ...`), then SLURM's."""
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return World(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]))
+    if int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_PROCID" in env:
+        return World(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), int(env["SLURM_NTASKS"]))
+    return World()
+
+
+def _slurm_rendezvous(env: dict) -> None:
+    """MASTER_ADDR/MASTER_PORT for SLURM tasks not started by torchrun: the job's first node, and a port
+    derived from the job id (so two jobs sharing a node do not collide)."""
+    if "MASTER_ADDR" not in env:
+        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "127.0.0.1"
+        if "[" in nodes or "," in nodes:  # a compressed list such as node[01-04]: SLURM expands it
+            nodes = subprocess.run(["scontrol", "show", "hostnames", nodes], check=True, capture_output=True,
+                                   text=True).stdout.split()[0]
+        env["MASTER_ADDR"] = nodes
+    env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0") or 0) % 20000))
+
+
+def init(world: World) -> None:
+    """Join the process group (idempotent). CPU tensors go through gloo, CUDA tensors through NCCL, so a
+    `device=cpu` run under torchrun works on a GPU machine too."""
+    if not world.distributed or dist.is_initialized():
+        return
+    if "RANK" not in os.environ:
+        _slurm_rendezvous(os.environ)  # type: ignore[arg-type]
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, rank=world.rank, world_size=world.size, timeout=timedelta(minutes=30))
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def prepare_launch(argv: list[str]) -> None:
+    """Before Hydra starts, under a distributed launch: join the group, agree on one start time (the
+    default run dir is named after it) and stop ranks > 0 from writing Hydra's `.hydra/` files into
+    the shared run dir. Appends Hydra overrides to `argv` in place; a no-op in a single process."""
+    world = world_from_env()
+    if not world.distributed:
+        return
+    init(world)
+    start = torch.tensor([time.time()], dtype=torch.float64)
+    dist.broadcast(start, src=0)  # a CPU tensor: gloo, even where NCCL is the CUDA backend
+    os.environ[START_TIME_ENV] = repr(start.item())  # read by config.start_time
+    if not world.is_main:
+        argv.append("hydra.output_subdir=null")
+
+
+def quiet_other_ranks(world: World) -> None:
+    """Ranks > 0 log warnings and errors only (rank 0 speaks for the job)."""
+    if not world.is_main:
+        logging.getLogger("mltrain").setLevel(logging.WARNING)
+
+
+def check_divisible(world: World, grad_accum: int, **batch_sizes: int) -> Optional[str]:
+    """The problem with a global batch size the ranks cannot split evenly into micro-batches, or None."""
+    if not world.distributed:
+        return None  # config.validate checks divisibility by grad_accum
+    for key, value in batch_sizes.items():
+        if value % (world.size * grad_accum):
+            return (f"{key}={value} is the global batch: it must be divisible by the number of processes "
+                    f"({world.size}) x train.grad_accum ({grad_accum}) = {world.size * grad_accum}")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The one DDP wrapper
+
+
+class Replica(nn.Module):
+    """Every parameter any level trains, in one module: the fine model and the coarse-owned storage.
+
+    `forward(idx, targets, blocks, step_size)` runs `blocks` (any view's, with its Euler step) between
+    the fine model's embeddings and head, so the one DDP wrapper around this module serves every level."""
+
+    def __init__(self, model: nn.Module, coarse_storage: Iterable[nn.Module] = ()):
+        super().__init__()
+        self.model = model
+        self.coarse_storage = nn.ModuleList(coarse_storage)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor, blocks: list[nn.Module], step_size: float = 1.0):
+        return self.model(idx, targets, blocks=blocks, step_size=step_size)
+
+
+def wrap(model: nn.Module, coarse_storage: Iterable[nn.Module], device: torch.device) -> DistributedDataParallel:
+    """One DDP wrapper over the fine model and the coarse storage (see the module docstring for why).
+
+    DDP broadcasts rank 0's parameters at construction, so every rank starts from the same weights."""
+    return DistributedDataParallel(
+        Replica(model, coarse_storage),
+        device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=True,  # a coarse step leaves the other blocks without gradients
+        broadcast_buffers=False,  # the model's only buffers are constant causal masks
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Averages across ranks for measurements (evaluation, diagnostics, logged losses)
+
+
+def mean_(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Average `tensors` over the ranks, in place (one all_reduce of a flat buffer); a no-op in one
+    process. For measurements only: training gradients are averaged by DDP."""
+    if not dist.is_initialized() or dist.get_world_size() == 1 or not tensors:
+        return tensors
+    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
+    dist.all_reduce(flat)  # SUM: gloo has no AVG
+    flat /= dist.get_world_size()
+    offset = 0
+    for t in tensors:
+        n = t.numel()
+        t.copy_(flat[offset : offset + n].view_as(t))
+        offset += n
+    return tensors
+
+
+def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's `tensor` concatenated along dim 0 in rank order (all the same shape); `tensor` itself
+    in one process. Rank r's slice of a global batch holds rows [r·B/W, (r+1)·B/W), so gathering the
+    slices gives back the whole batch."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts)
+
+
+def barrier() -> None:
+    """Wait for every rank. A CPU all_reduce (gloo) rather than dist.barrier(), which under NCCL would
+    touch the current CUDA device before each rank has chosen its own."""
+    if dist.is_initialized():
+        dist.all_reduce(torch.zeros(1))
+

@@ -1,0 +1,347 @@
+"""mltrain's training speed beside a plain PyTorch GPT loop of the same shape, in one process; one JSON.
+
+What it measures (medians over --repeats rounds; each round runs every kind once, in turn, so a noisy
+machine slows all kinds alike; ratios are taken within a round, then the median is reported):
+
+* steps: ms/step and tokens/s of
+  - `plain_fine`: a straightforward PyTorch GPT written below (nanoGPT's structure, SDPA attention,
+    the same optimizer class and settings, nanoGPT's get_batch on the same tokens, cosine LR, clip,
+    step, `loss.item()` every log_interval steps: the loop people would otherwise fork);
+  - `plain_fine_sampler`: the same loop fed by mltrain's BatchSampler, to compare the steps alone;
+  - `fine_single`: mltrain's fine step in a single-level run, through the real runner (Trainer.step,
+    per-step LR, a metrics.jsonl row every log_interval steps);
+  - `fine_multilevel`, `coarse`: the fine step and the coarse (even blocks) step of a multilevel run;
+  on CUDA also MFU (FLOPs from mltrain/flops.py / time / bf16 peak) and peak memory per kind.
+* prolong_ms: one δ-prolongation of the coarse model into the fine one.
+* runs: a whole multilevel run (cycles of 1 fine step + 2 coarse phases, then fine steps) against a
+  single-level run with as many optimizer steps: its FLOP saving (1 - FLOPs_ml / FLOPs_single) next
+  to its wall-clock saving (1 - time_ml / time_single). Equal savings mean coarse steps cost wall time
+  in proportion to their FLOPs.
+* compile (--compile): dynamo's own counters (frames compiled, graphs) after warm-up and at the end:
+  `recompiles_after_warmup` must be 0, i.e. the fine and each coarse model compiled once.
+
+    python scripts/bench.py                                   # tiny: nanoGPT's CPU recipe shape
+    python scripts/bench.py --model gpt22m --batch 64 --compile   # the paper's model, on a GPU
+
+The tiny shape is nanoGPT's "baby GPT on a CPU" recipe (4 blocks, 4 heads, d=128, context 64,
+batch 12) on the embedded corpus with byte tokens; gpt22m is the paper's model (vocabulary 50257,
+byte tokens padded to it: the data are not what is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from hydra import compose, initialize_config_module
+
+from mltrain.config import register_configs
+from mltrain.data import BatchSampler, load_tokens
+from mltrain.flops import peak_flops, train_flops_per_step
+from mltrain.multilevel import Phase
+from mltrain.run import build
+from mltrain.tracking import Tracker
+from mltrain.trainer import TrainState
+
+SHAPES = {
+    # nanoGPT README, "baby GPT" on a CPU: n_layer 4, n_head 4, n_embd 128, block 64, batch 12
+    "tiny": (["model=tiny", "model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.block_size=64"], 12),
+    "gpt22m": (["model=gpt22m", "data.tokenizer=bytes", "model.vocab_size=50257"], 64),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The plain reference: a GPT and a loop as one would write them by hand
+
+
+class PlainBlock(nn.Module):
+    def __init__(self, d: int, n_head: int, bias: bool, affine: bool):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1 = nn.LayerNorm(d, elementwise_affine=affine, bias=bias and affine)
+        self.c_attn = nn.Linear(d, 3 * d, bias=bias)
+        self.attn_proj = nn.Linear(d, d, bias=bias)
+        self.ln_2 = nn.LayerNorm(d, elementwise_affine=affine, bias=bias and affine)
+        self.c_fc = nn.Linear(d, 4 * d, bias=bias)
+        self.mlp_proj = nn.Linear(4 * d, d, bias=bias)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.attn_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+
+class PlainGPT(nn.Module):
+    def __init__(self, vocab: int, n_layer: int, n_head: int, d: int, block_size: int, bias: bool, affine: bool):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block_size, d)
+        self.blocks = nn.ModuleList(PlainBlock(d, n_head, bias, affine) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d, elementwise_affine=affine, bias=bias and affine)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return logits, F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def plain_loop(cfg, tokens: np.ndarray, device: torch.device, dtype, compile_: bool,
+               sampler=None) -> Callable[[], None]:
+    """One step of the plain loop; batches from nanoGPT's get_batch, or from `sampler` (mltrain's
+    BatchSampler) to compare the steps alone."""
+    m, t, o = cfg.model, cfg.train, cfg.optim
+    model = PlainGPT(m.vocab_size, m.n_layer, m.n_head, m.n_embd, m.block_size, m.bias, m.norm_affine).to(device)
+    fused = True if device.type == "cuda" else None
+    if o.name == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, fused=fused)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), fused=fused)
+    fwd = torch.compile(model) if compile_ else model
+    ctx = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
+    B, T = t.batch_size, m.block_size
+    step = [0]
+
+    def get_batch():  # nanoGPT's get_batch
+        ix = torch.randint(len(tokens) - T, (B,))
+        x = torch.stack([torch.from_numpy(tokens[i : i + T].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(tokens[i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
+        if device.type == "cuda":
+            return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        return x, y
+
+    def one_step():
+        lr = o.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, step[0] / t.max_steps)))  # cosine, as nanoGPT
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = get_batch() if sampler is None else sampler.next_batch()
+        if sampler is not None and device.type == "cuda":
+            x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        with ctx:
+            _, loss = fwd(x, y)
+        loss.backward()
+        if t.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step[0] += 1
+        if step[0] % t.log_interval == 0:
+            loss.item()
+
+    return one_step
+
+
+# ---------------------------------------------------------------------------------------------
+# mltrain through its runner
+
+
+def run_plan(session, plan: list[Phase]) -> None:
+    """Execute `plan` with the session's runner from a fresh position (weights keep training)."""
+    runner = session.runner
+    runner.plan = plan
+    runner.trainer.state = TrainState()
+    runner.run()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def dynamo_counts() -> dict:
+    from torch._dynamo.utils import counters
+
+    return {"frames_compiled": counters["frames"]["ok"], "graphs": counters["stats"]["unique_graphs"]}
+
+
+def session(cfg, out_dir: Path, name: str):
+    """A run built as `mltrain` builds it, logging to a real metrics.jsonl (in a temporary folder)."""
+    tracker = Tracker(out_dir / name, cfg.logger, {}, name=name, group="bench", job_type=name)
+    built = build(cfg, tracker.log)
+    built.trainer.close()  # no progress bar
+    return built
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=sorted(SHAPES), default="tiny")
+    ap.add_argument("--batch", type=int, help="sequences per step (default: tiny 12, gpt22m 64)")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="auto: bf16 autocast on CUDA, fp32 on CPU")
+    ap.add_argument("--optim", default="sgd", choices=["sgd", "adamw"])
+    ap.add_argument("--compile", action="store_true", help="train.compile=true, and torch.compile for the plain loop")
+    ap.add_argument("--steps", type=int, default=20, help="steps per timed block (a multiple of 10)")
+    ap.add_argument("--repeats", type=int, default=9, help="rounds; medians are reported")
+    ap.add_argument("--cycles", type=int, default=2, help="cycles of the whole multilevel run")
+    ap.add_argument("--coarse-steps", type=int, default=20, help="steps per coarse phase in the whole run")
+    ap.add_argument("--after", type=int, default=20, help="fine steps after the cycles in the whole run")
+    ap.add_argument("--run-repeats", type=int, default=3, help="rounds of the whole-run comparison")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a CPU shared "
+                    "with other work, 1 avoids OpenMP threads waiting on each other")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.steps % 10:
+        ap.error("--steps must be a multiple of 10 (the log interval), so each block ends on a log row")
+    with tempfile.TemporaryDirectory(prefix="mltrain-bench-") as tmp:
+        out = measure(args, Path(tmp))
+    json.dump(out, sys.stdout, indent=2)
+    print()
+
+
+def measure(args, tmp: Path) -> dict:
+    shape, default_batch = SHAPES[args.model]
+    batch = args.batch or default_batch
+    cycles, S, after = args.cycles, args.coarse_steps, args.after
+    common = [*shape, f"train.batch_size={batch}", f"device={args.device}", f"train.dtype={args.dtype}",
+              f"optim={args.optim}", f"train.compile={str(args.compile).lower()}", "train.progress=false",
+              "train.log_interval=10", "train.eval_interval=1000000", "logger=jsonl",
+              "multilevel.coarse_log_interval=10", "multilevel.diagnostics=false", "multilevel.eval_every_cycle=false"]
+    ml_steps = cycles + after
+    single_steps = cycles * (1 + 2 * S) + after  # as many optimizer steps as the multilevel run
+    register_configs()
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfg_single = compose("config", overrides=[*common, f"train.max_steps={single_steps}"])
+        cfg_ml = compose("config", overrides=[*common, f"train.max_steps={ml_steps}", "coarsening=evenodd",
+                                             f"multilevel.n_cycles={cycles}", f"multilevel.coarse_steps={S}"])
+    single = session(cfg_single, tmp, "single")
+    ml = session(cfg_ml, tmp, "multilevel")
+    device, dtype = single.trainer.device, single.trainer.dtype
+    whole_plans = {"single": single.runner.plan, "multilevel": ml.runner.plan}
+    data = load_tokens(cfg_single.data)
+    tokens = np.concatenate(data.train)
+    m = cfg_single.model
+
+    n = args.steps
+    plain = plain_loop(cfg_single, tokens, device, dtype, args.compile)
+    plain_sampler = plain_loop(cfg_single, tokens, device, dtype, args.compile,
+                               sampler=BatchSampler(data.train, batch, m.block_size, seed=1))
+    kinds: dict[str, Callable[[], None]] = {
+        "plain_fine": lambda: [plain() for _ in range(n)],
+        "plain_fine_sampler": lambda: [plain_sampler() for _ in range(n)],
+        "fine_single": lambda: run_plan(single, [Phase("train", (), n)]),
+        "fine_multilevel": lambda: run_plan(ml, [Phase("train", (), n)]),
+        "coarse": lambda: run_plan(ml, [Phase("train", (0,), n, cycle=0)]),
+    }
+    flops = {k: train_flops_per_step(m.n_layer, m.n_embd, m.vocab_size, m.block_size, batch) for k in kinds}
+    flops["coarse"] = train_flops_per_step(m.n_layer // 2, m.n_embd, m.vocab_size, m.block_size, batch)
+
+    t_warm = time.perf_counter()
+    for fn in kinds.values():  # warm-up: compilation, allocator, lazily created optimizer state
+        fn()
+    for name in whole_plans:  # compiles nothing new, but warms the per-cycle paths (prolongation, views)
+        run_plan(single if name == "single" else ml, whole_plans[name])
+    sync(device)
+    warmup_s = time.perf_counter() - t_warm
+    compiled_after_warmup = dynamo_counts() if args.compile else None
+
+    cuda = device.type == "cuda"
+    times = {k: [] for k in kinds}
+    peak_mem = {k: 0 for k in kinds}
+    for _ in range(args.repeats):
+        for name, fn in kinds.items():
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(device)
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append((time.perf_counter() - t0) / n)
+            if cuda:
+                peak_mem[name] = max(peak_mem[name], torch.cuda.max_memory_allocated(device))
+
+    prolong = []
+    coarse_view = ml.runner.hierarchy.view((0,))
+    for _ in range(args.repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        ml.runner.hierarchy.prolong(coarse_view)
+        sync(device)
+        prolong.append(time.perf_counter() - t0)
+
+    run_times = {k: [] for k in whole_plans}
+    run_flops = {}
+    for _ in range(args.run_repeats):
+        for name, plan in whole_plans.items():
+            built = single if name == "single" else ml
+            sync(device)
+            t0 = time.perf_counter()
+            run_plan(built, plan)
+            sync(device)
+            run_times[name].append(time.perf_counter() - t0)
+            run_flops[name] = built.trainer.state.flops
+    compiled_end = dynamo_counts() if args.compile else None
+
+    tokens_per_step = batch * m.block_size
+    peak = peak_flops(device) if dtype == torch.bfloat16 else None
+    steps = {}
+    for k, ts in times.items():
+        med = statistics.median(ts)
+        steps[k] = {"ms_per_step": med * 1e3, "tokens_per_s": tokens_per_step / med, "flops_per_step": flops[k],
+                    "mfu": flops[k] / med / peak if peak else None,
+                    "peak_memory_bytes": peak_mem[k] if cuda else None}
+
+    def speed(a: str, b: str) -> float:
+        """Median over rounds of time_b / time_a: how many times faster `a` runs than `b`."""
+        return statistics.median(tb / ta for ta, tb in zip(times[a], times[b]))
+
+    wall = {k: statistics.median(v) for k, v in run_times.items()}
+    out = {
+        "config": {"model": args.model, "n_layer": m.n_layer, "n_head": m.n_head, "n_embd": m.n_embd,
+                   "block_size": m.block_size, "vocab_size": m.vocab_size, "batch": batch,
+                   "tokens_per_step": tokens_per_step,
+                   "device": torch.cuda.get_device_name(device) if cuda else str(device),
+                   "threads": torch.get_num_threads(), "dtype": str(dtype).replace("torch.", "") if dtype else "float32",
+                   "optimizer": args.optim, "compile": args.compile, "steps_per_block": n,
+                   "repeats": args.repeats, "torch": torch.__version__, "warmup_s": warmup_s},
+        "steps": steps,
+        "ratios": {
+            # tokens/s of mltrain's fine step over the plain loop's (>= 1: mltrain is as fast or faster)
+            "fine_single_vs_plain": speed("fine_single", "plain_fine"),
+            "fine_multilevel_vs_plain": speed("fine_multilevel", "plain_fine"),
+            # the same, the plain loop fed by mltrain's sampler: the step alone, without the data path
+            "fine_single_vs_plain_sampler": speed("fine_single", "plain_fine_sampler"),
+            "coarse_time_vs_fine": 1 / speed("coarse", "fine_multilevel"),
+            "coarse_flops_vs_fine": flops["coarse"] / flops["fine_multilevel"],
+        },
+        "prolong_ms": statistics.median(prolong) * 1e3,
+        "runs": {
+            "plan": f"multilevel: {cycles} cycles x (1 fine + 2 x {S} coarse) + {after} fine steps; "
+                    f"single: {single_steps} fine steps (as many optimizer steps)",
+            "single": {"wall_s": wall["single"], "flops": run_flops["single"]},
+            "multilevel": {"wall_s": wall["multilevel"], "flops": run_flops["multilevel"]},
+            "flop_saving": 1 - run_flops["multilevel"] / run_flops["single"],
+            "wall_clock_saving": statistics.median(1 - t_ml / t_sl for t_sl, t_ml in zip(run_times["single"],
+                                                                                         run_times["multilevel"])),
+            "repeats": args.run_repeats,
+        },
+    }
+    if args.compile:
+        out["compile"] = {"after_warmup": compiled_after_warmup, "at_end": compiled_end,
+                          "recompiles_after_warmup": compiled_end["frames_compiled"] - compiled_after_warmup["frames_compiled"]}
+    return out
+
+
+if __name__ == "__main__":
+    main()

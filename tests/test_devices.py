@@ -1,0 +1,79 @@
+"""One GPU per parallel sweep worker, tested without a GPU: the choice is made through
+CUDA_VISIBLE_DEVICES before CUDA starts, so it shows in the environment of each job."""
+
+import fcntl
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+CLAIM = """
+import os, sys
+from pathlib import Path
+from mltrain.devices import claim_sweep_gpu
+first = claim_sweep_gpu(Path(sys.argv[1]), job_num=int(sys.argv[2]))
+again = claim_sweep_gpu(Path(sys.argv[1]), job_num=99)  # a later job of the same worker
+print(first, again, os.environ["CUDA_VISIBLE_DEVICES"])
+"""
+
+
+def claim(lock_dir, job_num, visible):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
+    out = subprocess.run([sys.executable, "-c", CLAIM, str(lock_dir), str(job_num)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
+def hold(lock_dir, gpu):
+    lock_dir.mkdir(exist_ok=True)
+    fd = os.open(lock_dir / f"gpu-{gpu}.lock", os.O_CREAT | os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def test_a_worker_takes_the_first_free_gpu_of_the_visible_ones_and_keeps_it(tmp_path):
+    locks = tmp_path / "locks"
+    assert claim(locks, 0, "4,7") == ["4", "4", "4"]  # nothing held: the first; its lock died with it
+    fd = hold(locks, 4)  # another worker holds GPU 4
+    try:
+        assert claim(locks, 1, "4,7") == ["7", "7", "7"]
+        fd7 = hold(locks, 7)
+        try:  # more workers than GPUs: round-robin by job number, still one GPU per process
+            assert claim(locks, 5, "4,7") == ["7", "7", "7"]
+            assert claim(locks, 6, "4,7") == ["4", "4", "4"]
+        finally:
+            os.close(fd7)
+    finally:
+        os.close(fd)
+
+
+def test_nothing_to_choose_with_one_gpu_or_none(tmp_path):
+    assert claim(tmp_path, 0, "2") == ["None", "None", "2"]
+    assert claim(tmp_path, 0, "") == ["None", "None"]
+
+
+@pytest.mark.slow
+def test_local_launcher_gives_each_parallel_worker_its_own_gpu(tmp_path):
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3,5", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", "experiment=smoke", "train.progress=false",
+                           "hydra/launcher=local", "hydra.launcher.n_jobs=2", "seed=0,1,2,3",
+                           f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = {}
+    for log in sweep.glob("*/*.log"):
+        m = re.search(r"sweep job #(\d+) trains on GPU (\d+) \(worker pid (\d+), CUDA_VISIBLE_DEVICES=(\d+)\)",
+                      log.read_text())
+        assert m, log
+        jobs[int(m[1])] = (m[2], m[3], m[4])
+    assert sorted(jobs) == [0, 1, 2, 3]
+    gpu_of_worker = {}
+    for gpu, pid, visible in jobs.values():
+        assert gpu == visible and gpu in {"3", "5"}  # CUDA in the job sees its GPU only
+        assert gpu_of_worker.setdefault(pid, gpu) == gpu  # a worker keeps its GPU from job to job
+    assert len(gpu_of_worker) == 2  # two workers ran jobs at the same time ...
+    assert set(gpu_of_worker.values()) == {"3", "5"}  # ... each on its own GPU
