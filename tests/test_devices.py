@@ -59,7 +59,7 @@ def test_nothing_to_choose_with_one_gpu_or_none(tmp_path):
 def test_local_launcher_gives_each_parallel_worker_its_own_gpu(tmp_path):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3,5", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", "experiment=smoke", "train.progress=false",
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", "scale=smoke", "train.progress=false",
                            "hydra/launcher=local", "hydra.launcher.n_jobs=2", "seed=0,1,2,3",
                            f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=900)

@@ -35,6 +35,7 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -291,7 +292,15 @@ def _encoded(batches: Iterator[_Batch], tok: Tokenizer, workers: int) -> Iterato
         return
     # spawn: workers start clean (no inherited Arrow/threads state) and import only tokenizers.py.
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(workers, initializer=init_worker, initargs=(tok.name,)) as pool:
+    # Ctrl-C reaches the whole process group, workers too. A worker still importing when it comes would
+    # print its own traceback, so SIGINT is ignored while they are started: an ignored signal stays
+    # ignored across exec, and Python leaves it so. The main process handles it again right after.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        pool = ctx.Pool(workers, initializer=init_worker, initargs=(tok.name,))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    with pool:
         pending: collections.deque = collections.deque()
         for b in batches:
             pending.append((b, pool.apply_async(encode_batch_before, (b.texts,))))
