@@ -14,9 +14,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mltrain.config import register_configs, validate
+from mltrain.config import register_configs, resuming, validate
 from mltrain.errors import ConfigError, MltrainError
-from mltrain.run import existing_run, run
+from mltrain.resume import check_resume, resume_command, say
+from mltrain.run import RunDiverged, RunInterrupted, existing_run, run
 
 log = logging.getLogger("mltrain")
 
@@ -37,18 +38,29 @@ class RunGuard(Callback):
 
     - Before a single run: refuse a directory that already holds a run (Hydra would overwrite its
       `.hydra/` files before the task starts) and a config that cannot run (ConfigError), before
-      anything is written: one error line, exit status 2.
-    - Before a multirun: refuse a sweep directory that already holds runs.
-    - After each multirun job: a failed job is reported when it fails (one line for bad input, the
-      traceback for a crash) and the sweep goes on; at the end Hydra re-raises the first failure and
-      `mltrain -m` exits with status 1.
+      anything is written: one error line, exit status 2. With train.resume=true: a finished run is
+      left untouched (one line, exit status 0), a run made with another config is refused (naming the
+      keys), and an unfinished one goes on to the task, which continues it.
+    - Before a multirun: refuse a sweep directory that already holds runs, unless train.resume=true
+      (each job is then resumed, started or skipped by the task; see mltrain.resume).
+    - After each multirun job: a failed job is reported when it fails (one line for bad input or a
+      diverged run, the traceback for a crash) and the sweep goes on; at the end Hydra re-raises the
+      first failure and `mltrain -m` exits with status 1.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        found = existing_run(Path(config.hydra.run.dir))
-        if found is not None:
+        run_dir = Path(config.hydra.run.dir)
+        if resuming(config.train.resume):
+            try:
+                previous = check_resume(run_dir, config)
+            except ConfigError as err:
+                _fail(str(err))
+            if previous is not None and previous.ended:
+                say(f"{previous.describe()}: nothing to resume, left untouched")
+                sys.exit(0)
+        elif (found := existing_run(run_dir)) is not None:
             _fail(f"{found} exists: hydra.run.dir={config.hydra.run.dir} holds an earlier run; "
-                  "choose another hydra.run.dir (nothing was changed)")
+                  "choose another hydra.run.dir, or add train.resume=true to continue it (nothing was changed)")
         try:
             validate(config)
         except ConfigError as err:
@@ -56,15 +68,18 @@ class RunGuard(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        if sweep.is_dir() and any(sweep.rglob("summary.json")):
-            _fail(f"hydra.sweep.dir={sweep} holds earlier runs; choose another (nothing was changed)")
+        if not resuming(config.train.resume) and sweep.is_dir() and any(sweep.rglob("summary.json")):
+            _fail(f"hydra.sweep.dir={sweep} holds earlier runs; choose another, or add train.resume=true to "
+                  "resume its unfinished jobs (nothing was changed)")
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or job_return.status != JobStatus.FAILED:
             return
         err = job_return._return_value
         job = f"job #{config.hydra.job.num} ({config.hydra.job.override_dirname or 'no overrides'})"
-        if isinstance(err, MltrainError):
+        if isinstance(err, ConfigError) and resuming(config.train.resume):
+            say(f"{job} failed: {err}")  # not into the job's log: the dir holds an earlier run, left as it was
+        elif isinstance(err, (MltrainError, RunDiverged)):
             log.error("%s failed: %s", job, err)
         else:
             log.error("%s failed", job, exc_info=err)
@@ -74,11 +89,23 @@ class RunGuard(Callback):
 def _train(cfg: DictConfig) -> float | None:
     try:
         return run(cfg)
-    except MltrainError as err:
+    except (MltrainError, RunDiverged) as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on
-        log.error("%s", err)  # known bad input: one clear line (console and the run's log), no traceback
-        sys.exit(2)
+        if isinstance(err, ConfigError) and resuming(cfg.train.resume):
+            say(f"error: {err}")  # the dir holds an earlier run: its log file gets nothing either
+        else:
+            log.error("%s", err)  # one clear line (console and the run's log), no traceback
+        sys.exit(1 if isinstance(err, RunDiverged) else 2)
+    except RunInterrupted as err:
+        # Stops a sweep too: the rest of it is for `train.resume=true`, which the line gives.
+        say(str(err))
+        err.hand_on()  # under submitit (SLURM): requeue the job, which then resumes by itself
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
+        say(f"interrupted; resume (from the last checkpoint, if any) with: "
+            f"{resume_command(HydraConfig.get().runtime.output_dir)}")
+        sys.exit(130)
 
 
 def train_main() -> None:

@@ -6,21 +6,24 @@ diagnostic event, `write_summary(summary)` at the end, and `finish()` (or uses i
 Files (the contract `mltrain-compare` reads):
 
 * `metrics.jsonl` -- one JSON object per `log()` call, written line-buffered and flushed per row, so a
-  crash keeps every row logged before it. If the file already exists (a resumed run, or a second
-  Tracker on the same directory) new rows are **appended**; nothing is ever truncated. A partial last
-  line left by a killed process is closed with a newline first, so the appended rows stay parseable
-  (`read_metrics` skips the one broken line). Non-finite floats are written as `NaN`/`Infinity`, which
-  Python's `json` reads back.
+  crash keeps every row logged before it. If the file already exists (a second Tracker on the same
+  directory) new rows are **appended**; a partial last line left by a killed process is closed with a
+  newline first, so the appended rows stay parseable (`read_metrics` skips the one broken line). A
+  resumed run passes `resume=` the `position()` saved with its checkpoint: the rows written after it
+  (which the resumed run writes again) are cut first, so the file has no duplicated or missing rows.
+  Non-finite floats are written as `NaN`/`Infinity`, which Python's `json` reads back.
 * `summary.json` -- written atomically (temp file in the same folder, fsync, `os.replace`), so readers
   see either the previous or the new summary, never half of one.
 
-W&B (`logger.name=wandb`): one W&B run per Tracker, `dir=run_dir` (offline files land in
+W&B (`logger.name=wandb`): one W&B run per run dir, `dir=run_dir` (offline files land in
 `run_dir/wandb/offline-run-*`, upload later with `wandb sync run_dir/wandb/offline-run-*`). FLOPs is the
 default x-axis of `train/loss`, `val/loss` and `diag/*`; `step` and `tokens` are logged too. `online`
 without an API key, or an online init that fails (no network: bounded by `init_timeout`), falls back to
 offline with one warning; if offline fails too, training goes on with `metrics.jsonl` only. Any W&B error
 later (log, summary, finish) is one warning and W&B is off for the rest of the run: logging never kills
-training. `logger.name=jsonl` never imports wandb.
+training. `logger.name=jsonl` never imports wandb. The W&B run id is kept in `run_dir/wandb/run_id`; a
+resumed Tracker continues that run (`resume="allow"`), and each row goes to W&B with its row number as
+the step, so the rows W&B already has from before the interruption are not sent twice.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ BOOKKEEPING_KEYS = (
     "hydra",
     "logger",
     "train.progress",
+    "train.resume",
+    "train.checkpoint_interval",
+    "train.keep_checkpoints",
     "data.cache_dir",
     "data.prepare_if_missing",
 )
@@ -86,8 +92,9 @@ def run_label(overrides: list[str], run_kind: str) -> str:
     """Configuration label shared by all seeds of one configuration (the W&B group).
 
     The overrides minus `seed=...` and the bookkeeping keys in BOOKKEEPING_KEYS (`hydra*`, `logger*`,
-    `train.progress`, `data.cache_dir`, `data.prepare_if_missing`), minus `multilevel.*`/`coarsening*`
-    when run_kind == "single"; sorted by key, joined with ","; "default" when nothing is left.
+    `train.progress`, `train.resume`, the checkpoint keys, `data.cache_dir`, `data.prepare_if_missing`),
+    minus `multilevel.*`/`coarsening*` when run_kind == "single"; sorted by key, joined with ",";
+    "default" when nothing is left.
     """
     parts = _label_parts(overrides, run_kind)
     return ",".join(parts) if parts else "default"
@@ -208,7 +215,10 @@ class Tracker:
         name: str,
         group: str,
         job_type: str,
+        resume: Mapping[str, int] | None = None,
     ) -> None:
+        """`resume`: a `position()` saved earlier (with a checkpoint): rows after it are cut, and the W&B
+        run of this run dir continues."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -218,25 +228,45 @@ class Tracker:
         self.job_type = str(job_type)
         self.wandb_run: Any = None
         self.wandb_mode: str | None = None
+        self._wandb_skip_below = 0  # rows W&B already holds from before a resume
         self._finished = False
-        self._file = self._open_metrics()
+        self._resuming = resume is not None
+        self._file = self._open_metrics(resume)
         if _get(logger_cfg, "name", "jsonl") == "wandb":
             self._start_wandb(logger_cfg, _plain(config))
 
     # -- files ----------------------------------------------------------------------------------
 
-    def _open_metrics(self):
+    def _open_metrics(self, resume: Mapping[str, int] | None):
         needs_newline = False
-        if self.metrics_path.exists() and self.metrics_path.stat().st_size > 0:
+        exists = self.metrics_path.exists()
+        if resume is not None:
+            size, keep = self.metrics_path.stat().st_size if exists else 0, int(resume["metrics_bytes"])
+            if size < keep:
+                raise ValueError(f"{self.metrics_path} has {size} bytes, fewer than the {keep} it had at the checkpoint")
+            if exists:
+                os.truncate(self.metrics_path, keep)
+            self.rows = int(resume["metrics_rows"])
+        elif exists and self.metrics_path.stat().st_size > 0:
             with open(self.metrics_path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                needs_newline = f.read(1) != b"\n"
+                data = f.read()
+            needs_newline = not data.endswith(b"\n")
+            self.rows = data.count(b"\n") + needs_newline
             log.info("%s exists: appending new rows after the existing ones", self.metrics_path)
+        else:
+            self.rows = 0
         f = open(self.metrics_path, "a", encoding="utf-8", buffering=1)  # line-buffered
         if needs_newline:
             f.write("\n")
             f.flush()
         return f
+
+    def position(self) -> dict:
+        """Where metrics.jsonl stands (bytes and rows), to store with a checkpoint and pass as `resume=`."""
+        if self._file is None:
+            raise RuntimeError("Tracker.position() after finish()")
+        self._file.flush()
+        return {"metrics_bytes": self._file.tell(), "metrics_rows": self.rows}
 
     def log(self, row: Mapping[str, Any]) -> None:
         """Append one row to metrics.jsonl (flushed at once) and forward it to W&B."""
@@ -245,10 +275,12 @@ class Tracker:
             raise RuntimeError("Tracker.log() after finish()")
         self._file.write(json.dumps(row, default=_json_default) + "\n")
         self._file.flush()
-        if self.wandb_run is not None:
+        index, self.rows = self.rows, self.rows + 1
+        if self.wandb_run is not None and index >= self._wandb_skip_below:
             try:
-                # No step=: coarse rows share a fine step; W&B's own _step counts rows, x-axis is flops.
-                self.wandb_run.log({k: v for k, v in row.items() if v is not None})
+                # step = the row's number (coarse rows share a fine step; the x-axis is flops), so a
+                # resumed run's rows land where the interrupted run's were.
+                self.wandb_run.log({k: v for k, v in row.items() if v is not None}, step=index)
             except Exception as err:  # noqa: BLE001 - logging never kills training
                 self._wandb_failed("log", err)
 
@@ -311,7 +343,11 @@ class Tracker:
             log.warning("cannot import wandb (%s: %s); metrics.jsonl only", type(err).__name__, first_line(err))
             return
         tags = [shorten(str(t), _WANDB_MAX["tag"]) for t in (_get(logger_cfg, "tags", []) or [])]
-        kwargs = dict(
+        id_file = self.run_dir / "wandb" / "run_id"
+        kwargs: dict[str, Any] = {}
+        if self._resuming and id_file.exists():  # the same run again after an interruption, not a second one
+            kwargs.update(id=id_file.read_text().strip(), resume="allow")
+        kwargs.update(
             project=_get(logger_cfg, "project", "mltrain"),
             entity=_get(logger_cfg, "entity", None),
             name=shorten(self.name, _WANDB_MAX["name"]),
@@ -348,6 +384,9 @@ class Tracker:
             settings["init_timeout"] = INIT_TIMEOUT_S
         run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
         try:
+            if self._resuming:
+                self._wandb_skip_below = int(getattr(run, "step", 0) or 0)
+            atomic.write_bytes(self.run_dir / "wandb" / "run_id", run.id.encode())
             run.define_metric("flops")
             run.define_metric("tokens")
             run.define_metric("step")

@@ -2,8 +2,15 @@
 
 `Trainer.step(view, optimizer, lr, sampler)` trains whatever `ModelView` it is handed — the fine model,
 a coarse model, or the fine model inside the schedule control — so there is no copy of the training loop
-per level. Everything that must survive a resume lives in `TrainState` (counters and the plan position)
-and in the samplers' own state.
+per level. Everything that must survive a resume lives in `TrainState` (counters and the plan position),
+in the loss accumulators of rows not yet written (`pending_state`) and in the samplers' own state.
+
+Non-finite losses (train.on_nonfinite): `stop` adds no host sync per step. Each step folds "is the
+accumulated loss finite" into a device-side record of the first bad step (a few element-wise ops on
+0-d tensors); the host reads it where it syncs anyway, when a train row is written, and before every
+checkpoint (`check_finite`), so no checkpoint ever holds a state after a bad step. The run then stops
+naming the exact step, at the cost of training on for at most one logging interval. `skip` must decide
+before the optimizer step whether to apply it, which needs the loss on the host: one sync per step.
 """
 
 from __future__ import annotations
@@ -29,6 +36,11 @@ log = logging.getLogger("mltrain")
 EVAL_SEED = 1234  # the held-out batches are the same for every run and seed, so val losses compare
 
 
+class NonFiniteLoss(RuntimeError):
+    """A training loss (or, at a checkpoint, a weight) is NaN or infinite; the message names the step,
+    level and phase."""
+
+
 @dataclass
 class TrainState:
     fine_steps: int = 0
@@ -45,6 +57,11 @@ class TrainState:
     eval_flops: float = 0.0
     phase_index: int = 0  # position in the multilevel plan
     step_in_phase: int = 0
+    skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss (train.on_nonfinite=skip)
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.fine_steps + self.coarse_steps + self.control_steps
 
     def state_dict(self) -> dict:
         return asdict(self)
@@ -73,6 +90,11 @@ class Trainer:
         self._pending: dict[str, list] = {}  # per phase kind: [loss_sum tensor, n_steps, tokens, t_start]
         self._clip_params: dict[int, list] = {}  # per optimizer: its parameters, for gradient clipping
         self._val_batches: Optional[list] = None  # the fixed held-out batches, on the device
+        self.skip_nonfinite = train_cfg.on_nonfinite == "skip"
+        # train.on_nonfinite=stop: the optimizer-step count of the first step after which a loss sum was
+        # non-finite, or -1; kept on the device, read only where the host syncs anyway.
+        self._first_bad = torch.full((), -1, dtype=torch.int64, device=device)
+        self._last_step: tuple = (None, "fine")  # (view, kind) of the latest step, for messages
         # disable=None: no bar when stderr is not a terminal (CI, SLURM logs); eval lines still show
         # progress. The total (all planned optimizer steps) is set once the plan exists.
         self.bar = tqdm(disable=None if train_cfg.progress else True, unit="step", dynamic_ncols=True)
@@ -108,24 +130,38 @@ class Trainer:
         set_lr(optimizer, lr)
         x, y = self._to_device(sampler.next_batch())
         accum = self.cfg.grad_accum
+        # skip: this step's loss apart, to decide before the update; stop: straight into the row's sum.
+        step_loss = torch.zeros((), device=self.device) if self.skip_nonfinite else pending[0]
         for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
             with self.autocast():
                 _, loss = view(xs, ys)
             loss = loss / accum
             loss.backward()
-            pending[0].add_(loss.detach())
+            step_loss.add_(loss.detach())
+        grad_norm = None
         if self.cfg.grad_clip > 0:
             # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view).
             params = self._clip_params.get(id(optimizer))
             if params is None:
                 params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
-        optimizer.step()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        s = self.state
+        applied = True
+        if self.skip_nonfinite:
+            finite = torch.isfinite(step_loss)
+            if grad_norm is not None:
+                finite = finite & torch.isfinite(grad_norm)
+            applied = bool(finite)  # the one host sync per step that `skip` costs
+            if applied:
+                pending[0].add_(step_loss)
+            else:
+                s.skipped_steps += 1
+        if applied:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
         n_tokens = x.numel()
         flops = self.flops_per_token(view.n_blocks) * n_tokens
-        s = self.state
         s.tokens += n_tokens
         s.flops += flops
         s.flops_blocks += self.flops_per_token(self.model.config.n_layer) * n_tokens * view.n_blocks / self.model.config.n_layer
@@ -136,13 +172,49 @@ class Trainer:
             s.coarse_flops += flops
         else:
             s.control_steps += 1
-        pending[1] += 1
-        pending[2] += n_tokens
+        if applied:
+            pending[1] += 1
+            pending[2] += n_tokens
+        else:
+            log.warning("non-finite loss at %s: step skipped (train.on_nonfinite=skip)",
+                        self._where(view, kind, s.optimizer_steps, s.optimizer_steps, in_step=True))
+        if not self.skip_nonfinite:  # no sync: a device-side "first bad step" record
+            bad = ~torch.isfinite(pending[0]) & (self._first_bad < 0)
+            self._first_bad = torch.where(bad, s.optimizer_steps, self._first_bad)
+        self._last_step = (view, kind)
         self.bar.update(1)
+
+    def _where(self, view: ModelView, kind: str, bad_step: int, now: int, in_step: bool = False) -> str:
+        """Names optimizer step `bad_step` of the current row's steps (`now` is the latest): its fine
+        step, level and phase. A row's steps are all of one kind and, for coarse ones, of one phase.
+        `in_step`: called from within `step`, before the runner has counted the step in its phase."""
+        s = self.state
+        back = now - bad_step
+        where = f"level {view.level}, {kind} phase"
+        if view.path:
+            where += f" of {view.name}"
+        if kind == "fine":
+            return f"fine step {s.fine_steps - back} ({where})"
+        return f"{kind} step {s.step_in_phase + in_step - back} of the phase after fine step {s.fine_steps} ({where})"
+
+    def check_finite(self, weights: bool = False) -> None:
+        """Raise NonFiniteLoss if a training loss so far (with `weights`: or a weight) is not finite. One
+        host sync; called at train rows and, with `weights`, before every checkpoint."""
+        if not self.skip_nonfinite:
+            bad = int(self._first_bad)
+            if bad >= 0:
+                view, kind = self._last_step
+                raise NonFiniteLoss(f"non-finite training loss at {self._where(view, kind, bad, self.state.optimizer_steps)}")
+        if weights:
+            finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
+            if not bool(finite):
+                raise NonFiniteLoss(f"non-finite weights after fine step {self.state.fine_steps}")
 
     def log_train(self, kind: str, view: ModelView, lr: float, **extra: Any) -> float:
         """Write one train row: the mean loss of the `kind` steps since its last row (one host sync)."""
         loss_sum, n, tokens, t_start = self._pending.pop(kind)
+        if n == 0:  # every step since the last row was skipped (train.on_nonfinite=skip): no mean to write
+            return math.nan
         loss = (loss_sum / n).item()
         dt = max(time.perf_counter() - t_start, 1e-9)
         self.last_loss[kind] = loss
@@ -161,8 +233,21 @@ class Trainer:
         if self.peak_flops:
             row["mfu"] = self.flops_per_token(view.n_blocks) * tokens / dt / self.peak_flops
         self.log(row)
+        if not math.isfinite(loss):
+            self.check_finite()  # names the first bad step (skip mode never gets here with a bad step)
         self.bar.set_postfix_str(f"{view.name} loss {loss:.3f} {tokens / dt:,.0f} tok/s", refresh=False)
         return loss
+
+    # -- resumable accumulators ---------------------------------------------------------------------
+    def pending_state(self) -> dict:
+        """The loss sums, step and token counts of rows not yet written (their start times are not kept:
+        time columns restart at a resume)."""
+        return {kind: {"loss_sum": p[0].detach().clone(), "steps": p[1], "tokens": p[2]} for kind, p in self._pending.items()}
+
+    def load_pending_state(self, state: dict) -> None:
+        now = time.perf_counter()
+        self._pending = {kind: [p["loss_sum"].to(self.device), int(p["steps"]), int(p["tokens"]), now]
+                         for kind, p in state.items()}
 
     def counters(self) -> dict:
         s = self.state
