@@ -81,8 +81,8 @@ def poison(monkeypatch, nth: int, coarse: bool = False):
     """Make the `nth` training forward pass (of a coarse model, if `coarse`) return a NaN loss."""
     original, calls = GPT.forward, [0]
 
-    def forward(self, idx, targets=None, blocks=None):
-        logits, loss = original(self, idx, targets, blocks=blocks)
+    def forward(self, idx, targets=None, blocks=None, **kwargs):
+        logits, loss = original(self, idx, targets, blocks=blocks, **kwargs)
         is_coarse = blocks is not None and len(blocks) < len(self.blocks)
         if self.training and targets is not None and torch.is_grad_enabled() and is_coarse == coarse:
             calls[0] += 1
