@@ -232,10 +232,15 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> Optional[float
             trainer.t0 = time.perf_counter()  # wall time counts from here, not from data loading
             initial_val = trainer.log_eval(runner.fine)
 
+        saved = [trainer.state.optimizer_steps if resumed.get("initial_val_loss") is not None else -1]
+
         def save_checkpoint() -> Path:
+            if trainer.state.optimizer_steps == saved[0]:  # no step since the last one: it is still a valid
+                return checkpoints.latest()  # resume point (a restrict or prolong after it is redone)
             trainer.check_finite(weights=True)  # never a checkpoint of a state after a bad step
             cadence.mark(trainer.state)
             extra = {"initial_val_loss": initial_val, "last_checkpoint_flops": cadence.last_flops, **tracker.position()}
+            saved[0] = trainer.state.optimizer_steps
             return checkpoints.save(runner, extra)
 
         def after_step(step_kind: str) -> None:
@@ -307,6 +312,8 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> Optional[float
         if status != "diverged":  # non-finite weights are of no use: the last good checkpoint holds good ones
             save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
         tracker.write_summary(summary)
+        if status != "finished":
+            tracker.finish(exit_code=1)  # W&B shows the run failed until a resume finishes it
     if status == "interrupted":
         raise RunInterrupted(stop_line, signals.exit_code, signals.hand_on)
     if status == "diverged":
