@@ -15,9 +15,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mltrain import distributed, rundir
-from mltrain.config import register_configs, validate
-from mltrain.errors import MltrainError, report
-from mltrain.run import run
+from mltrain.config import register_configs, resuming, validate
+from mltrain.errors import ConfigError, MltrainError, report
+from mltrain.resume import check_resume, resume_command, say
+from mltrain.run import RunDiverged, RunInterrupted, run
 
 log = logging.getLogger("mltrain")
 
@@ -39,26 +40,37 @@ class RunGuard(Callback):
     - Before a single run: refuse a config that cannot run (ConfigError), a directory that holds an
       earlier run or is in use by a live one, and claim the directory for the run's whole life
       (mltrain/rundir.py), all before Hydra writes `.hydra/` into it: one error line, exit status 2.
+      With train.resume=true: a finished run is left untouched (one line, exit status 0), a run made
+      with another config is refused (naming the keys), and an unfinished one is claimed and goes on
+      to the task, which continues it.
     - Before a multirun: the same for the sweep directory; a sweep directory with any earlier job in
-      it (finished or killed) is refused before a job's `.hydra/` is rewritten.
-    - After each multirun job: a failed job is reported when it fails (one line for bad input, the
-      traceback for a crash) and the sweep goes on; at the end Hydra re-raises the first failure and
-      `mltrain -m` exits with status 1.
+      it (finished or killed) is refused before a job's `.hydra/` is rewritten, unless
+      train.resume=true (each job is then resumed, started or skipped by the task; see mltrain.resume).
+    - After each multirun job: a failed job is reported when it fails (one line for bad input or a
+      diverged run, the traceback for a crash) and the sweep goes on; at the end Hydra re-raises the
+      first failure and `mltrain -m` exits with status 1.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         run_dir = Path(config.hydra.run.dir)
+        resume = resuming(config.train.resume)
         try:
             validate(config)
+            if resume:
+                previous = check_resume(run_dir, config)  # reads only; another config: ConfigError
+                if previous is not None and previous.ended:
+                    say(f"{previous.describe()}: nothing to resume, left untouched")
+                    sys.exit(0)
             if distributed.world_from_env().is_main:  # one owner: the other ranks of a torchrun job write nothing
-                rundir.claim(run_dir)  # held until the process ends
+                rundir.claim(run_dir, allow_earlier=resume)  # held until the process ends
         except MltrainError as err:
             _fail(str(err))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         try:
-            rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs")
+            rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs",
+                         allow_earlier=resuming(config.train.resume))
         except MltrainError as err:
             _fail(str(err))
 
@@ -67,7 +79,9 @@ class RunGuard(Callback):
             return
         err = job_return._return_value
         job = f"job #{config.hydra.job.num} ({config.hydra.job.override_dirname or 'no overrides'})"
-        if isinstance(err, MltrainError):
+        if isinstance(err, ConfigError) and resuming(config.train.resume):
+            say(f"{job} failed: {err}")  # not into the job's log: the dir holds an earlier run, left as it was
+        elif isinstance(err, (MltrainError, RunDiverged)):
             log.error("%s failed: %s", job, err)
         else:
             log.error("%s failed", job, exc_info=err)
@@ -77,10 +91,23 @@ class RunGuard(Callback):
 def _train(cfg: DictConfig) -> float | None:
     try:
         return run(cfg)
-    except MltrainError as err:
+    except (MltrainError, RunDiverged) as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on
-        _fail(str(err))  # known bad input: one clear line (console and the run's log), no traceback
+        if isinstance(err, ConfigError) and resuming(cfg.train.resume):
+            say(f"error: {err}")  # the dir holds an earlier run: its log file gets nothing either
+            sys.exit(2)
+        report("mltrain", str(err))  # one clear line (console and the run's log), no traceback
+        sys.exit(1 if isinstance(err, RunDiverged) else 2)
+    except RunInterrupted as err:
+        # Stops a sweep too: the rest of it is for `train.resume=true`, which the line gives.
+        say(str(err))
+        err.hand_on()  # under submitit (SLURM): requeue the job, which then resumes by itself
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
+        say(f"interrupted; resume (from the last checkpoint, if any) with: "
+            f"{resume_command(HydraConfig.get().runtime.output_dir)}")
+        sys.exit(130)
 
 
 def train_main() -> None:

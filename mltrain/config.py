@@ -16,8 +16,9 @@ import math
 import os
 import time
 import typing
-from datetime import datetime
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -75,6 +76,14 @@ class LoggerMode(Choice):
     disabled = "disabled"
 
 
+class OnNonFinite(Choice):
+    """What a non-finite training loss does: `stop` the run (status diverged, the last good checkpoint
+    kept) or `skip` the step (no update from that batch; costs one host sync per step)."""
+
+    stop = "stop"
+    skip = "skip"
+
+
 @dataclass
 class TrainConfig:
     max_steps: int = 1000  # fine-level optimizer steps
@@ -90,6 +99,14 @@ class TrainConfig:
     dtype: DType = DType.auto
     compile: bool = False  # torch.compile every block once (CUDA)
     progress: bool = True  # tqdm progress bar
+    # Checkpoints (run_dir/checkpoints/): every checkpoint_interval fine steps, inside coarse phases every
+    # checkpoint_interval fine steps' worth of FLOPs, and at the end; 0: at the end (and on a signal) only.
+    checkpoint_interval: int = 1000
+    keep_checkpoints: int = 2  # the newest N checkpoint files are kept
+    # Continue the unfinished run in hydra.run.dir (or, with -m, every unfinished job of hydra.sweep.dir)
+    # from its last checkpoint; a finished run is left untouched.
+    resume: bool = False
+    on_nonfinite: OnNonFinite = OnNonFinite.stop
 
 
 @dataclass
@@ -198,6 +215,22 @@ def start_time(pattern: str) -> str:
     return datetime.fromtimestamp(float(os.environ.get(START_TIME_ENV, _PROCESS_START))).strftime(pattern)
 
 
+def resuming(train_resume: bool) -> bool:
+    """Whether a run resumes: train.resume=true, or a job SLURM has started again (it counts restarts in
+    SLURM_RESTART_COUNT: a preempted or timed-out job it requeued), which thus continues by itself."""
+    return bool(train_resume) or int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+
+
+def hydra_subdir(output_dir: str, resume: bool) -> Optional[str]:
+    """Hydra's `output_subdir` for a job writing to `output_dir` (conf/config.yaml): `.hydra`, or None
+    when resuming a dir that already has `.hydra/config.yaml`. Hydra writes those files before the task
+    starts; None turns the writes off, so a resumed (or skipped, finished) run keeps the config it was
+    made with, which the resume compares against."""
+    if resuming(resume) and (Path(output_dir) / ".hydra" / "config.yaml").exists():
+        return None
+    return ".hydra"
+
+
 def register_configs() -> None:
     """The schema, and the resolvers the config tree uses; idempotent."""
     ConfigStore.instance().store(name="mltrain_schema", node=Config)
@@ -206,6 +239,7 @@ def register_configs() -> None:
     # the same second. Cached like Hydra's `now`, so every job of a sweep resolves the same folder.
     OmegaConf.register_new_resolver("mltrain_unique_dir", unique_dir, replace=True, use_cache=True)
     OmegaConf.register_new_resolver("mltrain_now", start_time, replace=True)
+    OmegaConf.register_new_resolver("mltrain_hydra_subdir", hydra_subdir, replace=True)
 
 
 def budget_steps(train: Any) -> int:
@@ -317,6 +351,8 @@ def validate(cfg: Any) -> None:
     _positive(t.grad_clip, "train.grad_clip", zero_ok=True)
     if not 0.0 < t.budget <= 10.0 or math.isnan(t.budget):
         raise ConfigError(f"train.budget={t.budget} must be in (0, 10] (a fraction of train.max_steps)")
+    _positive(t.checkpoint_interval, "train.checkpoint_interval", zero_ok=True)
+    _positive(t.keep_checkpoints, "train.keep_checkpoints")
     if t.batch_size % t.grad_accum:
         raise ConfigError(
             f"train.batch_size={t.batch_size} must be divisible by train.grad_accum={t.grad_accum}"

@@ -198,6 +198,16 @@ def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def all_ranks_agree(flag: torch.Tensor) -> bool:
+    """`flag` (a boolean scalar) is true on every rank: one host sync, plus one all_reduce (MIN) under
+    data parallel, so every rank takes the same decision (a step skipped, a run stopped)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return bool(flag)
+    value = flag.detach().reshape(1).float().cpu()  # gloo reduces CPU tensors; one scalar is cheap to move
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
 def barrier() -> None:
     """Wait for every rank. A CPU all_reduce (gloo) rather than dist.barrier(), which under NCCL would
     touch the current CUDA device before each rank has chosen its own."""

@@ -23,6 +23,10 @@ class CoarseningError(ConfigError):
     """A coarsening scheme that cannot coarsen this model (depth not divisible, k < 2, unknown scheme)."""
 
 
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be resumed here: unreadable, or made by another model, scheme or plan."""
+
+
 class DataError(MltrainError, RuntimeError):
     """Missing or unusable data: files, shards, tokenizer files. The message says what to do."""
 

@@ -191,16 +191,19 @@ class MultilevelRunner:
         return schedule(step_in_phase)
 
     # -- execution ----------------------------------------------------------------------------------
-    def run(self, should_stop: Callable[[], bool] = lambda: False) -> bool:
+    def run(self, should_stop: Callable[[], bool] = lambda: False,
+            after_step: Callable[[str], None] = lambda kind: None) -> bool:
         """Execute the plan from the current position. Returns False when `should_stop()` ended it
-        early (e.g. on preemption): the position then says exactly where to resume, mid-phase or not."""
+        early (e.g. on preemption): the position then says exactly where to resume, mid-phase or not.
+        `after_step(kind)` is called after every optimizer step and its rows (kind: fine, coarse or
+        control), at a point where `state_dict()` is a valid resume point (where checkpoints are taken)."""
         state = self.trainer.state
         while state.phase_index < len(self.plan):
             if should_stop():
                 return False
             phase = self.plan[state.phase_index]
             if phase.kind == "train":
-                if not self._train(phase, should_stop):
+                if not self._train(phase, should_stop, after_step):
                     return False
             else:
                 getattr(self, "_" + phase.kind)(phase)
@@ -208,7 +211,7 @@ class MultilevelRunner:
             state.step_in_phase = 0
         return True
 
-    def _train(self, phase: Phase, should_stop: Callable[[], bool]) -> bool:
+    def _train(self, phase: Phase, should_stop: Callable[[], bool], after_step: Callable[[str], None]) -> bool:
         t, state, cfg = self.trainer, self.trainer.state, self.cfg
         view = self.view_for(phase)
         fine = not phase.path
@@ -234,6 +237,7 @@ class MultilevelRunner:
                     t.log_eval(view)
             elif state.step_in_phase % coarse_log_every == 0 or state.step_in_phase == phase.steps:
                 t.log_train(kind, view, lr, **extra)
+            after_step(kind)
             if state.step_in_phase < phase.steps and should_stop():
                 return False
         return True
@@ -276,6 +280,7 @@ class MultilevelRunner:
             "diag_index": self.diag_index,
             "elapsed_s": self.trainer.elapsed(),  # so time_s goes on from where it stopped
             "last_loss": dict(self.trainer.last_loss),
+            "pending_rows": self.trainer.pending_state(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -296,6 +301,7 @@ class MultilevelRunner:
         self.diag_index = state["diag_index"]
         self.trainer.t0 = time.perf_counter() - state["elapsed_s"]
         self.trainer.last_loss = dict(state["last_loss"])
+        self.trainer.load_pending_state(state.get("pending_rows", {}))
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"]:
             torch.cuda.set_rng_state_all(state["cuda_rng"])

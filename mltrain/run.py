@@ -1,13 +1,18 @@
 """Build the parts from the config, run the plan, write the summary.
 
     config → validate → data → model → samplers, optimizer, hierarchy → Trainer + MultilevelRunner
-           → metrics.jsonl / W&B (Tracker) → summary.json
+           → metrics.jsonl / W&B (Tracker), checkpoints/ → summary.json
+
+A run ends `finished`, `interrupted` (SIGINT, SIGTERM or SIGUSR1: the current step is finished and a
+checkpoint written) or `diverged` (a non-finite loss with train.on_nonfinite=stop: the last good
+checkpoint is kept); summary.json says which. `train.resume=true` continues from the newest checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +23,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mltrain import distributed, rundir
+from mltrain.checkpoint import Cadence, CheckpointFolder, load_checkpoint
 from mltrain.coarsening import Hierarchy, build_scheme
-from mltrain.config import apply_budget, validate
+from mltrain.config import apply_budget, resuming, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
 from mltrain.errors import ConfigError, StorageError
@@ -29,8 +35,9 @@ from mltrain.model import GPT, GPTConfig
 from mltrain.multilevel import MultilevelRunner, planned_steps, run_kind
 from mltrain.optim import build_optimizer
 from mltrain.provenance import provenance
+from mltrain.resume import PreviousRun, StopSignals, check_resume, resume_command, say
 from mltrain.tracking import Tracker, run_label, run_name
-from mltrain.trainer import EVAL_SEED, Trainer
+from mltrain.trainer import EVAL_SEED, NonFiniteLoss, Trainer
 from mltrain.weights import save_weights
 
 log = logging.getLogger("mltrain")
@@ -40,6 +47,19 @@ log = logging.getLogger("mltrain")
 # with the same seed (single-level, multilevel, control, any budget) trains on the same batch.
 DIAG_SEED_OFFSET = 1_000_003
 COARSE_SEED_OFFSET = 2_000_003
+
+
+class RunInterrupted(Exception):
+    """The run stopped on a signal after writing a checkpoint. `exit_code` is 128 + the signal number;
+    `hand_on()` passes the signal to the handler it had before (submitit's requeue), if any."""
+
+    def __init__(self, message: str, exit_code: int, hand_on: Callable[[], None] = lambda: None):
+        super().__init__(message)
+        self.exit_code, self.hand_on = exit_code, hand_on
+
+
+class RunDiverged(RuntimeError):
+    """A non-finite loss stopped the run (train.on_nonfinite=stop); the message names where."""
 
 
 def model_config(cfg: DictConfig, vocab_size: int) -> GPTConfig:
@@ -148,8 +168,11 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     return Session(cfg, model, trainer, runner, data.description, data_record(data))
 
 
-def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
-    """Train as `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise)."""
+def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> Optional[float]:
+    """Train as `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise).
+
+    Raises RunInterrupted after a stop on a signal, RunDiverged after a non-finite loss, ConfigError
+    for a run dir that cannot be used, each before anything of an earlier run is changed."""
     validate(cfg)
     if run_dir is None:
         run_dir = HydraConfig.get().runtime.output_dir
@@ -157,23 +180,47 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> float:
     world = distributed.world_from_env()
     if not world.distributed:
         sweep_placement()  # a parallel sweep worker takes a GPU of its own, before CUDA starts
+    resume = resuming(cfg.train.resume)
+    previous = None
+    if resume:
+        previous = check_resume(run_dir, cfg)  # reads only; another config: ConfigError
+        if previous is not None and previous.ended:
+            # printed, not logged: the run's own log file stays as it was
+            say(f"{previous.describe()}: nothing to resume, left untouched")
+            return previous.summary.get("final_val_loss")
     distributed.init(world)
     # The run owns its directory until it returns (a lock, not only a start-up check): a second run
     # into it is refused, never interleaved. Under the CLI, RunGuard has claimed it already. Rank 0
     # alone owns it; the other ranks of a data-parallel job write nothing there.
-    with rundir.claim(run_dir) if world.is_main else contextlib.nullcontext():
+    with rundir.claim(run_dir, allow_earlier=resume) if world.is_main else contextlib.nullcontext():
         distributed.barrier()  # every rank waits for rank 0's claim before training
         distributed.quiet_other_ranks(world)
-        return _run(cfg, run_dir)
+        return _run(cfg, run_dir, previous)
 
 
-def _run(cfg: DictConfig, run_dir: Path) -> float:
+def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Optional[float]:
     world = distributed.world_from_env()
+    t, ml = cfg.train, cfg.multilevel
     budget = float(cfg.train.budget)  # build() resolves it into train.max_steps
     # The trainer logs only inside `with tracker` below; the lambda looks the tracker up then. Only
     # rank 0 writes files (metrics, summary, weights, W&B); the other ranks compute the same rows and drop them.
     session = build(cfg, lambda row: tracker.log(row) if tracker is not None else None)
     model, trainer, runner, kind = session.model, session.trainer, session.runner, session.kind
+    B, T = t.batch_size, cfg.model.block_size
+    device = trainer.device
+    fine_step_flops = train_flops_per_step(cfg.model.n_layer, cfg.model.n_embd, model.config.vocab_size, T, B)
+    checkpoints = CheckpointFolder(run_dir, keep=t.keep_checkpoints)
+    resumed = {}  # the checkpoint's bookkeeping: metrics position, initial val loss, cadence
+    if previous is not None:
+        latest = checkpoints.latest()
+        if latest is not None:
+            resumed = load_checkpoint(latest, runner)  # another model/scheme/plan: CheckpointError, nothing changed
+            _check_metrics(run_dir, resumed)
+            log.info("resuming %s from %s (fine step %d of %d)", run_dir, latest.name, trainer.state.fine_steps, t.max_steps)
+        else:
+            resumed = {"metrics_bytes": 0, "metrics_rows": 0}
+            log.info("resuming %s: no checkpoint yet, starting again from step 0", run_dir)
+        checkpoints.remove_temporaries()
     log.info("data: %s", session.data_description)
     n_params = model.num_params()
     log.info(
@@ -181,27 +228,65 @@ def _run(cfg: DictConfig, run_dir: Path) -> float:
         f"{n_params:,}", model.config.n_layer, model.config.n_embd, model.config.n_head,
         model.config.block_size, model.config.vocab_size,
     )
-    t, ml = cfg.train, cfg.multilevel
-    B, T = t.batch_size, cfg.model.block_size
-    device = trainer.device
 
     overrides = _overrides()
     origin = provenance(device)
     config_dict = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
     tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind, seed=cfg.seed),
-                      group=run_label(overrides, kind), job_type=kind) if world.is_main else None
+                      group=run_label(overrides, kind), job_type=kind,
+                      resume=resumed if previous is not None else None) if world.is_main else None
+    cadence = Cadence(t.checkpoint_interval, fine_step_flops, resumed.get("last_checkpoint_flops", 0.0))
+    status, stop_line = "finished", None
     with tracker if tracker is not None else contextlib.nullcontext():
-        trainer.t0 = time.perf_counter()  # wall time counts from here, not from data loading
-        initial_val = trainer.log_eval(runner.fine)
+        if "initial_val_loss" in resumed:
+            initial_val = resumed["initial_val_loss"]
+            trainer.bar.update(trainer.state.optimizer_steps)
+        else:
+            trainer.t0 = time.perf_counter()  # wall time counts from here, not from data loading
+            initial_val = trainer.log_eval(runner.fine)
+
+        saved = [trainer.state.optimizer_steps if resumed.get("initial_val_loss") is not None else -1]
+
+        def save_checkpoint() -> Optional[Path]:
+            if trainer.state.optimizer_steps == saved[0]:  # no step since the last one: it is still a valid
+                return checkpoints.latest()  # resume point (a restrict or prolong after it is redone)
+            trainer.check_finite(weights=True)  # never a checkpoint of a state after a bad step (every rank)
+            cadence.mark(trainer.state)
+            saved[0] = trainer.state.optimizer_steps
+            if tracker is None:  # ranks > 0: rank 0 writes the one checkpoint of the job
+                return None
+            extra = {"initial_val_loss": initial_val, "last_checkpoint_flops": cadence.last_flops, **tracker.position()}
+            return checkpoints.save(runner, extra)
+
+        def after_step(step_kind: str) -> None:
+            if cadence.due(step_kind, trainer.state):
+                save_checkpoint()
+
+        def should_stop() -> bool:  # under data parallel every rank stops after the same step
+            return not distributed.all_ranks_agree(torch.tensor(not signals.requested()))
+
         model.train()
+        signals = StopSignals()
         try:
-            runner.run()
+            with signals:
+                completed = runner.run(should_stop=should_stop if world.distributed else signals.requested, after_step=after_step)
+                path = save_checkpoint()  # at the end, or where the signal stopped the run
+            if not completed:
+                status = "interrupted"
+                s = trainer.state
+                stop_line = (f"stopped by {signals.name} after fine step {s.fine_steps} of {t.max_steps}"
+                             f"{_inside(runner)}, checkpoint {path}; resume with: {resume_command(run_dir)}")
+        except NonFiniteLoss as err:
+            status = "diverged"
+            last = checkpoints.latest()
+            stop_line = (f"{err}: the run stopped (train.on_nonfinite=stop); "
+                         + (f"last good checkpoint: {last}" if last else "no checkpoint was written before it"))
         finally:
             trainer.close()
         wall = trainer.elapsed()
         s = trainer.state
-        fine_step_flops = train_flops_per_step(cfg.model.n_layer, cfg.model.n_embd, model.config.vocab_size, T, B)
         summary = {
+            "status": status,
             "n_params": n_params,
             "total_flops": s.flops,
             "tokens": s.tokens,
@@ -230,6 +315,10 @@ def _run(cfg: DictConfig, run_dir: Path) -> float:
             "preset": cfg.preset,
             "world_size": world.size,
         }
+        if stop_line:
+            summary["status_reason"] = stop_line
+        if s.skipped_steps:
+            summary["skipped_steps"] = s.skipped_steps
         if kind != "single":
             summary.update(
                 coarse_steps=s.coarse_steps,
@@ -240,20 +329,52 @@ def _run(cfg: DictConfig, run_dir: Path) -> float:
         if device.type == "cuda":
             summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
         if tracker is not None:
-            try:
-                save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
-            except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept
-                raise StorageError(
-                    f"cannot write the final weights into {run_dir} ({err.strerror or err}); the run finished and "
-                    f"metrics.jsonl keeps all its {tracker.rows:,} rows; no summary.json was written"
-                ) from None
+            if status != "diverged":  # non-finite weights are of no use: the last good checkpoint holds good ones
+                try:
+                    save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
+                except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept
+                    raise StorageError(
+                        f"cannot write the final weights into {run_dir} ({err.strerror or err}); the run ended and "
+                        f"metrics.jsonl keeps all its {tracker.rows:,} rows; no summary.json was written"
+                    ) from None
             tracker.write_summary(summary)
+            if status != "finished":
+                tracker.finish(exit_code=1)  # W&B shows the run failed until a resume finishes it
+    if status == "interrupted":
+        raise RunInterrupted(stop_line, signals.exit_code, signals.hand_on)
+    if status == "diverged":
+        raise RunDiverged(stop_line)
+    val = summary["final_val_loss"]
     log.info(
         "done: %d fine steps%s | %.3g FLOPs (%.0f fine-step equivalents) | train %.4f | val %.4f (from %.4f) "
         "| %.0f tok/s | %.1f s | %s",
         s.fine_steps,
         f" + {s.coarse_steps} coarse" if s.coarse_steps else (f" + {s.control_steps} control" if s.control_steps else ""),
-        s.flops, s.flops / fine_step_flops, summary["final_train_loss"], summary["final_val_loss"],
+        s.flops, s.flops / fine_step_flops, _num(summary["final_train_loss"]), _num(val),
         initial_val, summary["tokens_per_s"], wall, run_dir,
     )
-    return summary["final_val_loss"]
+    return val
+
+
+def _inside(runner: MultilevelRunner) -> str:
+    """` (in cycle 3's coarse phase of model A, step 40 of 100)` when stopped inside a coarse phase."""
+    s = runner.trainer.state
+    phase = runner.plan[s.phase_index] if s.phase_index < len(runner.plan) else None
+    if phase is None or phase.kind != "train" or not phase.path or not 0 < s.step_in_phase < phase.steps:
+        return ""
+    model = ".".join("ABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] for i in phase.path)
+    return (f" (in cycle {phase.cycle}'s {'control' if runner.control else 'coarse'} phase of model {model}, "
+            f"step {s.step_in_phase} of {phase.steps})")
+
+
+def _num(x: Optional[float]) -> float:
+    return math.nan if x is None else x
+
+
+def _check_metrics(run_dir: Path, resumed: dict) -> None:
+    """Refuse (before anything is cut) a metrics.jsonl shorter than it was at the checkpoint."""
+    path = run_dir / "metrics.jsonl"
+    size = path.stat().st_size if path.exists() else 0
+    if size < resumed["metrics_bytes"]:
+        raise ConfigError(f"{path} has {size} bytes, fewer than the {resumed['metrics_bytes']} it had at the "
+                          "last checkpoint: it was changed since, so the run cannot continue it (nothing was changed)")

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 from mltrain.errors import ConfigError, StorageError
 
 LOCK_FILE = ".mltrain.lock"
-RUN_FILES = ("summary.json", "metrics.jsonl")  # what a run writes once it has started training
+RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what a run writes once it has started training
 
 _held: dict[str, list] = {}  # realpath -> [open lock file, nesting count]
 _chosen: dict[str, str] = {}  # unique_dir: absolute base -> the directory this process claimed
@@ -108,7 +108,8 @@ def claim(
         found = None if allow_earlier else earlier(path)
         if found is not None:
             raise ConfigError(
-                f"{found} exists: {what}={path} holds {holds}; choose another {what} (nothing was changed)"
+                f"{found} exists: {what}={path} holds {holds}; choose another {what}, or add train.resume=true "
+                f"to continue {'it' if holds == 'an earlier run' else 'its unfinished jobs'} (nothing was changed)"
             )
 
     refuse_earlier()

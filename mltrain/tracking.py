@@ -9,20 +9,24 @@ Files (the contract `mltrain-compare` reads):
   descriptor, so a crash keeps every row logged before it. A row is written whole or not at all: when
   the disk (or the file-size limit) is full, the part that got through is cut off again and the run
   stops with StorageError, naming the file and the rows it keeps. If the file already exists (a
-  resumed run, or a second Tracker on the same directory) new rows are **appended**; earlier rows are
-  never changed. A partial last line left by a killed process is closed with a newline first, so the
-  appended rows stay parseable (`read_metrics` skips the one broken line). Non-finite floats are written as `NaN`/`Infinity`, which
-  Python's `json` reads back.
+  second Tracker on the same directory) new rows are **appended**; earlier rows are never changed. A
+  partial last line left by a killed process is closed with a newline first, so the appended rows stay
+  parseable (`read_metrics` skips the one broken line). A resumed run passes `resume=` the `position()`
+  saved with its checkpoint: the rows written after it (which the resumed run writes again) are cut
+  first, so the file has no duplicated or missing rows. Non-finite floats are written as
+  `NaN`/`Infinity`, which Python's `json` reads back.
 * `summary.json` -- written atomically (temp file in the same folder, fsync, `os.replace`), so readers
   see either the previous or the new summary, never half of one.
 
-W&B (`logger.name=wandb`): one W&B run per Tracker, `dir=run_dir` (offline files land in
+W&B (`logger.name=wandb`): one W&B run per run dir, `dir=run_dir` (offline files land in
 `run_dir/wandb/offline-run-*`, upload later with `wandb sync run_dir/wandb/offline-run-*`). FLOPs is the
 default x-axis of `train/loss`, `val/loss` and `diag/*`; `step` and `tokens` are logged too. `online`
 without an API key, or an online init that fails (no network: bounded by `init_timeout`), falls back to
 offline with one warning; if offline fails too, training goes on with `metrics.jsonl` only. Any W&B error
 later (log, summary, finish) is one warning and W&B is off for the rest of the run: logging never kills
-training. `logger.name=jsonl` never imports wandb.
+training. `logger.name=jsonl` never imports wandb. The W&B run id is kept in `run_dir/wandb/run_id`; a
+resumed Tracker continues that run (`resume="allow"`), and each row goes to W&B with its row number as
+the step, so the rows W&B already has from before the interruption are not sent twice.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ BOOKKEEPING_KEYS = (
     "hydra",
     "logger",
     "train.progress",
+    "train.resume",
+    "train.checkpoint_interval",
+    "train.keep_checkpoints",
     "data.cache_dir",
     "data.prepare_if_missing",
 )
@@ -89,8 +96,9 @@ def run_label(overrides: list[str], run_kind: str) -> str:
     """Configuration label shared by all seeds of one configuration (the W&B group).
 
     The overrides minus `seed=...` and the bookkeeping keys in BOOKKEEPING_KEYS (`hydra*`, `logger*`,
-    `train.progress`, `data.cache_dir`, `data.prepare_if_missing`), minus `multilevel.*`/`coarsening*`
-    when run_kind == "single"; sorted by key, joined with ","; "default" when nothing is left.
+    `train.progress`, `train.resume`, the checkpoint keys, `data.cache_dir`, `data.prepare_if_missing`),
+    minus `multilevel.*`/`coarsening*` when run_kind == "single"; sorted by key, joined with ",";
+    "default" when nothing is left.
     """
     parts = _label_parts(overrides, run_kind)
     return ",".join(parts) if parts else "default"
@@ -211,7 +219,10 @@ class Tracker:
         name: str,
         group: str,
         job_type: str,
+        resume: Mapping[str, int] | None = None,
     ) -> None:
+        """`resume`: a `position()` saved earlier (with a checkpoint): rows after it are cut, and the W&B
+        run of this run dir continues."""
         self.run_dir = Path(run_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.summary_path = self.run_dir / "summary.json"
@@ -220,13 +231,15 @@ class Tracker:
         self.job_type = str(job_type)
         self.wandb_run: Any = None
         self.wandb_mode: str | None = None
+        self._wandb_skip_below = 0  # rows W&B already holds from before a resume
         self._finished = False
-        self.rows = 0  # rows this Tracker wrote
+        self._resuming = resume is not None
+        self.rows = 0  # whole rows in metrics.jsonl (a resumed run's earlier rows included)
         self._last_step: Any = None
         self._file: int | None = None
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._open_metrics()
+            self._open_metrics(resume)
         except OSError as err:
             if self._file is not None:
                 os.close(self._file)
@@ -238,22 +251,31 @@ class Tracker:
 
     # -- files ----------------------------------------------------------------------------------
 
-    def _open_metrics(self) -> None:
+    def _open_metrics(self, resume: Mapping[str, int] | None) -> None:
         """A raw append-only descriptor: each row goes down in one os.write, so it is written whole or,
-        when the disk is full, cut back off (see _append)."""
+        when the disk is full, cut back off (see _append). `resume`: cut the rows after that position."""
+        exists = self.metrics_path.exists()
+        if resume is not None:
+            size, keep = (self.metrics_path.stat().st_size if exists else 0), int(resume["metrics_bytes"])
+            if size < keep:
+                raise ValueError(f"{self.metrics_path} has {size} bytes, fewer than the {keep} it had at the checkpoint")
+            if exists:
+                os.truncate(self.metrics_path, keep)
+            self.rows = int(resume["metrics_rows"])
         self._file = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        if os.fstat(self._file).st_size > 0:
+        if resume is None and os.fstat(self._file).st_size > 0:
             with open(self.metrics_path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                torn = f.read(1) != b"\n"
+                data = f.read()
+            torn = not data.endswith(b"\n")
+            self.rows = data.count(b"\n")
             if torn:
-                self._append(b"\n", row=False)  # close a partial last line left by a killed process
+                self._append(b"\n")  # close a partial last line left by a killed process (one more row)
             log.info("%s exists: appending new rows after the existing ones", self.metrics_path)
 
-    def _append(self, data: bytes, row: bool = True) -> None:
-        """Append `data` whole, or not at all: on any write error (disk full, file-size limit, a
-        read-only remount) the file is cut back to its size before the row, and StorageError says
-        what it keeps."""
+    def _append(self, data: bytes) -> None:
+        """Append one row (`data` ends with a newline) whole, or not at all: on any write error (disk
+        full, file-size limit, a read-only remount) the file is cut back to its size before the row,
+        and StorageError says what it keeps."""
         fd = self._file
         start = os.fstat(fd).st_size
         try:
@@ -263,7 +285,7 @@ class Tracker:
         except OSError as err:
             try:
                 os.ftruncate(fd, start)  # shrinking a file works on a full disk and under RLIMIT_FSIZE
-                kept = f"it keeps its {self.rows:,} whole rows of this run" + (
+                kept = f"it keeps its {self.rows:,} whole rows" + (
                     f" (to step {self._last_step})" if self._last_step is not None else "")
             except OSError:
                 kept = "its last row may be torn (read_metrics skips it)"
@@ -271,7 +293,13 @@ class Tracker:
                 f"cannot write {self.metrics_path} ({err.strerror or err}): the disk or the file-size limit is "
                 f"full; the run stopped and {kept}; no summary.json was written"
             ) from None
-        self.rows += row
+        self.rows += 1
+
+    def position(self) -> dict:
+        """Where metrics.jsonl stands (bytes and rows), to store with a checkpoint and pass as `resume=`."""
+        if self._file is None:
+            raise RuntimeError("Tracker.position() after finish()")
+        return {"metrics_bytes": os.fstat(self._file).st_size, "metrics_rows": self.rows}
 
     def log(self, row: Mapping[str, Any]) -> None:
         """Append one row to metrics.jsonl (one write, whole or not at all) and forward it to W&B."""
@@ -280,10 +308,12 @@ class Tracker:
             raise RuntimeError("Tracker.log() after finish()")
         self._append((json.dumps(row, default=_json_default) + "\n").encode("utf-8"))
         self._last_step = row.get("step", self._last_step)
-        if self.wandb_run is not None:
+        index = self.rows - 1
+        if self.wandb_run is not None and index >= self._wandb_skip_below:
             try:
-                # No step=: coarse rows share a fine step; W&B's own _step counts rows, x-axis is flops.
-                self.wandb_run.log({k: v for k, v in row.items() if v is not None})
+                # step = the row's number (coarse rows share a fine step; the x-axis is flops), so a
+                # resumed run's rows land where the interrupted run's were.
+                self.wandb_run.log({k: v for k, v in row.items() if v is not None}, step=index)
             except Exception as err:  # noqa: BLE001 - logging never kills training
                 self._wandb_failed("log", err)
 
@@ -295,7 +325,7 @@ class Tracker:
         except OSError as err:  # the temporary file is gone again (atomic_open); metrics.jsonl is whole
             raise StorageError(
                 f"cannot write {self.summary_path} ({err.strerror or err}); the run finished and "
-                f"{self.metrics_path.name} keeps all its {self.rows:,} rows of this run"
+                f"{self.metrics_path.name} keeps all its {self.rows:,} rows"
             ) from None
         if self.wandb_run is not None:
             try:
@@ -352,7 +382,11 @@ class Tracker:
             log.warning("cannot import wandb (%s: %s); metrics.jsonl only", type(err).__name__, first_line(err))
             return
         tags = [shorten(str(t), _WANDB_MAX["tag"]) for t in (_get(logger_cfg, "tags", []) or [])]
-        kwargs = dict(
+        id_file = self.run_dir / "wandb" / "run_id"
+        kwargs: dict[str, Any] = {}
+        if self._resuming and id_file.exists():  # the same run again after an interruption, not a second one
+            kwargs.update(id=id_file.read_text().strip(), resume="allow")
+        kwargs.update(
             project=_get(logger_cfg, "project", "mltrain"),
             entity=_get(logger_cfg, "entity", None),
             name=shorten(self.name, _WANDB_MAX["name"]),
@@ -389,6 +423,9 @@ class Tracker:
             settings["init_timeout"] = INIT_TIMEOUT_S
         run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
         try:
+            if self._resuming:
+                self._wandb_skip_below = int(getattr(run, "step", 0) or 0)
+            atomic.write_bytes(self.run_dir / "wandb" / "run_id", run.id.encode())
             run.define_metric("flops")
             run.define_metric("tokens")
             run.define_metric("step")

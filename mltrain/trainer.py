@@ -2,8 +2,15 @@
 
 `Trainer.step(view, optimizer, lr, sampler)` trains whatever `ModelView` it is handed — the fine model,
 a coarse model, or the fine model inside the schedule control — so there is no copy of the training loop
-per level. Everything that must survive a resume lives in `TrainState` (counters and the plan position)
-and in the samplers' own state.
+per level. Everything that must survive a resume lives in `TrainState` (counters and the plan position),
+in the loss accumulators of rows not yet written (`pending_state`) and in the samplers' own state.
+
+Non-finite losses (train.on_nonfinite): `stop` adds nothing to a step. The row's per-step losses stay
+on the device (`_Pending`); the host looks at them where it syncs anyway: when a train row is written
+(its mean is not finite: the row is written, then the run stops naming the first bad step), and before
+every checkpoint (`check_finite`), so no checkpoint ever holds a state after a bad step. The run trains
+on for at most one logging interval after the bad step. `skip` must decide before the optimizer step
+whether to apply it, which needs the loss on the host: one sync per step.
 """
 
 from __future__ import annotations
@@ -30,6 +37,11 @@ log = logging.getLogger("mltrain")
 EVAL_SEED = 1234  # the held-out batches are the same for every run and seed, so val losses compare
 
 
+class NonFiniteLoss(RuntimeError):
+    """A training loss (or, at a checkpoint, a weight) is NaN or infinite; the message names the step,
+    level and phase."""
+
+
 @dataclass
 class TrainState:
     fine_steps: int = 0
@@ -46,6 +58,11 @@ class TrainState:
     eval_flops: float = 0.0
     phase_index: int = 0  # position in the multilevel plan
     step_in_phase: int = 0
+    skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss (train.on_nonfinite=skip)
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.fine_steps + self.coarse_steps + self.control_steps
 
     def state_dict(self) -> dict:
         return asdict(self)
@@ -54,24 +71,56 @@ class TrainState:
 class _Pending:
     """One phase kind's steps since its last train row. Losses stay on the device (no host sync per
     step) as a list of detached scalars, summed once per row; past COLLAPSE entries they are folded
-    into one, so a long log interval holds no more than that."""
+    into one, so a long log interval holds no more than that (looking for a non-finite loss first:
+    one host sync per COLLAPSE steps)."""
 
     COLLAPSE = 256
-    __slots__ = ("losses", "steps", "tokens", "t_start")
+    __slots__ = ("losses", "folded", "first_bad", "steps", "tokens", "t_start", "view")
 
-    def __init__(self, t_start: float):
+    def __init__(self, t_start: float, view: Optional[ModelView] = None):
         self.losses: list[torch.Tensor] = []
-        self.steps, self.tokens, self.t_start = 0, 0, t_start
+        self.folded = 0  # how many steps losses[0] stands for (0: losses[i] is step i)
+        self.first_bad: Optional[int] = None  # the first non-finite step found at a fold
+        self.steps, self.tokens, self.t_start, self.view = 0, 0, t_start, view
 
-    def add(self, loss: torch.Tensor, tokens: int) -> None:
+    def add(self, loss: torch.Tensor, tokens: int, view: ModelView) -> None:
         self.losses.append(loss)
-        if len(self.losses) >= self.COLLAPSE:
-            self.losses = [torch.stack(self.losses).sum()]
         self.steps += 1
         self.tokens += tokens
+        self.view = view
+        if len(self.losses) >= self.COLLAPSE:
+            if self.first_bad is None:
+                self.first_bad = self._scan()
+            self.losses = [torch.stack(self.losses).sum()]
+            self.folded = self.steps
 
     def mean_loss(self) -> torch.Tensor:
         return torch.stack(self.losses).sum() / self.steps
+
+    def _scan(self) -> Optional[int]:
+        ok = torch.isfinite(torch.stack(self.losses))
+        if bool(ok.all()):
+            return None
+        i = int((~ok).nonzero()[0, 0])
+        return i if not self.folded else max(self.folded - 1 + i, 0)
+
+    def first_nonfinite(self) -> Optional[int]:
+        """Which of this row's steps (0-based) first had a non-finite loss, or None. One host sync."""
+        if self.first_bad is not None or not self.losses:
+            return self.first_bad
+        return self._scan()
+
+    def state_dict(self) -> dict:
+        return {"losses": torch.stack(self.losses).clone() if self.losses else torch.zeros(0),
+                "folded": self.folded, "first_bad": self.first_bad, "steps": self.steps, "tokens": self.tokens}
+
+    @classmethod
+    def from_state(cls, state: dict, t_start: float, device: torch.device) -> "_Pending":
+        p = cls(t_start)
+        p.losses = list(state["losses"].to(device).unbind())
+        p.folded, p.first_bad = int(state["folded"]), state["first_bad"]
+        p.steps, p.tokens = int(state["steps"]), int(state["tokens"])
+        return p
 
 
 class Trainer:
@@ -105,6 +154,7 @@ class Trainer:
         self._pending: dict[str, _Pending] = {}  # per phase kind, since its last train row
         self._clip_params: dict[int, list] = {}  # per optimizer: its parameters, for gradient clipping
         self._val_batches: Optional[list] = None  # the fixed held-out batches, on the device
+        self.skip_nonfinite = train_cfg.on_nonfinite == "skip"
         # disable=None: no bar when stderr is not a terminal (CI, SLURM logs); eval lines still show
         # progress. The total (all planned optimizer steps) is set once the plan exists.
         # Ranks > 0 show no bar: rank 0 speaks for the job.
@@ -139,7 +189,7 @@ class Trainer:
         micro-batch the loss is used as it is (no chunking, no division by 1)."""
         pending = self._pending.get(kind)
         if pending is None:
-            pending = self._pending[kind] = _Pending(time.perf_counter())
+            pending = self._pending[kind] = _Pending(time.perf_counter(), view)
         set_lr(optimizer, lr)
         x, y = self._to_device(sampler.next_batch())
         accum = self.grad_accum
@@ -158,18 +208,29 @@ class Trainer:
                         _, part = self._forward(view, xs, ys)
                     (part / accum).backward()
                 loss += part.detach() / accum
+        grad_norm = None
         if self.grad_clip > 0:
             # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view).
             params = self._clip_params.get(id(optimizer))
             if params is None:
                 params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
-        optimizer.step()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
+        s = self.state
+        applied = True
+        if self.skip_nonfinite:
+            finite = torch.isfinite(loss)
+            if grad_norm is not None:
+                finite = finite & torch.isfinite(grad_norm)
+            # the one host sync per step that `skip` costs; every rank takes the same decision
+            applied = distributed.all_ranks_agree(finite)
+            if not applied:
+                s.skipped_steps += 1
+        if applied:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
         n_tokens = x.numel() * self.world.size  # the global batch: every rank's slice
         flops = self.flops_per_token(view.n_blocks) * n_tokens
-        s = self.state
         s.tokens += n_tokens
         s.flops += flops
         s.flops_blocks += self.flops_per_token(self.model.config.n_layer) * n_tokens * view.n_blocks / self.model.config.n_layer
@@ -180,7 +241,11 @@ class Trainer:
             s.coarse_flops += flops
         else:
             s.control_steps += 1
-        pending.add(loss, n_tokens)
+        if applied:
+            pending.add(loss, n_tokens, view)
+        else:
+            log.warning("non-finite loss at %s: step skipped (train.on_nonfinite=skip)",
+                        self._where(view, kind, s.optimizer_steps, s.optimizer_steps, in_step=True))
         self.bar.update(1)
 
     def _forward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor):
@@ -190,9 +255,45 @@ class Trainer:
             return view(x, y)
         return self.replica(x, y, view.blocks, view.step_size)
 
+    def _where(self, view: ModelView, kind: str, bad_step: int, now: int, in_step: bool = False) -> str:
+        """Names optimizer step `bad_step` of the current row's steps (`now` is the latest): its fine
+        step, level and phase. A row's steps are all of one kind and, for coarse ones, of one phase.
+        `in_step`: called from within `step`, before the runner has counted the step in its phase."""
+        s = self.state
+        back = now - bad_step
+        where = f"level {view.level}, {kind} phase"
+        if view.path:
+            where += f" of {view.name}"
+        if kind == "fine":
+            return f"fine step {s.fine_steps - back} ({where})"
+        return f"{kind} step {s.step_in_phase + in_step - back} of the phase after fine step {s.fine_steps} ({where})"
+
+    def _nonfinite(self, kind: str, pending: "_Pending") -> NonFiniteLoss:
+        """The error naming the first non-finite step of `pending` (this rank's; under data parallel a
+        rank whose own losses are finite names the row's last step)."""
+        now = self.state.optimizer_steps
+        first = pending.first_nonfinite()
+        bad = now - pending.steps + (first if first is not None else pending.steps - 1) + 1
+        where = self._where(pending.view, kind, bad, now) if pending.view is not None else f"a {kind} step"
+        return NonFiniteLoss(f"non-finite training loss at {where}")
+
+    def check_finite(self, weights: bool = False) -> None:
+        """Raise NonFiniteLoss if a training loss so far (with `weights`: or a weight) is not finite. One
+        host sync; called before every checkpoint, so no checkpoint holds a state after a bad step."""
+        bad = [(kind, p) for kind, p in self._pending.items() if p.steps and p.first_nonfinite() is not None]
+        if not distributed.all_ranks_agree(torch.tensor(not bad)):
+            kind, p = bad[0] if bad else next((k, p) for k, p in self._pending.items() if p.steps)
+            raise self._nonfinite(kind, p)
+        if weights:
+            finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
+            if not bool(finite):
+                raise NonFiniteLoss(f"non-finite weights after fine step {self.state.fine_steps}")
+
     def log_train(self, kind: str, view: ModelView, lr: float, **extra: Any) -> float:
         """Write one train row: the mean loss of the `kind` steps since its last row (one host sync)."""
         pending = self._pending.pop(kind)
+        if pending.steps == 0:  # every step since the last row was skipped (train.on_nonfinite=skip)
+            return math.nan
         loss = distributed.mean_([pending.mean_loss()])[0].item()  # over the steps, then the ranks
         tokens = pending.tokens
         dt = max(time.perf_counter() - pending.t_start, 1e-9)
@@ -212,8 +313,20 @@ class Trainer:
         if self.peak_flops:
             row["mfu"] = self.flops_per_token(view.n_blocks) * tokens / dt / self.peak_flops
         self.log(row)
+        if not math.isfinite(loss):  # the row is written (it shows the NaN), then the run stops
+            raise self._nonfinite(kind, pending)  # skip mode never gets here with a bad step
         self.bar.set_postfix_str(f"{view.name} loss {loss:.3f} {tokens / dt:,.0f} tok/s", refresh=False)
         return loss
+
+    # -- resumable accumulators ---------------------------------------------------------------------
+    def pending_state(self) -> dict:
+        """The per-step losses, step and token counts of rows not yet written (their start times are not
+        kept: time columns restart at a resume)."""
+        return {kind: p.state_dict() for kind, p in self._pending.items()}
+
+    def load_pending_state(self, state: dict) -> None:
+        now = time.perf_counter()
+        self._pending = {kind: _Pending.from_state(p, now, self.device) for kind, p in state.items()}
 
     def counters(self) -> dict:
         s = self.state

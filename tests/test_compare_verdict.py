@@ -257,12 +257,13 @@ def test_the_issues_nan_reproduction_is_reported_as_diverged_with_no_saving(tmp_
     """`mltrain scale=smoke` and `mltrain scale=smoke coarsening=evenodd optim.lr=1e30` into one folder."""
     from conftest import compose_config
 
-    from mltrain.run import run
+    from mltrain.run import RunDiverged, run
 
     root = tmp_path / "runs"
     run(compose_config("scale=smoke", "train.progress=false", tiny=False), run_dir=root / "single")
-    run(compose_config("scale=smoke", "coarsening=evenodd", "optim.lr=1e30", "train.progress=false", tiny=False),
-        run_dir=root / "ml")
+    with pytest.raises(RunDiverged):  # stopped at the first non-finite loss (train.on_nonfinite=stop)
+        run(compose_config("scale=smoke", "coarsening=evenodd", "optim.lr=1e30", "train.progress=false", tiny=False),
+            run_dir=root / "ml")
     report, md = report_of(root, capsys)
     (e,) = report["excluded"]
     assert Path(e["run"]).name == "ml" and e["status"] == "diverged" and e["reason"]

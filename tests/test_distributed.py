@@ -120,68 +120,79 @@ def test_a_global_batch_the_ranks_cannot_split_is_one_error_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Resume across world sizes, with mltrain/checkpoint.py: rank 0 writes the runner's state (weights,
-# optimizers, plan position, sampler positions — global batch indices, independent of the ranks), and
-# any number of processes can continue from it.
+# Resume across world sizes, through the CLI: rank 0 writes the job's checkpoints (weights, optimizers,
+# plan position, sampler positions: global batch indices, independent of the ranks), and a run resumed
+# with `train.resume=true` in any number of processes ends where the uninterrupted run ends.
 
-RESUME = [*TINY, "coarsening=evenodd", *ML]
+RESUME = [*TINY, "coarsening=evenodd", *ML, "train.checkpoint_interval=1", "train.keep_checkpoints=1000"]
 
 
-def in_torchrun(tmp_path: Path, stop_at: int, load: str, save: Path) -> None:
+def mltrain_cli(cwd: Path, overrides: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    script = Path(__file__).with_name("distributed_resume.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
-           json.dumps(RESUME), str(stop_at), load, str(save)]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    return subprocess.run([sys.executable, "-m", "mltrain.cli", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
 
 
-def in_process(stop_at: int = -1, load: str = ""):
-    import torch  # noqa: F401  (the session below runs in this process)
-
-    from mltrain.checkpoint import load_checkpoint
-    from mltrain.run import build
-
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=RESUME)
-    session = build(cfg, lambda row: None)
-    state = session.trainer.state
-    if load:
-        load_checkpoint(load, session.runner)
-    session.runner.run(should_stop=lambda: stop_at >= 0 and
-                       state.fine_steps + state.coarse_steps + state.control_steps >= stop_at)
-    return session
-
-
-def assert_same_state(a: dict, b: dict) -> None:
+def mid_coarse_checkpoint(run_dir: Path) -> Path:
+    """The first checkpoint taken inside a coarse phase (not at its start or end)."""
     import torch
 
-    assert a["train_state"] == b["train_state"]
-    assert a["samplers"] == b["samplers"]
-    for name, tensor in a["model"].items():
-        assert torch.allclose(tensor, b["model"][name], rtol=0, atol=TOL), name
+    for path in sorted((run_dir / "checkpoints").glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[2])):
+        state = torch.load(path, weights_only=True)["runner"]["train_state"]
+        if state["coarse_steps"] > 0 and state["step_in_phase"] > 0 and state["fine_steps"] < 16:
+            return path
+    raise AssertionError(f"no checkpoint inside a coarse phase in {run_dir}")
+
+
+def stopped_at(run_dir: Path, checkpoint: Path, dest: Path) -> Path:
+    """`dest`: the run dir as it was when `checkpoint` was written, as if the run had been killed right
+    after it: its config, metrics.jsonl up to then (the checkpoint records how far), that checkpoint."""
+    import shutil
+
+    import torch
+
+    dest.mkdir()
+    shutil.copytree(run_dir / ".hydra", dest / ".hydra")
+    extra = torch.load(checkpoint, weights_only=True)["extra"]
+    (dest / "metrics.jsonl").write_bytes((run_dir / "metrics.jsonl").read_bytes()[: extra["metrics_bytes"]])
+    (dest / "checkpoints").mkdir()
+    shutil.copy2(checkpoint, dest / "checkpoints" / checkpoint.name)
+    return dest
+
+
+def final_weights(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(run_dir / "model.safetensors")
+
+
+def assert_close_weights(a: dict, b: dict) -> None:
+    import torch
+
+    assert a.keys() == b.keys()
+    for name, tensor in a.items():
+        assert torch.allclose(tensor, b[name], rtol=0, atol=TOL), name
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stop_at", [5])  # inside cycle 0's first coarse phase
-def test_a_checkpoint_written_by_two_processes_resumes_in_one_and_back(tmp_path, stop_at):
-    import torch
+def test_a_checkpoint_written_by_two_processes_resumes_in_one_and_back(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    proc = torchrun(tmp_path, [*RESUME, f"hydra.run.dir={two}"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = mltrain_cli(tmp_path, [*RESUME, f"hydra.run.dir={one}"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert_close_weights(final_weights(one), final_weights(two))  # the equivalence, at the end
 
-    from mltrain.checkpoint import save_checkpoint
+    # written by 2 processes inside a coarse phase, resumed by 1 through the CLI
+    two_stopped = stopped_at(two, mid_coarse_checkpoint(two), tmp_path / "two_stopped")
+    proc = mltrain_cli(tmp_path, [*RESUME, f"hydra.run.dir={two_stopped}", "train.resume=true"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert_close_weights(final_weights(two), final_weights(two_stopped))
+    assert_same_training(read_run(two), read_run(two_stopped))
 
-    whole = in_process()
-    save_checkpoint(tmp_path / "whole.pt", whole.runner)
-    expected = torch.load(tmp_path / "whole.pt", weights_only=True)
-
-    # 2 processes stop mid coarse phase; 1 process finishes the run
-    in_torchrun(tmp_path, stop_at, "", tmp_path / "two.pt")
-    assert torch.load(tmp_path / "two.pt", weights_only=True)["train_state"]["coarse_steps"] == stop_at - 1
-    resumed_in_one = in_process(load=str(tmp_path / "two.pt"))
-    save_checkpoint(tmp_path / "one_end.pt", resumed_in_one.runner)
-    assert_same_state(expected, torch.load(tmp_path / "one_end.pt", weights_only=True))
-
-    # 1 process stops there; 2 processes finish the run
-    stopped = in_process(stop_at=stop_at)
-    save_checkpoint(tmp_path / "one.pt", stopped.runner)
-    in_torchrun(tmp_path, -1, str(tmp_path / "one.pt"), tmp_path / "two_end.pt")
-    assert_same_state(expected, torch.load(tmp_path / "two_end.pt", weights_only=True))
+    # written by 1 process, resumed by 2
+    one_stopped = stopped_at(one, mid_coarse_checkpoint(one), tmp_path / "one_stopped")
+    proc = torchrun(tmp_path, [*RESUME, f"hydra.run.dir={one_stopped}", "train.resume=true"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert_close_weights(final_weights(one), final_weights(one_stopped))
+    assert_same_training(read_run(one), read_run(one_stopped))

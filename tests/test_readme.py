@@ -132,3 +132,28 @@ def test_readme_sample_and_export_commands_run(tmp_path, monkeypatch, capsys):
     idx = torch.randint(0, model.config.vocab_size, (2, model.config.block_size))
     with torch.no_grad():
         assert (hf(idx).logits - model(idx)[0]).abs().max().item() < 1e-4
+
+
+def long_runs_commands() -> list[list[str]]:
+    """The commands of the Long runs section's first block (stop and resume)."""
+    section = README.read_text().split("\n## Long runs\n", 1)[1].split("\n## ", 1)[0]
+    return shell_commands(re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0], "mltrain")
+
+
+@pytest.mark.slow
+def test_readme_long_runs_commands_stop_on_ctrl_c_and_resume_to_the_end(tmp_path):
+    import signal
+
+    from cli_helpers import cli, kill, one_line, start, stderr_of, summary, wait_until
+
+    first, resume, sweep = long_runs_commands()
+    assert resume == [*first, "train.resume=true"] and sweep[0] == "-m" and "train.resume=true" in sweep
+    run_dir = tmp_path / dict(a.split("=", 1) for a in first)["hydra.run.dir"]
+    p = start(first, tmp_path)
+    wait_until(p, lambda: (run_dir / "metrics.jsonl").exists() and "train/loss" in (run_dir / "metrics.jsonl").read_text())
+    assert kill(p, signal.SIGINT) == 130
+    line = one_line(stderr_of(p), "resume with:")
+    assert line.endswith(f"mltrain {' '.join(first[:-1])} train.resume=true hydra.run.dir={run_dir.resolve()}")
+    proc = cli(resume, tmp_path)  # the README's resume line, as written
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary(run_dir)["status"] == "finished" and summary(run_dir)["fine_steps"] == 2000

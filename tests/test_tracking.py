@@ -105,16 +105,17 @@ def _read_wandb_log(path: Path) -> list:
     return records
 
 
-def _offline_run(run_dir: Path) -> dict:
-    """Decode the one offline W&B run under run_dir/wandb into plain dicts."""
+def _offline_run(run_dir: Path, which: int | None = None) -> dict:
+    """Decode the one offline W&B run under run_dir/wandb (or the `which`-th, by time) into plain dicts."""
     import wandb
 
     # wandb-core writes the transaction log asynchronously: run.finish() can return ~0.1 s before the
     # last records reach the file. Shutting the service down (as at interpreter exit) flushes it.
     wandb.teardown()
     dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
-    assert len(dirs) == 1, dirs
-    files = list(dirs[0].glob("run-*.wandb"))
+    if which is None:
+        assert len(dirs) == 1, dirs
+    files = list(dirs[which or 0].glob("run-*.wandb"))
     assert len(files) == 1, files
     out = {"history": [], "config": {}, "summary": {}, "metrics": {}, "run": None, "exit": None}
     key = lambda item: "/".join(item.nested_key) if item.nested_key else item.key  # noqa: E731
@@ -173,6 +174,26 @@ def test_existing_metrics_are_appended_to_and_a_partial_line_is_closed(tmp_path,
         rows = read_metrics(path)
     assert rows == [TRAIN_ROWS[0], TRAIN_ROWS[2]]
     assert "skipped 1 unreadable line" in caplog.text
+
+
+def test_a_resumed_tracker_cuts_the_rows_written_after_its_checkpoint(tmp_path):
+    rows = [{"step": i, "train/loss": 5.0 - i / 10} for i in range(6)]
+    with Tracker(tmp_path, LoggerConfig(), {}, name="n", group="g", job_type="single") as t:
+        for row in rows[:3]:
+            t.log(row)
+        position = t.position()  # saved with a checkpoint
+        for row in rows[3:5]:
+            t.log(row)  # written, then the run is killed
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "tra')  # killed mid-row
+    with Tracker(tmp_path, LoggerConfig(), {}, name="n", group="g", job_type="single", resume=position) as t:
+        assert t.rows == 3
+        for row in rows[3:]:  # the resumed run writes them again
+            t.log(row)
+    assert read_metrics(tmp_path / "metrics.jsonl") == rows  # none twice, none missing, nothing broken
+    with pytest.raises(ValueError, match="fewer than"):  # a file shorter than at the checkpoint
+        Tracker(tmp_path, LoggerConfig(), {}, name="n", group="g", job_type="single",
+                resume={"metrics_bytes": 10**6, "metrics_rows": 99})
 
 
 def test_summary_is_written_atomically_by_replacement(tmp_path):
@@ -279,6 +300,27 @@ def test_wandb_offline_run_holds_rows_config_names_and_flops_axis(wandb_env):
     assert rec["exit"] is not None and rec["exit"].exit_code == 0
     # metrics.jsonl is written alongside, unchanged
     assert read_metrics(run_dir / "metrics.jsonl") == TRAIN_ROWS + [VAL_ROW, DIAG_ROW]
+
+
+def test_a_resumed_run_continues_the_same_wandb_run_from_its_checkpoint_row(wandb_env):
+    run_dir = wandb_env / "run"
+    rows = [{"step": i, "flops": i * 1e9, "train/loss": 5.0 - i / 10} for i in range(6)]
+    with Tracker(run_dir, _wandb_cfg(), CONFIG, name="n", group="g", job_type="single") as t:
+        for row in rows[:3]:
+            t.log(row)
+        position = t.position()
+        t.log(rows[3])  # after the checkpoint: the resumed run logs it again
+    run_id = (run_dir / "wandb" / "run_id").read_text()
+    with Tracker(run_dir, _wandb_cfg(), CONFIG, name="n", group="g", job_type="single", resume=position) as t:
+        assert t.wandb_run.id == run_id
+        for row in rows[3:]:
+            t.log(row)
+    first, second = _offline_run(run_dir, 0), _offline_run(run_dir, 1)
+    assert first["run"].run_id == second["run"].run_id == run_id  # one W&B run, written in two parts
+    # each row under its own row number: W&B keeps the first of a step it already has (rows[3])
+    assert [h["_step"] for h in first["history"]] == [0, 1, 2, 3]
+    assert [(h["_step"], h["step"]) for h in second["history"]] == [(3, 3), (4, 4), (5, 5)]
+    assert read_metrics(run_dir / "metrics.jsonl") == rows
 
 
 def test_exception_in_with_block_finishes_wandb_run_and_reraises(wandb_env):

@@ -1,0 +1,229 @@
+"""What a run dir holds and whether it can be resumed; the exact resume command; stopping on a signal.
+
+`train.resume=true` continues the unfinished run of `hydra.run.dir` (with `-m`: every unfinished job of
+`hydra.sweep.dir`) from its newest checkpoint; so does a SLURM job that SLURM started again (see
+`config.resuming`). Before anything is written:
+
+- a dir without a run starts one (e.g. a sweep job that had not started when the sweep was stopped);
+- a dir whose `summary.json` says `finished` or `diverged` is left untouched (one line says so);
+- a dir whose `.hydra/config.yaml` differs from the config asked for is refused, naming the keys
+  (`RESUME_FREE_KEYS` may differ: they steer bookkeeping, not training).
+
+Hydra writes a job's `.hydra/` before the task runs; `hydra.output_subdir` is therefore resolved by
+`config.hydra_subdir` (conf/config.yaml), which turns those writes off when resuming a dir that has
+them, so a resumed or skipped run keeps the files it was made with.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from omegaconf import OmegaConf
+
+from mltrain.errors import ConfigError
+
+# Keys a resumed run may set differently from the run it continues: where and how results are logged or
+# shown, how often checkpoints are taken, how fast the same computation runs. A key matches itself and
+# everything below it.
+RESUME_FREE_KEYS = (
+    "hydra",
+    "train.resume",
+    "train.progress",
+    "train.compile",
+    "train.checkpoint_interval",
+    "train.keep_checkpoints",
+    "logger",
+    "device",
+    "data.cache_dir",
+    "data.prepare_if_missing",
+)
+ENDED = ("finished", "diverged")  # statuses that leave nothing to resume
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)  # stop after the current step
+_MISSING = object()
+
+
+@dataclass
+class PreviousRun:
+    """What a run dir already holds."""
+
+    run_dir: Path
+    status: Optional[str]  # finished | interrupted | diverged (summary.json); None: killed, no summary
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+    def describe(self) -> str:
+        steps = self.summary.get("fine_steps")
+        return f"{self.run_dir} holds a {self.status} run" + (f" ({steps} fine steps)" if steps is not None else "")
+
+
+def previous_run(run_dir: str | Path) -> Optional[PreviousRun]:
+    """The run in `run_dir`, or None when it holds none (no metrics, summary or checkpoint)."""
+    import json
+
+    run_dir = Path(run_dir)
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        # a summary without a status predates status keys: such runs always ran to the end
+        return PreviousRun(run_dir, summary.get("status", "finished"), summary)
+    ckpts = run_dir / "checkpoints"
+    has_ckpt = ckpts.is_dir() and any(p.suffix == ".pt" for p in ckpts.iterdir())
+    if (run_dir / "metrics.jsonl").exists() or has_ckpt:
+        return PreviousRun(run_dir, None)
+    return None
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out or {prefix[:-1]: {}}
+    return {prefix[:-1]: node}
+
+
+def _free(key: str, prefixes: Iterable[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def _value(v: Any) -> Any:
+    return getattr(v, "value", v)  # an Enum compares by its value, as YAML stores it
+
+
+def config_differences(saved: Any, cfg: Any) -> list[str]:
+    """`key (saved there, asked here)` for every key that differs, bookkeeping keys left out. Compared
+    unresolved, so interpolations (${oc.env:HOME}, ...) compare as written, not as this machine reads them."""
+    a = _flatten(OmegaConf.to_container(saved, resolve=False) if OmegaConf.is_config(saved) else saved)
+    b = _flatten(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if _free(key, RESUME_FREE_KEYS):
+            continue
+        x, y = _value(a.get(key, _MISSING)), _value(b.get(key, _MISSING))
+        if x != y:
+            show = lambda v: "unset" if v is _MISSING else repr(v)  # noqa: E731
+            out.append(f"{key} ({show(x)} there, {show(y)} here)")
+    return out
+
+
+def check_resume(run_dir: str | Path, cfg: Any) -> Optional[PreviousRun]:
+    """For train.resume=true: the run to continue (or to leave alone, when `.ended`), None for a fresh
+    start. Raises ConfigError when the run was made with another config. Reads only."""
+    run_dir = Path(run_dir)
+    saved_cfg = run_dir / ".hydra" / "config.yaml"
+    if saved_cfg.exists():
+        diffs = config_differences(OmegaConf.load(saved_cfg), cfg)
+        if diffs:
+            raise ConfigError(
+                f"{run_dir} holds a run made with another config: {'; '.join(diffs)}. Resume it with its own "
+                f"settings ({run_dir / '.hydra' / 'overrides.yaml'}), or choose another dir (nothing was changed)"
+            )
+    return previous_run(run_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command that resumes
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].strip().lstrip("+~").replace("/", ".")
+
+
+def _join(words: list[str]) -> str:
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def resume_command(run_dir: str | Path) -> str:
+    """The command that continues this run: its own overrides plus train.resume=true and its dir (for a
+    multirun job: the sweep's command, which resumes every unfinished job and skips the finished ones)."""
+    run_dir = Path(run_dir).resolve()
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return _join(["mltrain", "train.resume=true", f"hydra.run.dir={run_dir}"]) + "  (plus the run's own overrides)"
+    hc = HydraConfig.get()
+    drop = ("train.resume", "hydra.mode", "hydra.run.dir", "hydra.sweep.dir")
+    if hc.mode == RunMode.MULTIRUN:
+        sweep = Path(hc.sweep.dir).resolve()
+        task, hydra_overrides = list(hc.overrides.task), list(hc.overrides.hydra)
+        saved = sweep / "multirun.yaml"
+        if saved.exists():  # the sweep's own lists (a,b,c), not this job's values
+            ovr = OmegaConf.load(saved).hydra.overrides
+            task, hydra_overrides = list(ovr.task), list(ovr.hydra)
+        kept = [o for o in [*task, *hydra_overrides] if _key(o) not in drop]
+        return _join(["mltrain", "-m", *kept, "train.resume=true", f"hydra.sweep.dir={sweep}"])
+    kept = [o for o in [*hc.overrides.task, *hc.overrides.hydra] if _key(o) not in drop]
+    return _join(["mltrain", *kept, "train.resume=true", f"hydra.run.dir={run_dir}"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopping on a signal
+
+
+class StopSignals:
+    """While active, SIGINT, SIGTERM and SIGUSR1 ask the run to stop after the current optimizer step
+    (`requested()`), instead of killing it mid-step. So does SIGUSR2 where a Python handler already has
+    it: submitit's, which requeues a SLURM job; `hand_on()` calls such a previous handler once the
+    checkpoint is written. A second SIGINT stops at once (KeyboardInterrupt); a repeated SIGTERM or
+    SIGUSR1 (a scheduler insisting) changes nothing. Outside the main thread, where Python cannot
+    install handlers, it does nothing."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self._previous: dict[int, Any] = {}
+        self._handed_on: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        wanted = list(SIGNALS)
+        if callable(signal.getsignal(signal.SIGUSR2)):
+            wanted.append(signal.SIGUSR2)
+        for sig in wanted:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._handed_on, self._previous = dict(self._previous), {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def hand_on(self) -> None:
+        """Call the handler the stopping signal had before (a scheduler's: submitit requeues the job and
+        exits), if it was a Python function; Python's own SIGINT handler is not called."""
+        previous = self._handed_on.get(self.signum) or self._previous.get(self.signum)
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(self.signum, None)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else "no signal"
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum or 0)  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+def say(message: str) -> None:
+    """One line on stderr that goes to no log file (for a run dir that must stay as it is)."""
+    print(f"mltrain: {message}", file=sys.stderr, flush=True)
+
