@@ -24,7 +24,7 @@ import torch
 from omegaconf import OmegaConf
 
 from mltrain.atomic import atomic_open, remove_stale_temps
-from mltrain.errors import CheckpointError
+from mltrain.errors import CheckpointError, StorageError
 from mltrain.multilevel import MultilevelRunner, Phase
 
 FORMAT = 1
@@ -120,7 +120,18 @@ class CheckpointFolder:
 
     def save(self, runner: MultilevelRunner, extra: Optional[dict] = None) -> Path:
         s = runner.trainer.state
-        path = save_checkpoint(self.path / f"step-{s.fine_steps:06d}-{s.optimizer_steps:08d}.pt", runner, extra)
+        try:
+            path = save_checkpoint(self.path / f"step-{s.fine_steps:06d}-{s.optimizer_steps:08d}.pt", runner, extra)
+        except (OSError, RuntimeError) as err:  # torch's zip writer turns a full disk into a RuntimeError
+            cause = err if isinstance(err, OSError) else err.__context__
+            if not isinstance(cause, OSError):
+                raise
+            kept = self.latest()  # the atomic write left no partial file
+            raise StorageError(
+                f"cannot write a checkpoint into {self.path} ({cause.strerror or cause}): the disk or the file-size "
+                f"limit is full; the run stopped, " + (f"its last checkpoint {kept.name} is kept" if kept else
+                                                        "no checkpoint was kept") + " and metrics.jsonl holds whole rows"
+            ) from None
         for old in self.files()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path

@@ -335,7 +335,7 @@ def full_disk_run(e: Env) -> list:
                   f"hydra.run.dir={e.tmp / 'run'}", limits={"RLIMIT_FSIZE": 12_000})]
 
 
-def full_disk_weights(e: Env) -> list:
+def full_disk_end(e: Env) -> list:
     warm_cache(e)
     return [e.run("mltrain", *SMOKE, f"hydra.run.dir={e.tmp / 'run'}", limits={"RLIMIT_FSIZE": 50_000})]
 
@@ -413,7 +413,7 @@ def cases() -> list[Case]:
     # Full disk
     d = "full disk"
     c.append(Case(d, "metrics.jsonl at the file-size limit", full_disk_run, needle="metrics.jsonl", check=full_disk_check))
-    c.append(Case(d, "final weights at the file-size limit", full_disk_weights, needle="weights", check=full_disk_check))
+    c.append(Case(d, "final checkpoint and weights at the file-size limit", full_disk_end, needle="checkpoint", check=full_disk_check))
     c.append(Case(d, "token cache at the file-size limit", lambda e: [e.run(
         "mltrain", *SMOKE, f"data.cache_dir={e.tmp / 'cache'}", f"hydra.run.dir={e.tmp / 'run'}",
         limits={"RLIMIT_FSIZE": 100_000})], needle="cache", check=cache_full_check))
