@@ -28,7 +28,6 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -375,7 +374,7 @@ def cases() -> list[Case]:
     for o, key in (("+train.max_step=3", "train.max_step"), ("++train.max_step=3", "train.max_step"), ("+foo=1", "foo"),
                    ("+model.n_layers=2", "model.n_layers"), ("+multilevel.coarse_optim.lr_min=0.1", "lr_min"),
                    ("+data.paths=x.txt", "data.paths"), ("+train.eval_every=5", "train.eval_every")):
-        c.append(cli_case("keys that vanish", o, *SMOKE, o, f"hydra.run.dir={{tmp}}/run", needle=key))
+        c.append(cli_case("keys that vanish", o, *SMOKE, o, "hydra.run.dir={tmp}/run", needle=key))
     # Values that slip through
     for args, key in ((["optim.lr=inf"], "optim.lr"), (["optim.lr=nan"], "optim.lr"), (["optim.weight_decay=nan"], "optim.weight_decay"),
                       (["train.grad_clip=nan"], "train.grad_clip"), (["train.grad_clip=inf"], "train.grad_clip"),
@@ -387,7 +386,7 @@ def cases() -> list[Case]:
                       (["data.val_fraction=inf"], "data.val_fraction"), (["optim.betas=[0.9,nan]"], "optim.betas"),
                       (["optim.momentum=inf"], "optim.momentum"), (["train.max_steps=100000000000000000000"], "train.max_steps"),
                       (["model.vocab_size=0"], "model.vocab_size"), (["seed=-1"], "seed")):
-        c.append(cli_case("values that slip through", " ".join(args), *SMOKE, *args, f"hydra.run.dir={{tmp}}/run", needle=f"{key}="))
+        c.append(cli_case("values that slip through", " ".join(args), *SMOKE, *args, "hydra.run.dir={tmp}/run", needle=f"{key}="))
     # Tracebacks for ordinary trouble
     t = "ordinary trouble"
     c.append(cli_case(t, "hydra.run.dir below a file", *SMOKE, "hydra.run.dir={file}/run", needle="a_file"))
@@ -507,7 +506,7 @@ def run_tree(label: str, src: Optional[Path], selected: list[Case], verbose: boo
 def table(all_results: dict[str, dict[str, list[str]]], selected: list[Case]) -> str:
     classes = list(dict.fromkeys(c.cls for c in selected))
     labels = list(all_results)
-    head = f"| class | cases | " + " | ".join(f"{lab}: " + " / ".join(OUTCOMES) for lab in labels) + " |"
+    head = "| class | cases | " + " | ".join(f"{lab}: " + " / ".join(OUTCOMES) for lab in labels) + " |"
     lines = [head, "|" + "---|" * (2 + len(labels))]
     totals = {lab: Counter() for lab in labels}
     for cls in classes:

@@ -9,11 +9,9 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 import typing
 from datetime import datetime, timedelta
 from pathlib import Path

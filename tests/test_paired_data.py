@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
