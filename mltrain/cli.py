@@ -101,7 +101,8 @@ def _train(cfg: DictConfig) -> float | None:
         sys.exit(1 if isinstance(err, RunDiverged) else 2)
     except RunInterrupted as err:
         # Stops a sweep too: the rest of it is for `train.resume=true`, which the line gives.
-        say(str(err))
+        if distributed.world_from_env().is_main:  # one line per job, not one per rank
+            say(str(err))
         err.hand_on()  # under submitit (SLURM): requeue the job, which then resumes by itself
         sys.exit(err.exit_code)
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
