@@ -7,8 +7,10 @@ coarsening, data) can raise these without importing each other.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
+from typing import Callable, Optional, Sequence
 
 
 class MltrainError(Exception):
@@ -51,3 +53,20 @@ def report(prog: str, message: str, kind: str = "error") -> None:
                 handler.handle(record)
             except Exception:  # noqa: BLE001 - a full disk must not turn the one line into a traceback
                 pass
+
+
+def tool_main(prog: str, parser: argparse.ArgumentParser, action: Callable[[argparse.Namespace], None],
+              argv: Optional[Sequence[str]] = None) -> int:
+    """The body of a small argparse console tool (`mltrain-sample`, `mltrain-export`): parse `argv`, run
+    `action(args)`, and turn bad input (MltrainError) into the one error line; returns the exit status
+    (2 for bad input or a usage error, 0 for --help or success)."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, message already printed)
+        return int(e.code or 0)
+    try:
+        action(args)
+    except MltrainError as err:
+        report(prog, str(err))
+        return 2
+    return 0

@@ -26,7 +26,7 @@ import torch.nn as nn
 from safetensors.torch import save as save_safetensors
 
 from mltrain.atomic import write_bytes, write_json
-from mltrain.errors import ConfigError, MltrainError
+from mltrain.errors import ConfigError, tool_main
 from mltrain.model import GPT, GPTConfig, Norm
 from mltrain.weights import load_weights, model_config, read_info
 
@@ -140,17 +140,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, message already printed)
-        return int(e.code or 0)
-    try:
+    def act(args: argparse.Namespace) -> None:
         out = export(args.run, args.out)
-    except MltrainError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
-    print(f"exported {args.run} -> {out} (HF GPT-2: {HF_CONFIG}, {HF_WEIGHTS})")
-    return 0
+        print(f"exported {args.run} -> {out} (HF GPT-2: {HF_CONFIG}, {HF_WEIGHTS})")
+
+    return tool_main(PROG, _parser(), act, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import torch
 
 from mltrain.data import Tokenizer, get_tokenizer
-from mltrain.errors import ConfigError, MltrainError
+from mltrain.errors import ConfigError, tool_main
 from mltrain.model import GPT
 from mltrain.devices import resolve_device
 from mltrain.weights import INFO_FILE, load_weights, read_info
@@ -104,17 +104,7 @@ def sample(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, message already printed)
-        return int(e.code or 0)
-    try:
-        texts = sample(args)
-    except MltrainError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
-    print("\n\n---\n\n".join(texts))
-    return 0
+    return tool_main(PROG, _parser(), lambda args: print("\n\n---\n\n".join(sample(args))), argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
