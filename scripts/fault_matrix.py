@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Optional
 
-ERROR_WORDS = re.compile(r"error|traceback|exception", re.IGNORECASE)
+ERROR_WORDS = re.compile(r"error|traceback|exception|: interrupted:", re.IGNORECASE)  # the Ctrl-C line too
 OUTCOMES = ["good", "traceback", "wrong", "lost/mixed", "unclear"]
 SMOKE = ["scale=smoke", "train.progress=false"]
 TINY = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
@@ -59,15 +59,16 @@ ENTRY = {"mltrain": "train_main", "mltrain-prepare": "prepare_main", "mltrain-co
 
 
 def command(tool: str, args: list[str], limits: Optional[dict] = None, before: str = "") -> list[str]:
-    code = textwrap.dedent(f"""
-        import resource, sys
-        for name, value in {limits or {}!r}.items():
-            resource.setrlimit(getattr(resource, name), (value, value))
-        {before}
-        sys.argv = [{tool!r}, *sys.argv[1:]]
-        from mltrain.cli import {ENTRY[tool]}
-        {ENTRY[tool]}()
-    """)
+    """`python -c` running `tool` under `limits`, after the code `before` (unindented, may span lines)."""
+    code = "\n".join([
+        "import resource, sys",
+        f"for name, value in {limits or {}!r}.items():",
+        "    resource.setrlimit(getattr(resource, name), (value, value))",
+        before,
+        f"sys.argv = [{tool!r}, *sys.argv[1:]]",
+        f"from mltrain.cli import {ENTRY[tool]}",
+        f"{ENTRY[tool]}()",
+    ])
     return [sys.executable, "-c", code, *args]
 
 
@@ -176,11 +177,15 @@ def two_at_once(e: Env, *args: str) -> list:
 
 
 def same_dir_check(e: Env, procs: list) -> Optional[str]:
+    """Either start may win the race: the other must be refused with one line, whichever it is."""
     codes = sorted(p.returncode for p in procs)
     mixed = not one_run_of_rows(e.tmp / "run" / "metrics.jsonl")
     if mixed or codes == [0, 0]:
         return "lost/mixed"
-    return None if codes == [0, 2] else "unclear"
+    refused = [p for p in procs if p.returncode != 0]
+    if codes == [0, 2] and len(error_lines(refused[0].stderr)) == 1:
+        return "good"
+    return "unclear"
 
 
 def default_dirs_check(e: Env, procs: list) -> Optional[str]:
