@@ -206,3 +206,22 @@ def test_a_submitit_job_signalled_as_on_preemption_checkpoints_is_requeued_and_r
     assert without_time(rows(job_dir())) == without_time(rows(whole))
     a, b = final_state(whole), final_state(job_dir())
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+@pytest.mark.parametrize("bad_at,n_steps", [(3, 10), (300, 600), (599, 600)])
+def test_a_rows_losses_name_their_first_non_finite_step_across_folds_and_a_resume(bad_at, n_steps):
+    # A row keeps its steps' losses on the device and folds them every COLLAPSE steps: the first
+    # non-finite one is still named exactly, before and after a fold and after a checkpoint round trip.
+    from mltrain.trainer import _Pending
+
+    pending = _Pending(0.0)
+    for i in range(n_steps):
+        pending.add(torch.tensor(math.nan if i >= bad_at else 1.0), 8, view=None)
+        if i == n_steps // 2:
+            pending = _Pending.from_state(pending.state_dict(), 0.0, torch.device("cpu"))
+    assert pending.first_nonfinite() == bad_at and pending.steps == n_steps and pending.tokens == 8 * n_steps
+    clean = _Pending(0.0)
+    for i in range(n_steps):
+        clean.add(torch.tensor(float(i)), 1, view=None)
+    assert clean.first_nonfinite() is None
+    assert clean.mean_loss().item() == pytest.approx((n_steps - 1) / 2)
