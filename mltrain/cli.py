@@ -117,6 +117,9 @@ def train_main() -> None:
     distributed.prepare_launch(sys.argv)
     try:
         _train()
+        # Rank 0 writes the summary and weights while the others are done: a rank that tore the group
+        # down first could abort in gloo's teardown ("terminate called without an active exception").
+        distributed.barrier()
     finally:
         distributed.shutdown()
 
