@@ -29,14 +29,19 @@ def readme_commands(program: str) -> list[list[str]]:
 
 def shell_commands(text: str, program: str) -> list[list[str]]:
     """The arguments of each call of `program` in shell text (continuations joined, comments and the
-    scripts' $out variable left out)."""
+    scripts' $out variable left out): `program ...` after any VAR=value assignments, and for mltrain
+    also the module form under a launcher (`torchrun ... -m mltrain.cli ...`, `srun python -m mltrain.cli ...`)."""
     commands = []
     for line in text.replace("\\\n", " ").splitlines():
         line = line.split("#")[0].strip() if line.lstrip().startswith("#") else line.split("  #")[0].strip()
         for part in line.split("&&"):
             words = shlex.split(part.replace("$out", "out"))
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+                words = words[1:]  # an environment assignment before the command
             if words and Path(words[0]).name == program:
                 commands.append(words[1:])
+            elif program == "mltrain" and "mltrain.cli" in words:
+                commands.append(words[words.index("mltrain.cli") + 1:])
     return commands
 
 
