@@ -95,6 +95,14 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def uninterrupted_run(args: list[str], tmp_path: Path) -> Path:
+    """`mltrain args` run to the end in tmp_path/whole, the reference a stopped-and-resumed run must equal."""
+    whole = tmp_path / "whole"
+    proc = cli([*args, f"hydra.run.dir={whole}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return whole
+
+
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every file under `folder`: its bytes and modification time. Not the run-dir lock (rundir.LOCK_FILE):
     each run that claims the dir, a resume too, writes its own pid there."""

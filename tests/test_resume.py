@@ -6,7 +6,8 @@ import signal
 import pytest
 import torch
 from cli_helpers import (SMALL, assert_same_weights, checkpoints, cli, final_state, kill, name_position, one_line,
-                         plan_position, rows, snapshot, start, stderr_of, summary, wait_until, without_time)
+                         plan_position, rows, snapshot, start, stderr_of, summary, uninterrupted_run, wait_until,
+                         without_time)
 from conftest import compose_config
 
 from mltrain.checkpoint import load_checkpoint, save_checkpoint
@@ -122,9 +123,7 @@ KILLABLE = [*SMALL, "coarsening=evenodd", "multilevel.n_cycles=2", "multilevel.c
 
 @pytest.mark.slow
 def test_killed_in_a_coarse_phase_and_in_the_fine_tail_then_resumed_equals_an_uninterrupted_run(tmp_path):
-    whole = tmp_path / "whole"
-    proc = cli([*KILLABLE, f"hydra.run.dir={whole}"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    whole = uninterrupted_run(KILLABLE, tmp_path)
 
     run_dir = tmp_path / "killed"
     args = [*KILLABLE, f"hydra.run.dir={run_dir}"]

@@ -9,7 +9,7 @@ import signal
 import pytest
 import torch
 from cli_helpers import (SMALL, checkpoints, cli, final_state, kill, load, name_position, one_line, processes_running,
-                         rows, start, stderr_of, summary, wait_until, without_time)
+                         rows, start, stderr_of, summary, uninterrupted_run, wait_until, without_time)
 from conftest import compose_config
 
 from mltrain.model import GPT
@@ -47,9 +47,7 @@ def test_a_signal_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(t
 
 @pytest.mark.slow
 def test_sigterm_then_the_printed_command_resumes_to_the_same_end_as_an_uninterrupted_run(tmp_path):
-    whole = tmp_path / "whole"
-    proc = cli([*LONG, f"hydra.run.dir={whole}"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    whole = uninterrupted_run(LONG, tmp_path)
 
     run_dir = tmp_path / "run"
     p = start([*LONG, f"hydra.run.dir={run_dir}"], tmp_path)
