@@ -6,6 +6,8 @@
 A run ends `finished`, `interrupted` (SIGINT, SIGTERM or SIGUSR1: the current step is finished and a
 checkpoint written) or `diverged` (a non-finite loss with train.on_nonfinite=stop: the last good
 checkpoint is kept); summary.json says which. `train.resume=true` continues from the newest checkpoint.
+The run holds its directory (mltrain/rundir.py) until it returns. Under data parallel every rank runs
+all of this; rank 0 alone owns the directory and writes into it (mltrain/distributed.py).
 """
 
 from __future__ import annotations
