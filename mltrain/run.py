@@ -217,7 +217,6 @@ def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Opt
         latest = checkpoints.latest()
         if latest is not None:
             resumed = load_checkpoint(latest, runner)  # another model/scheme/plan: CheckpointError, nothing changed
-            _check_metrics(run_dir, resumed)
             log.info("resuming %s from %s (fine step %d of %d)", run_dir, latest.name, trainer.state.fine_steps, t.max_steps)
         else:
             resumed = {"metrics_bytes": 0, "metrics_rows": 0}
@@ -371,12 +370,3 @@ def _inside(runner: MultilevelRunner) -> str:
 
 def _num(x: Optional[float]) -> float:
     return math.nan if x is None else x
-
-
-def _check_metrics(run_dir: Path, resumed: dict) -> None:
-    """Refuse (before anything is cut) a metrics.jsonl shorter than it was at the checkpoint."""
-    path = run_dir / "metrics.jsonl"
-    size = path.stat().st_size if path.exists() else 0
-    if size < resumed["metrics_bytes"]:
-        raise ConfigError(f"{path} has {size} bytes, fewer than the {resumed['metrics_bytes']} it had at the "
-                          "last checkpoint: it was changed since, so the run cannot continue it (nothing was changed)")

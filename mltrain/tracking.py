@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mltrain import atomic
-from mltrain.errors import StorageError
+from mltrain.errors import ConfigError, StorageError
 from mltrain.names import shorten
 
 log = logging.getLogger("mltrain.tracking")
@@ -258,7 +258,8 @@ class Tracker:
         if resume is not None:
             size, keep = (self.metrics_path.stat().st_size if exists else 0), int(resume["metrics_bytes"])
             if size < keep:
-                raise ValueError(f"{self.metrics_path} has {size} bytes, fewer than the {keep} it had at the checkpoint")
+                raise ConfigError(f"{self.metrics_path} has {size} bytes, fewer than the {keep} it had at the last "
+                                  "checkpoint: it was changed since, so the run cannot continue it (nothing was changed)")
             if exists:
                 os.truncate(self.metrics_path, keep)
             self.rows = int(resume["metrics_rows"])

@@ -392,3 +392,16 @@ def test_logger_group_and_run_name_from_config_win(wandb_env):
         pass
     rec = _offline_run(run_dir)
     assert rec["run"].run_group == "my-group" and rec["run"].display_name == "my-name"
+
+
+def test_a_resume_refuses_a_metrics_file_shorter_than_at_its_checkpoint(tmp_path):
+    from mltrain.errors import ConfigError
+
+    t = Tracker(tmp_path, {"name": "jsonl"}, {}, name="n", group="g", job_type="single")
+    t.log({"step": 1, "flops": 1.0})
+    position = t.position()
+    t.finish()
+    (tmp_path / "metrics.jsonl").write_text("")  # changed since the checkpoint
+    with pytest.raises(ConfigError, match="fewer than the .* it had at the last checkpoint"):
+        Tracker(tmp_path, {"name": "jsonl"}, {}, name="n", group="g", job_type="single", resume=position)
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
