@@ -27,6 +27,7 @@ from typing import Any, Iterable, Optional
 from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError
+from mltrain.rundir import earlier_run
 
 # Keys a resumed run may set differently from the run it continues: where and how results are logged or
 # shown, how often checkpoints are taken, how fast the same computation runs. A key matches itself and
@@ -75,11 +76,8 @@ def previous_run(run_dir: str | Path) -> Optional[PreviousRun]:
         summary = json.loads(summary_path.read_text())
         # a summary without a status predates status keys: such runs always ran to the end
         return PreviousRun(run_dir, summary.get("status", "finished"), summary)
-    ckpts = run_dir / "checkpoints"
-    has_ckpt = ckpts.is_dir() and any(p.suffix == ".pt" for p in ckpts.iterdir())
-    if (run_dir / "metrics.jsonl").exists() or has_ckpt:
-        return PreviousRun(run_dir, None)
-    return None
+    # what counts as a run is the run-dir claim's rule (metrics, summary or checkpoints)
+    return PreviousRun(run_dir, None) if earlier_run(run_dir) is not None else None
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
