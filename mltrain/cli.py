@@ -14,10 +14,12 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mltrain import distributed, rundir
+from mltrain.training import distributed
+
+from mltrain.runs import rundir
 from mltrain.config import register_configs, resuming, validate
 from mltrain.errors import ConfigError, MltrainError, report
-from mltrain.resume import check_resume, resume_command, say
+from mltrain.training.resume import check_resume, resume_command, say
 from mltrain.run import RunDiverged, RunInterrupted, run
 
 log = logging.getLogger("mltrain")
@@ -39,13 +41,13 @@ class RunGuard(Callback):
 
     - Before a single run: refuse a config that cannot run (ConfigError), a directory that holds an
       earlier run or is in use by a live one, and claim the directory for the run's whole life
-      (mltrain/rundir.py), all before Hydra writes `.hydra/` into it: one error line, exit status 2.
+      (mltrain/runs/rundir.py), all before Hydra writes `.hydra/` into it: one error line, exit status 2.
       With train.resume=true: a finished run is left untouched (one line, exit status 0), a run made
       with another config is refused (naming the keys), and an unfinished one is claimed and goes on
       to the task, which continues it.
     - Before a multirun: the same for the sweep directory; a sweep directory with any earlier job in
       it (finished or killed) is refused before a job's `.hydra/` is rewritten, unless
-      train.resume=true (each job is then resumed, started or skipped by the task; see mltrain.resume).
+      train.resume=true (each job is then resumed, started or skipped by the task; see mltrain.training.resume).
     - After each multirun job: a failed job is reported when it fails (one line for bad input or a
       diverged run, the traceback for a crash) and the sweep goes on; at the end Hydra re-raises the
       first failure and `mltrain -m` exits with status 1.
@@ -133,7 +135,7 @@ def prepare_main() -> None:
 
 
 def compare_main(argv: list[str] | None = None) -> None:
-    from mltrain.compare import main
+    from mltrain.tools.compare import main
 
     try:
         code = main(argv)
@@ -145,13 +147,13 @@ def compare_main(argv: list[str] | None = None) -> None:
 
 
 def sample_main(argv: list[str] | None = None) -> None:
-    from mltrain.sample import main
+    from mltrain.tools.sample import main
 
     sys.exit(main(argv))
 
 
 def export_main(argv: list[str] | None = None) -> None:
-    from mltrain.export import main
+    from mltrain.tools.export import main
 
     sys.exit(main(argv))
 

@@ -25,13 +25,13 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from mltrain.choice import Choice
-from mltrain.coarsening import StepScale, scheme_class
+from mltrain.method.coarsening import StepScale, scheme_class
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import ConfigError
 from mltrain.model import GPTConfig
-from mltrain.names import short_dirname
-from mltrain.optim import OptimName, ScheduleName, resolve_coarse_optim
-from mltrain.rundir import unique_dir
+from mltrain.runs.names import short_dirname
+from mltrain.training.optim import OptimName, ScheduleName, resolve_coarse_optim
+from mltrain.runs.rundir import unique_dir
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 
@@ -144,7 +144,7 @@ class ScheduleConfig:
 @dataclass
 class CoarseningConfig:
     name: str = "none"  # the preset's name, used in run names and reports
-    # A registered scheme (mltrain/coarsening.py: none, stride, random, average, or one you register).
+    # A registered scheme (mltrain/method/coarsening.py: none, stride, random, average, or one you register).
     # The registry is open, so the name is checked against it at start-up rather than by its type.
     scheme: str = "none"
     k: int = 2  # stride/random: number of coarse models; average: blocks merged into one
@@ -204,7 +204,7 @@ class Config:
     scale: Optional[str] = None  # name of the scale preset, set by conf/scale/*.yaml
 
 
-# A run's start time (seconds since the epoch), set by mltrain.distributed.prepare_launch so that every
+# A run's start time (seconds since the epoch), set by mltrain.training.distributed.prepare_launch so that every
 # rank of one data-parallel job names the same default run dir.
 START_TIME_ENV = "MLTRAIN_START_TIME"
 _PROCESS_START = time.time()

@@ -6,8 +6,8 @@
 A run ends `finished`, `interrupted` (SIGINT, SIGTERM or SIGUSR1: the current step is finished and a
 checkpoint written) or `diverged` (a non-finite loss with train.on_nonfinite=stop: the last good
 checkpoint is kept); summary.json says which. `train.resume=true` continues from the newest checkpoint.
-The run holds its directory (mltrain/rundir.py) until it returns. Under data parallel every rank runs
-all of this; rank 0 alone owns the directory and writes into it (mltrain/distributed.py).
+The run holds its directory (mltrain/runs/rundir.py) until it returns. Under data parallel every rank runs
+all of this; rank 0 alone owns the directory and writes into it (mltrain/training/distributed.py).
 """
 
 from __future__ import annotations
@@ -24,23 +24,25 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain import distributed, rundir
-from mltrain.checkpoint import Cadence, CheckpointFolder, load_checkpoint
-from mltrain.coarsening import Hierarchy, build_scheme
+from mltrain.training import distributed
+
+from mltrain.runs import rundir
+from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_checkpoint
+from mltrain.method.coarsening import Hierarchy, build_scheme
 from mltrain.config import apply_budget, resuming, validate
 from mltrain.data import BatchSampler, load_tokens
-from mltrain.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
+from mltrain.training.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
 from mltrain.errors import ConfigError, StorageError
-from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
-from mltrain.memory import check_fits
+from mltrain.training.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
+from mltrain.training.memory import check_fits
 from mltrain.model import GPT, GPTConfig
-from mltrain.multilevel import MultilevelRunner, planned_steps, run_kind
-from mltrain.optim import build_optimizer
-from mltrain.provenance import provenance
-from mltrain.resume import PreviousRun, StopSignals, check_resume, resume_command, say
-from mltrain.tracking import Tracker, run_label, run_name
-from mltrain.trainer import EVAL_SEED, NonFiniteLoss, Trainer
-from mltrain.weights import save_weights
+from mltrain.method.multilevel import MultilevelRunner, planned_steps, run_kind
+from mltrain.training.optim import build_optimizer
+from mltrain.runs.provenance import provenance
+from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
+from mltrain.runs.tracking import Tracker, run_label, run_name
+from mltrain.training.trainer import EVAL_SEED, NonFiniteLoss, Trainer
+from mltrain.runs.weights import save_weights
 
 log = logging.getLogger("mltrain")
 
@@ -164,7 +166,7 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
     peak = peak_flops(device) if dtype == torch.bfloat16 else None
     trainer = Trainer(model, t, device, dtype, val_sampler, log_row, peak_flops=peak, world=world)
     runner = MultilevelRunner(cfg, trainer, hierarchy, fine_optimizer, sampler, coarse_sampler, diag_sampler, device)
-    if world.distributed:  # one DDP wrapper for every level: see mltrain/distributed.py
+    if world.distributed:  # one DDP wrapper for every level: see mltrain/training/distributed.py
         trainer.replica = distributed.wrap(model, runner.coarse_storage(), device)
     trainer.bar.reset(total=planned_steps(runner.plan))
     return Session(cfg, model, trainer, runner, data.description, data_record(data))

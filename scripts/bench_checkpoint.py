@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 
-from mltrain.checkpoint import load_checkpoint, save_checkpoint
+from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
 from mltrain.config import register_configs
 from mltrain.run import build
 

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
-from mltrain.rundir import LOCK_FILE
+from mltrain.runs.rundir import LOCK_FILE
 
 # A smoke-sized multilevel run, spelt out (not a preset) so that preset changes do not move it.
 SMALL = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",

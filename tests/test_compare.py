@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mltrain.compare import first_reach, main, moving_average
+from mltrain.tools.compare import first_reach, main, moving_average
 
 A, B = 10.0, 0.2
 N = 100

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mltrain.compare import interval, main
-from mltrain.compare.statistics import FrontierPoint, frontier_flops, frontier_loss, lower_envelope
+from mltrain.tools.compare import interval, main
+from mltrain.tools.compare.statistics import FrontierPoint, frontier_flops, frontier_loss, lower_envelope
 
 T975 = {2: 4.302652729911275, 4: 2.7764451051977987}  # Student t quantiles (tables), by d.f.
 DATA = {"description": "embedded, bytes: 1,000 train / 100 val tokens", "tokenizer": "bytes"}

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from torch._dynamo.utils import counters
 
 from mltrain.model import GPT, GPTConfig
-from mltrain.optim import build_optimizer
+from mltrain.training.optim import build_optimizer
 from mltrain.run import build, run
 
 pytestmark = [

@@ -12,7 +12,7 @@ import pytest
 CLAIM = """
 import os, sys
 from pathlib import Path
-from mltrain.devices import claim_sweep_gpu
+from mltrain.training.devices import claim_sweep_gpu
 first = claim_sweep_gpu(Path(sys.argv[1]), job_num=int(sys.argv[2]))
 again = claim_sweep_gpu(Path(sys.argv[1]), job_num=99)  # a later job of the same worker
 print(first, again, os.environ["CUDA_VISIBLE_DEVICES"])

@@ -17,7 +17,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from mltrain.config import register_configs
-from mltrain.distributed import World, check_divisible, world_from_env
+from mltrain.training.distributed import World, check_divisible, world_from_env
 from mltrain.run import run
 
 register_configs()

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from conftest import TINY, compose_config
 
-from mltrain import rundir
+from mltrain.runs import rundir
 from mltrain.config import Config, validate
 from mltrain.data import load_tokens, shards
 from mltrain.errors import ConfigError, DataError, StorageError
-from mltrain.tracking import Tracker, read_metrics
+from mltrain.runs.tracking import Tracker, read_metrics
 
 SMOKE = ["scale=smoke", "train.progress=false"]
 ERROR_WORDS = re.compile(r"error|traceback|exception", re.IGNORECASE)
@@ -149,7 +149,7 @@ def test_default_run_dirs_are_unique_even_within_one_second(tmp_path):
 
 def test_unique_dir_claims_a_new_name_in_every_process(tmp_path):
     # each process starts a run in the folder it got (an empty one is removed when its process ends)
-    code = "from mltrain.rundir import unique_dir; d = unique_dir('out/12-00-00'); open(d + '/run', 'w'); print(d)"
+    code = "from mltrain.runs.rundir import unique_dir; d = unique_dir('out/12-00-00'); open(d + '/run', 'w'); print(d)"
     names = [subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                             check=True).stdout.strip() for _ in range(3)]
     assert names == ["out/12-00-00", "out/12-00-00-1", "out/12-00-00-2"]
@@ -504,7 +504,7 @@ def test_a_summary_that_cannot_be_written_says_what_is_kept(tmp_path, monkeypatc
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("mltrain.tracking.write_json_atomic", full)
+    monkeypatch.setattr("mltrain.runs.tracking.write_json_atomic", full)
     with pytest.raises(StorageError, match="summary.json .No space left on device.* keeps all its 1 rows"):
         t.write_summary({"a": 1})
     t.finish()
@@ -581,7 +581,7 @@ def test_a_model_that_cannot_fit_is_refused_with_its_size_before_allocating(tmp_
 
 
 def test_the_parameter_count_comes_without_allocating_and_matches_the_model():
-    from mltrain.memory import parameter_count
+    from mltrain.training.memory import parameter_count
     from mltrain.model import GPT, GPTConfig
 
     paper = GPTConfig(n_layer=12, n_head=8, n_embd=256, block_size=256, vocab_size=50257)

@@ -15,9 +15,9 @@ from hydra import compose, initialize_config_module
 
 from mltrain import run as run_module
 from mltrain.config import register_configs
-from mltrain.optim import lr_at
+from mltrain.training.optim import lr_at
 from mltrain.run import build, run
-from mltrain.trainer import Trainer
+from mltrain.training.trainer import Trainer
 
 register_configs()
 STEP = Trainer.step  # the real one, whatever a test patches

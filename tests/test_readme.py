@@ -14,7 +14,7 @@ import pytest
 from conftest import ML, compose_config
 from hydra import compose, initialize_config_module
 
-from mltrain.compare import main as compare_main
+from mltrain.tools.compare import main as compare_main
 from mltrain.config import validate
 from mltrain.data import prepare as _prepare  # noqa: F401  (registers prepare_schema)
 from mltrain.run import run
@@ -111,10 +111,10 @@ def test_readme_sample_and_export_commands_run(tmp_path, monkeypatch, capsys):
     then both commands exactly as written; the export loads in transformers with mltrain's logits."""
     import torch
 
-    from mltrain.export import main as export_main
+    from mltrain.tools.export import main as export_main
     from mltrain.run import run
-    from mltrain.sample import main as sample_main
-    from mltrain.weights import load_weights
+    from mltrain.tools.sample import main as sample_main
+    from mltrain.runs.weights import load_weights
 
     (sample_args,) = readme_commands("mltrain-sample")
     (export_args,) = readme_commands("mltrain-export")

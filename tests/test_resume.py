@@ -10,7 +10,7 @@ from cli_helpers import (SMALL, assert_same_weights, checkpoints, cli, final_sta
                          without_time)
 from conftest import compose_config
 
-from mltrain.checkpoint import load_checkpoint, save_checkpoint
+from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
 from mltrain.errors import CheckpointError
 from mltrain.run import build
 
@@ -91,8 +91,8 @@ def test_a_truncated_checkpoint_is_one_clear_error(tmp_path):
 
 
 def test_checkpoint_folder_keeps_the_newest_and_cadence_counts_flops_in_coarse_phases(tmp_path):
-    from mltrain.checkpoint import Cadence, CheckpointFolder
-    from mltrain.trainer import TrainState
+    from mltrain.training.checkpoint import Cadence, CheckpointFolder
+    from mltrain.training.trainer import TrainState
 
     s, _ = session("coarsening=evenodd")
     folder = CheckpointFolder(tmp_path, keep=2)

@@ -4,9 +4,9 @@ the plan, the views, restriction/prolongation and the FLOP accounting all take i
 import pytest
 import torch
 
-from mltrain.coarsening import Groups, Scheme, register_scheme, scheme_names
+from mltrain.method.coarsening import Groups, Scheme, register_scheme, scheme_names
 from mltrain.errors import CoarseningError
-from mltrain.multilevel import build_plan
+from mltrain.method.multilevel import build_plan
 from mltrain.run import build
 
 

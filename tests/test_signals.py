@@ -144,7 +144,7 @@ def test_a_diverging_run_through_the_cli_ends_with_one_line_and_status_diverged(
 
 
 def test_stop_signals_restore_the_previous_handlers_and_hand_the_signal_on():
-    from mltrain.resume import StopSignals
+    from mltrain.training.resume import StopSignals
 
     seen = []
     previous = signal.signal(signal.SIGUSR1, lambda s, f: seen.append(s))  # e.g. submitit's requeue handler
@@ -210,7 +210,7 @@ def test_a_submitit_job_signalled_as_on_preemption_checkpoints_is_requeued_and_r
 def test_a_rows_losses_name_their_first_non_finite_step_across_folds_and_a_resume(bad_at, n_steps):
     # A row keeps its steps' losses on the device and folds them every COLLAPSE steps: the first
     # non-finite one is still named exactly, before and after a fold and after a checkpoint round trip.
-    from mltrain.trainer import _Pending
+    from mltrain.training.trainer import _Pending
 
     pending = _Pending(0.0)
     for i in range(n_steps):

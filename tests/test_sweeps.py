@@ -51,7 +51,7 @@ def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
 
 
 def test_long_override_lists_get_a_short_unique_job_dir():
-    from mltrain.names import MAX_DIRNAME, short_dirname
+    from mltrain.runs.names import MAX_DIRNAME, short_dirname
 
     long_a = ",".join(f"model.key{i}=value{i}" for i in range(40)) + ",seed=0"
     long_b = long_a[:-1] + "1"

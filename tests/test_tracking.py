@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from mltrain.config import LoggerConfig
-from mltrain.tracking import Tracker, read_metrics, run_label, run_name, write_json_atomic
+from mltrain.runs.tracking import Tracker, read_metrics, run_label, run_name, write_json_atomic
 
 TRAIN_ROWS = [
     {"step": 0, "flops": 0.0, "tokens": 0, "time_s": 0.0, "train/loss": 5.5, "lr": 1e-3, "level": 0, "phase": "fine"},
@@ -227,7 +227,7 @@ class _Unjsonable:
 
 def test_jsonl_logger_never_imports_wandb(tmp_path):
     code = (
-        "import sys; from mltrain.config import LoggerConfig; from mltrain.tracking import Tracker\n"
+        "import sys; from mltrain.config import LoggerConfig; from mltrain.runs.tracking import Tracker\n"
         f"t = Tracker({str(tmp_path)!r}, LoggerConfig(name='jsonl'), {{}}, name='n', group='g', job_type='j')\n"
         "t.log({'step': 0, 'flops': 0.0}); t.write_summary({'a': 1}); t.finish()\n"
         "assert 'wandb' not in sys.modules, 'wandb imported'\n"
@@ -347,12 +347,12 @@ def test_exception_in_with_block_finishes_wandb_run_and_reraises(wandb_env):
 def test_online_without_api_key_falls_back_to_offline_with_one_warning(wandb_env, caplog):
     run_dir = wandb_env / "run"
     start = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="mltrain.tracking"):
+    with caplog.at_level(logging.WARNING, logger="mltrain.runs.tracking"):
         with Tracker(run_dir, _wandb_cfg(mode="online"), CONFIG, name="n", group="g", job_type="single") as t:
             assert t.wandb_mode == "offline"
             t.log(TRAIN_ROWS[0])
     assert time.monotonic() - start < 30  # no network here: it must not wait for a server
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "mltrain.tracking"]
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "mltrain.runs.tracking"]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     msg = warnings[0].getMessage()
     assert "wandb login" in msg and "wandb sync" in msg and "\n" not in msg
@@ -362,7 +362,7 @@ def test_online_without_api_key_falls_back_to_offline_with_one_warning(wandb_env
 
 def test_wandb_error_during_logging_warns_once_and_jsonl_goes_on(wandb_env, caplog):
     run_dir = wandb_env / "run"
-    with caplog.at_level(logging.WARNING, logger="mltrain.tracking"):
+    with caplog.at_level(logging.WARNING, logger="mltrain.runs.tracking"):
         with Tracker(run_dir, _wandb_cfg(), CONFIG, name="n", group="g", job_type="single") as t:
             t.log(TRAIN_ROWS[0])
             t.wandb_run.finish()  # the W&B run dies under the tracker: further wandb calls raise

@@ -9,14 +9,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mltrain.export import HF_CONFIG, HF_WEIGHTS, hf_state_dict
-from mltrain.export import main as export_main
+from mltrain.tools.export import HF_CONFIG, HF_WEIGHTS, hf_state_dict
+from mltrain.tools.export import main as export_main
 from mltrain.model import GPT, GPTConfig, Norm
 from mltrain.run import run
-from mltrain.sample import generate
-from mltrain.sample import main as sample_main
+from mltrain.tools.sample import generate
+from mltrain.tools.sample import main as sample_main
 from mltrain.errors import DataError
-from mltrain.weights import INFO_FILE, WEIGHTS_FILE, load_weights, save_weights
+from mltrain.runs.weights import INFO_FILE, WEIGHTS_FILE, load_weights, save_weights
 
 
 SMALL = dict(vocab_size=256, n_layer=2, n_head=2, n_embd=32, block_size=16)
@@ -95,7 +95,7 @@ def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(t
 
     # The saved model is the one that was evaluated last: the same held-out batches give the same loss.
     from mltrain.data import BatchSampler, load_tokens
-    from mltrain.trainer import EVAL_SEED
+    from mltrain.training.trainer import EVAL_SEED
 
     data = load_tokens(cfg.data)
     val = BatchSampler(data.val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")

@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from mltrain import distributed
-from mltrain.coarsening import ModelView
-from mltrain.flops import train_flops_per_token
-from mltrain.optim import set_lr
+from mltrain.training import distributed
+from mltrain.method.coarsening import ModelView
+from mltrain.training.flops import train_flops_per_token
+from mltrain.training.optim import set_lr
 
 log = logging.getLogger("mltrain")
 
@@ -144,7 +144,7 @@ class Trainer:
         # MFU is per job: the FLOPs of all ranks against the peak of all their devices.
         self.peak_flops = peak_flops * world.size if peak_flops else None
         # Under data parallel, the one DistributedDataParallel wrapper every training step goes
-        # through (see mltrain/distributed.py); None in one process.
+        # through (see mltrain/training/distributed.py); None in one process.
         self.replica: Optional[torch.nn.Module] = None
         cfg = model.config
         self._flops_per_token: dict[int, float] = {}

@@ -15,8 +15,8 @@ FLOP convention differs from the baseline's are listed in the report with the re
 every number.
 """
 
-from mltrain.compare.cli import main, run_compare
-from mltrain.compare.loading import CompareError
-from mltrain.compare.statistics import first_reach, interval, moving_average
+from mltrain.tools.compare.cli import main, run_compare
+from mltrain.tools.compare.loading import CompareError
+from mltrain.tools.compare.statistics import first_reach, interval, moving_average
 
 __all__ = ["main", "run_compare", "CompareError", "first_reach", "interval", "moving_average"]

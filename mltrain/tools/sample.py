@@ -2,7 +2,7 @@
 
     mltrain-sample RUN --prompt "The Python" --max-new-tokens 200 --temperature 0.8 --top-k 40 --seed 0
 
-Reads RUN/model.safetensors and RUN/model.json (mltrain/weights.py), encodes the prompt with the run's
+Reads RUN/model.safetensors and RUN/model.json (mltrain/runs/weights.py), encodes the prompt with the run's
 own tokenizer, and samples one token at a time from the last `block_size` tokens (the model has no
 positions beyond its context). The same seed gives the same text on the same machine and device.
 """
@@ -18,8 +18,8 @@ import torch
 from mltrain.data import Tokenizer, get_tokenizer
 from mltrain.errors import ConfigError, tool_main
 from mltrain.model import GPT
-from mltrain.devices import resolve_device
-from mltrain.weights import INFO_FILE, load_weights, read_info
+from mltrain.training.devices import resolve_device
+from mltrain.runs.weights import INFO_FILE, load_weights, read_info
 
 PROG = "mltrain-sample"
 

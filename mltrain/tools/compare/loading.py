@@ -18,9 +18,9 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from mltrain.errors import CompareError
-from mltrain.tracking import first_line, read_metrics, run_label
+from mltrain.runs.tracking import first_line, read_metrics, run_label
 
-log = logging.getLogger("mltrain.compare")
+log = logging.getLogger("mltrain.tools.compare")
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"

@@ -21,11 +21,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from mltrain.coarsening import Hierarchy, ModelView, build_scheme, fine_view
+from mltrain.method.coarsening import Hierarchy, ModelView, build_scheme, fine_view
 from mltrain.config import Control, Order, StatePolicy
-from mltrain.flops import train_flops_per_token
-from mltrain.optim import LRSchedule, build_optimizer, resolve_coarse_optim
-from mltrain.trainer import Trainer, TrainState
+from mltrain.training.flops import train_flops_per_token
+from mltrain.training.optim import LRSchedule, build_optimizer, resolve_coarse_optim
+from mltrain.training.trainer import Trainer, TrainState
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ class MultilevelRunner:
 
     def coarse_storage(self) -> list[torch.nn.Module]:
         """The blocks coarse models own (the `average` scheme), created now for every coarse model of
-        the plan, so that a data-parallel wrapper built next covers them (see mltrain/distributed.py)."""
+        the plan, so that a data-parallel wrapper built next covers them (see mltrain/training/distributed.py)."""
         if self.hierarchy is None or self.control:
             return []
         blocks: list[torch.nn.Module] = []

@@ -18,8 +18,8 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from mltrain.compare.loading import CompareError, Configuration, Run, mismatch
-from mltrain.compare.statistics import (
+from mltrain.tools.compare.loading import CompareError, Configuration, Run, mismatch
+from mltrain.tools.compare.statistics import (
     FrontierPoint,
     first_reach,
     frontier_flops,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mltrain.compare.loading import Configuration, Run
+from mltrain.tools.compare.loading import Configuration, Run
 
 TITLES = {"val": "validation loss (fine model)"}
 

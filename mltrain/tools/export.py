@@ -25,10 +25,10 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save as save_safetensors
 
-from mltrain.atomic import write_bytes, write_json
+from mltrain.runs.atomic import write_bytes, write_json
 from mltrain.errors import ConfigError, tool_main
 from mltrain.model import GPT, GPTConfig, Norm
-from mltrain.weights import load_weights, model_config, read_info
+from mltrain.runs.weights import load_weights, model_config, read_info
 
 PROG = "mltrain-export"
 HF_CONFIG = "config.json"

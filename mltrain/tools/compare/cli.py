@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from mltrain.compare.analysis import build_report, choose_baseline, exclude_mismatched, names
-from mltrain.compare.loading import (
+from mltrain.tools.compare.analysis import build_report, choose_baseline, exclude_mismatched, names
+from mltrain.tools.compare.loading import (
     METRICS,
     SUMMARY,
     CompareError,
@@ -25,12 +25,12 @@ from mltrain.compare.loading import (
     load_run_dir,
     load_wandb_runs,
 )
-from mltrain.compare.plot import plot
-from mltrain.compare.report import render_markdown
-from mltrain.compare.statistics import INTERVAL_METHOD, moving_average
-from mltrain.tracking import write_json_atomic
+from mltrain.tools.compare.plot import plot
+from mltrain.tools.compare.report import render_markdown
+from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
+from mltrain.runs.tracking import write_json_atomic
 
-log = logging.getLogger("mltrain.compare")
+log = logging.getLogger("mltrain.tools.compare")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from mltrain.atomic import write_bytes, write_json
+from mltrain.runs.atomic import write_bytes, write_json
 from mltrain.data import get_tokenizer
 from mltrain.errors import DataError
 from mltrain.model import GPT, GPTConfig

@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from mltrain.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
+from mltrain.tools.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
 
 
 _COMMON: set[str] = set()

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Optional
 from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError
-from mltrain.rundir import earlier_run
+from mltrain.runs.rundir import earlier_run
 
 # Keys a resumed run may set differently from the run it continues: where and how results are logged or
 # shown, how often checkpoints are taken, how fast the same computation runs. A key matches itself and

@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from mltrain.distributed import World
+from mltrain.training.distributed import World
 from mltrain.errors import ConfigError
 
 log = logging.getLogger("mltrain")

@@ -23,9 +23,9 @@ from typing import Any, Optional
 import torch
 from omegaconf import OmegaConf
 
-from mltrain.atomic import atomic_open, remove_stale_temps
+from mltrain.runs.atomic import atomic_open, remove_stale_temps
 from mltrain.errors import CheckpointError, StorageError
-from mltrain.multilevel import MultilevelRunner, Phase
+from mltrain.method.multilevel import MultilevelRunner, Phase
 
 FORMAT = 1
 FOLDER = "checkpoints"

@@ -38,11 +38,11 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from mltrain import atomic
+from mltrain.runs import atomic
 from mltrain.errors import ConfigError, StorageError
-from mltrain.names import shorten
+from mltrain.runs.names import shorten
 
-log = logging.getLogger("mltrain.tracking")
+log = logging.getLogger("mltrain.runs.tracking")
 
 # Override keys that only steer bookkeeping (where/how results are logged or shown), never what is
 # trained: they are left out of the configuration label, so runs that differ only in them are grouped.

@@ -1,0 +1,1 @@
+"""Tools that read what runs wrote: compare (the verdict), sample and export (the weights)."""
