@@ -112,6 +112,7 @@ class FrontierPoint:
     flops: float
     loss: float
     budget: Optional[float] = None  # the run's train.budget, for the report
+    source: Optional[str] = None  # the run it comes from (None: a mean over seeds)
 
 
 def lower_envelope(points: Sequence[FrontierPoint]) -> list[FrontierPoint]:
