@@ -85,12 +85,12 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
                            + ("; ..." if len(runs) > 3 else ""))
     select_seeds = [typed(s) for s in select_seeds] if select_seeds else None
     tuned = tuple(dict.fromkeys([*TUNED_KEYS, *tune]))
-    warnings = _seed_warnings(configs, select_seeds)
     arms = group_arms(configs, tuned)
     for a in arms:
         select(a, select_seeds)
     _name_arms(arms)
-    warnings += tuning_warnings(arms, configs, [k for k in tune if k not in TUNED_KEYS])
+    warnings = tuning_warnings(arms, configs, [k for k in tune if k not in TUNED_KEYS])  # the loud one first
+    warnings += _seed_warnings(configs, select_seeds)
     flops_frontier, clock = frontiers.build(configs, arms, select_seeds)
     fit = _fit(flops_frontier)
     draws, fitted = bootstrap(flops_frontier, fit, arms) if fit.available else ({}, 0)
