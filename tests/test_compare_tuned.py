@@ -71,7 +71,7 @@ def test_the_frontier_is_one_envelope_over_every_lr_and_budget(tmp_path):
         assert p["loss"] == pytest.approx(law(p["flops"]))
     s = arm(report, "single")
     assert s["settings_tried"] == 3 and len(report["arms"]) == 1  # one frontier, not three baselines
-    assert s["selected_by_budget"] == {f"{b:g}": {"optim.lr": lr} for b, lr in best.items()}
+    assert s["selected_by_budget"] == {str(b): {"optim.lr": lr} for b, lr in best.items()}
     assert s["selected"] == {"optim.lr": 0.01}
     assert report["baseline"]["label"] == "optim.lr=0.01"
     assert not any("NOT TUNED" in w for w in report["warnings"])

@@ -214,7 +214,7 @@ def _arm_entry(arm: Arm, fit: Fit, draws, fitted: int, frontier, clock) -> dict:
         "runs": per_run,
     }
     if arm.run_kind == RunKind.single:
-        entry["selected_by_budget"] = {f"{b:g}": arm.setting(c) for b, c in arm.selected_by_budget.items()}
+        entry["selected_by_budget"] = {str(float(b)): arm.setting(c) for b, c in arm.selected_by_budget.items()}
     return entry
 
 

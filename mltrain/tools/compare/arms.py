@@ -57,11 +57,17 @@ def typed(text: Any) -> Any:
     return text
 
 
-@functools.lru_cache(maxsize=None)
 def _resolved_config(run_dir: str) -> Optional[Any]:
     path = Path(run_dir) / ".hydra" / "config.yaml"
-    if not path.is_file():
+    try:
+        return _load_config(str(path), path.stat().st_mtime_ns) if path.is_file() else None
+    except OSError:
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _load_config(path: str, mtime_ns: int) -> Optional[Any]:
+    """A run's config, read once per version of the file (a long-lived caller may compare again)."""
     try:
         from omegaconf import OmegaConf
 
