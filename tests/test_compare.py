@@ -235,8 +235,8 @@ def test_png_written_and_json_schema(sweep, tmp_path, capsys):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     report = json.loads((out / "comparison.json").read_text())
     assert {"command", "smooth", "smoothing", "pairing", "interval_method", "baseline", "configurations",
-            "vs_baseline", "vs_control", "frontier", "vs_frontier", "fixed_budgets", "held_out", "excluded",
-            "verdict", "outputs"} <= set(report)
+            "vs_baseline", "vs_control", "frontier", "vs_frontier", "fixed_flops", "held_out", "excluded",
+            "verdict", "outputs", "arms", "warnings", "optimistic"} <= set(report)
     assert report["outputs"]["png"] == str(out / "comparison.png")
     for e in report["vs_baseline"] + report["vs_control"]:
         assert {"label", "run_kind", "reference", "per_seed", "train", "val"} <= set(e)
@@ -276,18 +276,26 @@ def test_error_no_run_dirs(tmp_path, capsys):
     _one_line_error(*run_cli([], capsys), "--wandb")
 
 
-def test_error_no_baseline_and_several_baselines(tmp_path, capsys):
+def test_no_baseline_is_a_warning_and_single_level_settings_form_one_frontier(tmp_path, capsys):
     root = tmp_path / "runs"
     make_run(root, "m0", "multilevel", ML, 0, k=2.0)
-    _one_line_error(*run_cli([root], capsys), "no baseline found")
+    rc, out, err = run_cli([root], capsys)
+    assert rc == 0 and "mltrain-compare: warning: no baseline: no usable single-level run" in err
+    report = json.loads((root / "comparison.json").read_text())
+    assert report["baseline"] is None and report["arms"][0]["run_kind"] == "multilevel"
     make_run(root, "b0", "single", "optim.lr=0.1", 0, k=1.0)
-    make_run(root, "b1", "single", "optim.lr=0.2", 0, k=1.0)
-    _one_line_error(*run_cli([root], capsys), "choose one with --baseline")
-    _one_line_error(*run_cli([root, "--baseline", "nope"], capsys), "no baseline found")
-    rc, out, err = run_cli([root, "--baseline", "optim.lr=0.2", "--smooth", "1"], capsys)
+    make_run(root, "b1", "single", "optim.lr=0.2", 0, k=1.0, off=-0.01)
+    rc, out, err = run_cli([root, "--smooth", "1"], capsys)
     assert rc == 0, err
     report = json.loads((root / "comparison.json").read_text())
-    assert report["baseline"]["label"] == "optim.lr=0.2"
+    assert report["baseline"]["label"] == "optim.lr=0.2"  # the better of the two single-level settings
+    (single,) = [a for a in report["arms"] if a["run_kind"] == "single"]
+    assert single["settings_tried"] == 2 and single["selected"] == {"optim.lr": 0.2}
+    _one_line_error(*run_cli([root, "--baseline", "nope"], capsys), "no baseline found")
+    rc, out, err = run_cli([root, "--baseline", "optim.lr=0.1", "--smooth", "1"], capsys)
+    assert rc == 0, err
+    report = json.loads((root / "comparison.json").read_text())
+    assert report["baseline"]["label"] == "optim.lr=0.1"
     assert _entry(report, "vs_baseline", ML)["train"]["mean_saving"] == pytest.approx(0.5, abs=1e-9)
 
 

@@ -187,7 +187,7 @@ def test_without_a_budget_sweep_the_verdict_uses_the_one_baseline(tmp_path, caps
         # val falls linearly from 4.0 to 3.5 over 5e13 FLOPs: it never reaches 3.0
         make_run(root, f"m{s}", "multilevel", "experiment=multilevel", s, flops=5e13, val=3.5)
     report, md = report_of(root, capsys)
-    assert report["frontier"] is None and report["vs_frontier"] == []
+    assert not report["frontier"]["available"] and report["vs_frontier"] == []
     (v,) = report["verdict"]
     assert v["basis"] == "one baseline" and v["verdict"] == "no seed gives a value"
     assert "No budget frontier" in md
@@ -199,7 +199,7 @@ def test_fixed_budget_table_is_paired_by_seed(tmp_path, capsys):
         make_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0 + 0.1 * s)
         make_run(root, f"m{s}", "multilevel", "experiment=multilevel", s, flops=1e14, val=2.9 + 0.1 * s)
     report, _ = report_of(root, capsys)
-    fb = report["fixed_budgets"]
+    fb = report["fixed_flops"]
     assert fb["flops"] == pytest.approx([2.5e13, 5e13, 7.5e13, 1e14])
     row = by_label(fb["rows"], "experiment=multilevel")
     # val(F) = final + 1 - F / 1e14: at half the FLOPs final + 0.5; the paired difference is -0.1 for
@@ -248,8 +248,8 @@ def test_a_diverged_baseline_is_named_when_no_baseline_is_left(tmp_path, capsys)
     make_run(root, "m0", "multilevel", "experiment=multilevel", 0, flops=1e14, val=2.5)
     rc = main([str(root)])
     err = capsys.readouterr().err
-    assert rc == 1 and len(err.strip().splitlines()) == 1
-    assert "no baseline found" in err and "diverged" in err
+    (line,) = [w for w in err.splitlines() if "no baseline" in w]
+    assert rc == 0 and line.startswith("mltrain-compare: warning: ") and "diverged" in line
 
 
 @pytest.mark.slow

@@ -1,14 +1,14 @@
-"""The report's numbers, from usable runs grouped into configurations.
+"""The report's per-configuration numbers, every seed of every configuration (the arms' verdict on
+evaluation seeds apart is in `verdict`).
 
 * **vs the one baseline** (the old figure, kept and named as such): FLOPs a run needs to reach the
-  full-length single-level baseline's final loss, saving = 1 - F / F_ref, train and val.
-* **vs the budget frontier** (held-out loss): single-level runs whose schedules end at several budgets
-  (`train.budget`), their lower envelope in (FLOPs, final val loss), and for each run the single-level
-  FLOPs F* that reach its final val loss on it (linear in log FLOPs between budgets; "outside the
-  frontier" beyond its ends, then only a bound). saving = 1 - F_run / F*. Also under the blocks-only
-  FLOP convention, and the loss gap at equal FLOPs: final val loss - the frontier's loss at F_run.
+  single-level baseline's final loss, saving = 1 - F / F_ref, train and val.
+* **vs the tuned frontier's points** (held-out loss; see `frontier`): for each run the single-level
+  FLOPs F* that reach its final val loss on its seed's envelope (linear in log FLOPs between points;
+  "outside the frontier" beyond its ends, then only a bound). saving = 1 - F_run / F*. Also under the
+  blocks-only FLOP convention, and the loss gap at equal FLOPs: final val loss - the frontier's there.
 * **vs the schedule control**: as vs the baseline, against the control's final loss.
-* **held-out loss at fixed FLOP budgets** (fractions of the baseline's FLOPs), with paired differences.
+* **held-out loss at fixed FLOPs** (fractions of the baseline's total FLOPs), with paired differences.
 * **intervals**: per configuration over seeds, paired by seed (see statistics.interval).
 """
 
@@ -18,19 +18,19 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from mltrain.method.kinds import RunKind
+from mltrain.tools.compare.frontier import Frontier
 from mltrain.tools.compare.loading import CompareError, Configuration, Run, mismatch
 from mltrain.tools.compare.statistics import (
-    FrontierPoint,
     first_reach,
     frontier_flops,
     frontier_loss,
     interval,
-    lower_envelope,
     value_at,
 )
 
 METRICS = ("train", "val")
-BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+FLOP_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the baseline's total FLOPs
 
 
 def _mean(values: Iterable[Optional[float]]) -> Optional[float]:
@@ -71,12 +71,13 @@ def _paired_interval(entries: list[dict], value: str, zero_means: str) -> dict:
 # Choosing the references
 
 
-def choose_baseline(configs: list[Configuration], label: str | None) -> Configuration:
-    """--baseline LABEL, else the full-length member (train.budget 1) of the only single-level family."""
+def choose_baseline(configs: list[Configuration], label: str | None, kept: list[Configuration]) -> Optional[Configuration]:
+    """--baseline LABEL; else, of the settings the single-level arms kept at their largest budget
+    (`kept`), the one with the lowest mean final val loss; None when there is no single-level run."""
     if label is not None:
         matches = [c for c in configs if c.label == label]
         if len(matches) > 1:
-            singles = [c for c in matches if c.run_kind == "single"]
+            singles = [c for c in matches if c.run_kind == RunKind.single]
             if len(singles) == 1:
                 return singles[0]
             raise CompareError(
@@ -85,33 +86,9 @@ def choose_baseline(configs: list[Configuration], label: str | None) -> Configur
         if not matches:
             raise CompareError(f"no baseline found: no usable configuration labelled {label!r} (have: {names(configs)})")
         return matches[0]
-    singles = [c for c in configs if c.run_kind == "single"]
-    if not singles:
-        raise CompareError(
-            f"no baseline found: no usable single-level runs (run_kind=single) among {names(configs)}; "
-            "pass --baseline LABEL"
-        )
-    families = sorted({c.family for c in singles})
-    if len(families) > 1:
-        raise CompareError(
-            f"several single-level configurations ({'; '.join(c.label for c in singles)}); "
-            "choose one with --baseline LABEL"
-        )
-    full = [c for c in singles if c.budget == 1.0]
-    if len(full) != 1:
-        raise CompareError(
-            f"the single-level runs ({'; '.join(c.label for c in singles)}) have no full-length (train.budget=1) "
-            "configuration; choose the baseline with --baseline LABEL"
-        )
-    return full[0]
-
-
-def frontier_family(configs: list[Configuration], baseline: Configuration) -> list[Configuration]:
-    """The baseline and the single-level configurations that differ from it only in train.budget."""
-    if baseline.run_kind != "single":
-        return [baseline]
-    fam = [c for c in configs if c.run_kind == "single" and c.family == baseline.family]
-    return sorted(fam, key=lambda c: c.budget)
+    scored = [(_mean(r.final("val") for r in c.runs), i, c) for i, c in enumerate(kept)]
+    scored = [t for t in scored if t[0] is not None]
+    return min(scored, key=lambda t: t[:2])[2] if scored else None
 
 
 def names(configs: Iterable[Configuration]) -> str:
@@ -223,53 +200,16 @@ def compare_to(ref: Configuration, conf: Configuration) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# The budget frontier
+# Against the tuned frontier's points (interpolated)
 
 
-def _points(runs: Iterable[Run]) -> list[FrontierPoint]:
-    pts = []
-    for r in runs:
-        f, loss = r.total_flops(), r.final("val")
-        if f and loss is not None:
-            pts.append(FrontierPoint(f, loss, r.budget))
-    return pts
-
-
-def build_frontier(family: list[Configuration]) -> dict:
-    """Per seed and mean lower envelopes of the family's (total FLOPs, final val loss) points."""
-    budgets = sorted({c.budget for c in family})
-    seeds = sorted({r.seed for c in family for r in c.runs if r.seed is not None}, key=str)
-    per_seed = {}
-    for s in seeds:
-        env = lower_envelope(_points(r for c in family for r in c.runs if r.seed == s))
-        if len(env) >= 2:
-            per_seed[s] = env
-    mean_pts = []
-    for c in family:
-        pts = _points(c.runs)
-        if pts:
-            mean_pts.append(FrontierPoint(_mean(p.flops for p in pts), _mean(p.loss for p in pts), c.budget))
-    mean_env = lower_envelope(mean_pts)
-    return {
-        "budgets": budgets,
-        "configurations": [
-            {"label": c.label, "budget": c.budget, "seeds": c.seeds,
-             "mean_flops": _mean(p.flops for p in _points(c.runs)),
-             "mean_final_val_loss": _mean(p.loss for p in _points(c.runs))}
-            for c in family
-        ],
-        "per_seed": per_seed,
-        "mean": mean_env if len(mean_env) >= 2 else None,
-        "dropped": [p.budget for p in mean_pts if p not in mean_env],
-    }
-
-
-def compare_to_frontier(frontier: dict, conf: Configuration) -> dict:
+def compare_to_frontier(frontier: Frontier, conf: Configuration) -> dict:
+    """Every run of `conf` read on the frontier of its seed (of the mean, unpaired, for a seed without
+    one): the single-level FLOPs F* reaching its final val loss, the saving 1 - F / F*, and the loss gap
+    at equal FLOPs; outside the frontier's ends only a bound."""
     out: dict[str, Any] = {"label": conf.label, "run_kind": conf.run_kind, "per_seed": []}
     for run in conf.runs:
-        env, paired = frontier["per_seed"].get(run.seed), True
-        if env is None:
-            env, paired = frontier["mean"], False
+        env, paired = frontier.envelope_for(run.seed)
         loss, f, fb = run.final("val"), run.total_flops(), run.total_flops(blocks=True)
         e: dict[str, Any] = {"seed": run.seed, "run": run.source, "paired": paired, "final_val_loss": loss,
                              "flops": f, "flops_blocks": fb, "frontier_flops": None, "outside": None,
@@ -302,14 +242,14 @@ def compare_to_frontier(frontier: dict, conf: Configuration) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Held-out loss at fixed FLOP budgets
+# Held-out loss at fixed FLOPs (fractions of the baseline's total FLOPs; not train.budget, a fraction of steps)
 
 
-def fixed_budgets(configs: list[Configuration], baseline: Configuration) -> dict:
+def fixed_flops(configs: list[Configuration], baseline: Configuration) -> dict:
     ref_f = _mean(r.total_flops() for r in baseline.runs)
     if not ref_f:
-        return {"fractions": [], "flops": [], "rows": []}
-    grid = [frac * ref_f for frac in BUDGET_FRACTIONS]
+        return {"flop_fractions": [], "flops": [], "rows": []}
+    grid = [frac * ref_f for frac in FLOP_FRACTIONS]
     base_by_seed = _by_seed(baseline.runs)
     rows = []
     for c in configs:
@@ -327,7 +267,7 @@ def fixed_budgets(configs: list[Configuration], baseline: Configuration) -> dict
                 cell["diff"] = _paired_interval(per, "diff", "no difference")
             cells.append(cell)
         rows.append({"label": c.label, "run_kind": c.run_kind, "is_baseline": c is baseline, "cells": cells})
-    return {"fractions": list(BUDGET_FRACTIONS), "flops": grid, "rows": rows}
+    return {"flop_fractions": list(FLOP_FRACTIONS), "flops": grid, "rows": rows}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,8 +322,8 @@ def verdicts(report: dict) -> list[dict]:
     baseline = {(e["label"], e["run_kind"]): e for e in report["vs_baseline"]}
     control = {(e["label"], e["run_kind"]): e for e in report["vs_control"]}
     out = []
-    for key, b in baseline.items():
-        f = frontier.get(key)
+    for key in [*frontier, *(k for k in baseline if k not in frontier)]:
+        f, b = frontier.get(key), baseline.get(key)
         primary, basis = (f["saving"], "frontier") if f else (b["val"]["saving_interval"], "one baseline")
         word = verdict_word(primary)
         if f and f["n_outside"]["below"] and primary["n"] == 0:
@@ -393,10 +333,10 @@ def verdicts(report: dict) -> list[dict]:
         c = control.get(key)
         out.append({
             "label": key[0], "run_kind": key[1], "basis": basis, "verdict": word,
-            "n_seeds": len(b["per_seed"]),
+            "n_seeds": len((f or b)["per_seed"]),
             "saving": primary,
             "saving_blocks": f["saving_blocks"] if f else b["val"]["saving_blocks_interval"],
-            "saving_vs_one_baseline": b["val"]["saving_interval"],
+            "saving_vs_one_baseline": b["val"]["saving_interval"] if b else None,
             "loss_gap_vs_frontier": f["loss_gap"] if f else None,
             "n_outside": f["n_outside"] if f else None,
             "val_loss_diff_vs_control": c["val"]["loss_diff_interval"] if c else None,
@@ -405,27 +345,26 @@ def verdicts(report: dict) -> list[dict]:
     return out
 
 
-def build_report(configs: list[Configuration], baseline: Configuration, control_label: str | None = None) -> dict:
-    family = frontier_family(configs, baseline)
-    in_family = {id(c) for c in family}
-    others = [c for c in configs if id(c) not in in_family]
-    vs_baseline = [compare_to(baseline, c) for c in others]
-    controls = [c for c in others if c.run_kind == "schedule_control"]
+def build_report(configs: list[Configuration], baseline: Optional[Configuration], frontier: Frontier,
+                 control_label: str | None = None) -> dict:
+    """The per-configuration sections: against the one baseline, the schedule control and the tuned
+    frontier's points, the held-out loss at fixed FLOPs, the held-out set, the uncounted costs."""
+    in_frontier = {id(c) for c in frontier.configs} if frontier.why is None else set()
+    # Every single-level setting is a candidate for the frontier, not a method measured against it.
+    others = [c for c in configs if c.run_kind != RunKind.single and c is not baseline]
+    vs_baseline = [compare_to(baseline, c) for c in others] if baseline is not None else []
+    controls = [c for c in others if c.run_kind == RunKind.schedule_control]
     if control_label is not None and not any(c.label == control_label for c in controls):
         raise CompareError(f"--control {control_label!r}: no schedule_control configuration with that label")
     vs_control = []
     for c in others:
-        if c.run_kind != "multilevel":
+        if c.run_kind != RunKind.multilevel:
             continue
         ctrl, why = match_control(c, controls, control_label)
         if ctrl is not None:
             entry = compare_to(ctrl, c)
             entry["reference"]["matched_by"] = why
             vs_control.append(entry)
-    frontier = build_frontier(family) if len(family) >= 2 else None
-    if frontier is not None and frontier["mean"] is None and not frontier["per_seed"]:
-        frontier = None
-    vs_frontier = [compare_to_frontier(frontier, c) for c in others] if frontier else []
     configurations = []
     for c in configs:
         configurations.append({
@@ -435,7 +374,7 @@ def build_report(configs: list[Configuration], baseline: Configuration, control_
             "seeds": c.seeds,
             "n_seeds": len(c.runs),
             "is_baseline": c is baseline,
-            "in_frontier": id(c) in in_family and frontier is not None,
+            "in_frontier": id(c) in in_frontier,
             "runs": [{
                 "seed": r.seed,
                 "run": r.source,
@@ -447,28 +386,16 @@ def build_report(configs: list[Configuration], baseline: Configuration, control_
             } for r in c.runs],
         })
     report = {
-        "baseline": {"label": baseline.label, "run_kind": baseline.run_kind, "seeds": baseline.seeds},
+        "baseline": ({"label": baseline.label, "run_kind": baseline.run_kind, "seeds": baseline.seeds}
+                     if baseline is not None else None),
         "configurations": configurations,
         "vs_baseline": vs_baseline,
         "vs_control": vs_control,
-        "frontier": _frontier_json(frontier) if frontier else None,
-        "vs_frontier": vs_frontier,
-        "fixed_budgets": fixed_budgets(configs, baseline),
+        "vs_frontier": [compare_to_frontier(frontier, c) for c in others] if frontier.why is None else [],
+        "fixed_flops": fixed_flops(configs, baseline) if baseline is not None else
+        {"flop_fractions": [], "flops": [], "rows": []},
         "held_out": held_out(configs),
         "uncounted_costs": uncounted_costs(configs),
     }
     report["verdict"] = verdicts(report)
     return report
-
-
-def _frontier_json(frontier: dict) -> dict:
-    def env(points):
-        return [{"flops": p.flops, "final_val_loss": p.loss, "budget": p.budget} for p in points]
-
-    return {
-        "budgets": frontier["budgets"],
-        "configurations": frontier["configurations"],
-        "mean_envelope": env(frontier["mean"]) if frontier["mean"] else None,
-        "per_seed_envelope": [{"seed": s, "points": env(p)} for s, p in frontier["per_seed"].items()],
-        "dominated_budgets": frontier["dropped"],
-    }

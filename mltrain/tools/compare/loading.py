@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -18,13 +19,15 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from mltrain.errors import CompareError
+from mltrain.method.kinds import RunKind
 from mltrain.runs.tracking import first_line, read_metrics, run_label
 
 log = logging.getLogger("mltrain.tools.compare")
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
-KINDS_ORDER = {"single": 0, "multilevel": 1, "schedule_control": 2}
+# Reports list kinds in RunKind's order; a kind this version does not know comes after them.
+KINDS_ORDER = {kind.value: i for i, kind in enumerate(RunKind)}
 BUDGET_KEY = "train.budget"
 FINISHED = "finished"
 
@@ -93,7 +96,7 @@ class Run:
         if _finite(v):
             return float(v)
         if blocks:
-            if self.run_kind == "single":  # every step is a fine step: the conventions agree
+            if self.run_kind == RunKind.single:  # every step is a fine step: the conventions agree
                 return self.total_flops()
             ends = [c.flops_blocks[-1] for c in (self.train, self.val) if c.flops_blocks is not None and len(c)]
         else:
@@ -106,7 +109,7 @@ class Run:
         c = self.train if metric == "train" else self.val
         loss = self.smoothed if metric == "train" else c.loss
         if blocks:
-            if self.run_kind == "single":
+            if self.run_kind == RunKind.single:
                 return c.flops, loss
             return (c.flops_blocks, loss) if c.flops_blocks is not None else None
         return c.flops, loss
@@ -208,7 +211,8 @@ def classify(summary: Optional[dict], rows: list[dict]) -> tuple[str, Optional[s
 
 def find_run_dirs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """Run directories (holding metrics.jsonl; summary.json once finished) at or below each path,
-    sorted, unique."""
+    sorted, unique. A metrics.jsonl that is a folder still marks a run dir, so that the report lists
+    it as unreadable (see `unreadable_metrics`) instead of dropping it unseen."""
     found: dict[str, Path] = {}
     for p in paths:
         p = Path(p)
@@ -217,7 +221,7 @@ def find_run_dirs(paths: Sequence[str | os.PathLike]) -> list[Path]:
         if not p.is_dir():
             raise CompareError(f"not a directory: {p}")
         for dirpath, dirnames, filenames in os.walk(p):
-            if METRICS in filenames:
+            if METRICS in filenames or METRICS in dirnames:
                 found.setdefault(os.path.realpath(dirpath), Path(dirpath))
                 dirnames[:] = []  # a run dir's own subfolders (wandb/, .hydra/) hold no runs
             else:
@@ -268,7 +272,7 @@ def load_run_dir(run_dir: Path) -> Run:
             raise CompareError(f"unreadable summary {run_dir / SUMMARY}: {err}") from None
     try:
         rows = read_metrics(run_dir / METRICS)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: bytes that are not UTF-8
         raise CompareError(f"unreadable metrics {run_dir / METRICS}: {err}") from None
     overrides = _read_overrides(run_dir)
     s = summary or {}
@@ -280,6 +284,45 @@ def load_run_dir(run_dir: Path) -> Run:
     if status == FINISHED and not len(train) and not len(val):
         status, reason = "empty", "no finite train or val loss rows"
     return Run(str(run_dir), str(label), run_kind, seed, s, train, val, status, reason)
+
+
+def unreadable_metrics(run_dir: Path) -> Optional[Run]:
+    """An excluded run when the dir's metrics.jsonl is not a regular file (a folder, a pipe: opening a
+    pipe would wait for ever), else None."""
+    path = run_dir / METRICS
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as err:  # a dangling link, no permission
+        return Run(str(run_dir), "?", "?", None, {}, Curve.empty(), Curve.empty(), "unreadable",
+                   f"{METRICS}: {err.strerror or err}")
+    if regular:
+        return None
+    what = "a folder" if path.is_dir() else "not a regular file"
+    return Run(str(run_dir), "?", "?", None, {}, Curve.empty(), Curve.empty(), "unreadable",
+               f"{METRICS} is {what}")
+
+
+# A summary's total_flops and the last FLOPs its rows logged agree unless one of them is damaged.
+FLOPS_AGREEMENT = 2.0
+
+
+def vet(run: Run) -> None:
+    """Exclude a usable run whose files contradict themselves: a seed that is not a number or a name
+    (it could not pair runs), or a summary total_flops that its own metrics do not support."""
+    if not run.usable:
+        return
+    if isinstance(run.seed, float) and run.seed.is_integer():
+        run.seed = int(run.seed)
+    if run.seed is not None and (isinstance(run.seed, bool) or not isinstance(run.seed, (int, str))):
+        run.status, run.reason = "bad summary", f"seed {run.seed!r} is not an integer or a name"
+        return
+    logged = [c.flops[-1] for c in (run.train, run.val) if len(c)]
+    total = run.summary.get("total_flops")
+    if logged and _is_number(total):
+        last = float(max(logged))
+        if not (math.isfinite(total) and total > 0 and last / FLOPS_AGREEMENT <= total <= last * FLOPS_AGREEMENT):
+            run.status, run.reason = "bad summary", (
+                f"total_flops {total:.3g} in {SUMMARY} disagrees with {METRICS} (last logged FLOPs {last:.3g})")
 
 
 def group_runs(runs: Iterable[Run]) -> list[Configuration]:
@@ -294,7 +337,7 @@ def group_runs(runs: Iterable[Run]) -> list[Configuration]:
         if dup:
             log.warning("%s [%s]: several runs with seed(s) %s; all are kept", label, kind, sorted(map(str, dup)))
         configs.append(Configuration(kind, label, rs))
-    configs.sort(key=lambda c: (KINDS_ORDER.get(c.run_kind, 9), c.run_kind, c.family, c.budget, c.label))
+    configs.sort(key=lambda c: (KINDS_ORDER.get(c.run_kind, len(KINDS_ORDER)), c.run_kind, c.family, c.budget, c.label))
     return configs
 
 
@@ -317,6 +360,7 @@ def comparability(run: Run) -> dict[str, Any]:
         "tokenizer": data.get("tokenizer"),
         "held-out set": held.get("fingerprint"),
         "FLOP convention": s.get("flops_formula"),
+        "model (parameters)": s.get("n_params"),
     }
     return {k: v for k, v in out.items() if v is not None}
 

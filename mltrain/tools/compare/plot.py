@@ -1,15 +1,19 @@
-"""comparison.png: train and val loss against FLOPs (mean over seeds, min-max band), and, when there is
-a budget frontier, the frontier with each configuration's final (FLOPs, val loss) beside it."""
+"""comparison.png: train and val loss against FLOPs (mean over seeds, min-max band) and, when there is a
+frontier, a panel with its points, the fitted power law and each arm's kept setting beside it. The
+legend sits below the panels, never over a curve; curves are named by their readable names."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
+from mltrain.method.kinds import RunKind
 from mltrain.tools.compare.loading import Configuration, Run
 
 TITLES = {"val": "validation loss (fine model)"}
+LEGEND_COLUMNS = 3
 
 
 def _band(runs: list[Run], metric: str, logx: bool, n: int = 200):
@@ -35,56 +39,52 @@ def _band(runs: list[Run], metric: str, logx: bool, n: int = 200):
     return grid, ys.mean(0), ys.min(0), ys.max(0)
 
 
-def _short_labels(configs: list[Configuration]) -> tuple[dict, list[str]]:
-    """Legend names: each label minus the overrides every configuration shares (listed once instead)."""
-    parts = {c.key: [p for p in c.label.split(",") if p and c.label != "default"] for c in configs}
-    common = set.intersection(*(set(v) for v in parts.values())) if len(configs) > 1 else set()
-    short = {k: ",".join(p for p in v if p not in common) or "default" for k, v in parts.items()}
-    return short, sorted(common)
+def _colors(configs: list[Configuration], baseline: Optional[Configuration], in_frontier: set, palette: list) -> dict:
+    color_of, i = {}, 0
+    for c in configs:
+        if c is baseline or c.key in in_frontier:
+            color_of[c.key] = "black"
+        else:
+            color_of[c.key] = palette[i % len(palette)]
+            i += 1
+    return color_of
 
 
-def plot(configs: list[Configuration], baseline: Configuration, report: dict, path: Path, logx: bool,
+def _curves(ax, c: Configuration, metric: str, color: str, legend: str, logx: bool, thick: bool) -> None:
+    band = _band(c.runs, metric, logx)
+    if band is not None:
+        x, mean, lo, hi = band
+        ax.plot(x, mean, color=color, label=legend, lw=1.6 if thick else 1.3)
+        if len(c.runs) > 1:
+            ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
+    else:  # seeds without a common FLOPs range: one thin line each
+        for j, r in enumerate(c.runs):
+            f, loss = r.curve(metric)
+            ax.plot(f, loss, color=color, lw=0.8, label=legend if j == 0 else None)
+
+
+def plot(configs: list[Configuration], baseline: Optional[Configuration], report: dict, path: Path, logx: bool,
          dpi: int = 120) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    frontier = report.get("frontier")
+    frontier = report["frontier"]
     in_frontier = {(c["run_kind"], c["label"]) for c in report["configurations"] if c["in_frontier"]}
-    panels = ["train", "val"] + (["frontier"] if frontier else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), constrained_layout=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    name = {(c["run_kind"], c["label"]): c["name"] for c in report["configurations"]}
+    panels = ["train", "val"] + (["frontier"] if frontier["points"] else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5.6), layout="constrained")
+    color_of = _colors(configs, baseline, in_frontier, plt.rcParams["axes.prop_cycle"].by_key()["color"])
     titles = {"train": f"train loss (fine model, moving average of {report['smooth']} rows)", **TITLES,
-              "frontier": "final val loss vs total FLOPs: budget frontier (black) and runs (mean, min-max)"}
-    short, common = _short_labels(configs)
-    color_of, i = {}, 0
+              "frontier": "final val loss vs total FLOPs: tuned frontier and each arm's kept setting"}
     for c in configs:
-        if c is baseline or c.key in in_frontier:
-            color_of[c.key] = "black"
-        else:
-            color_of[c.key] = colors[i % len(colors)]
-            i += 1
-    for c in configs:
-        color = color_of[c.key]
-        legend = f"{short[c.key]} [{c.run_kind}] (n={len(c.runs)})"
-        if len(legend) > 70:
-            legend = legend[:67] + "..."
-        if c.key in in_frontier and c is not baseline:
-            continue  # the frontier's shorter budgets are drawn in their own panel
+        if c.run_kind == RunKind.single and c is not baseline:
+            continue  # the other single-level settings and budgets are points of the frontier panel
         for ax, m in zip(axes, ("train", "val")):
-            band = _band(c.runs, m, logx)
-            if band is not None:
-                x, mean, lo, hi = band
-                ax.plot(x, mean, color=color, label=legend, lw=1.6 if c is baseline else 1.3)
-                if len(c.runs) > 1:
-                    ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
-            else:  # seeds without a common FLOPs range: one thin line each
-                for j, r in enumerate(c.runs):
-                    f, loss = r.curve(m)
-                    ax.plot(f, loss, color=color, lw=0.8, label=legend if j == 0 else None)
+            _curves(ax, c, m, color_of[c.key], f"{name[c.key]} (n={len(c.runs)})", logx, c is baseline)
     for ax, m in zip(axes, ("train", "val")):
-        targets = [r.final(m) for r in baseline.runs if r.final(m) is not None]
+        targets = [r.final(m) for r in baseline.runs if r.final(m) is not None] if baseline else []
         if targets:
             ax.axhline(float(np.mean(targets)), color="black", ls=":", lw=0.8, label="baseline final loss")
         ax.set_title(titles[m], fontsize=10)
@@ -93,40 +93,52 @@ def plot(configs: list[Configuration], baseline: Configuration, report: dict, pa
         if logx:
             ax.set_xscale("log")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="upper right")
-    if frontier:
-        _frontier_panel(axes[2], configs, frontier, in_frontier, color_of, short)
+    if frontier["points"]:
+        _frontier_panel(axes[2], report, color_of)
         axes[2].set_title(titles["frontier"], fontsize=9)
+    handles, labels = {}, []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = h
+                labels.append(label)
+    fig.legend([handles[k] for k in labels], labels, loc="outside lower center", fontsize=7,
+               ncol=min(LEGEND_COLUMNS, max(1, len(labels))))
+    common = ", ".join(f"{k}={v}" for k, v in report["common_settings"].items())
     if common:
-        text = "all runs: " + ",".join(common)
-        fig.suptitle(text if len(text) <= 160 else text[:157] + "...", fontsize=8)
+        fig.suptitle("all runs: " + (common if len(common) <= 160 else common[:157] + "..."), fontsize=8)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 
-def _frontier_panel(ax, configs, frontier, in_frontier, color_of, short) -> None:
-    env = frontier["mean_envelope"] or []
-    pts = [(c["mean_flops"], c["mean_final_val_loss"], c["budget"]) for c in frontier["configurations"]
-           if c["mean_flops"] is not None]
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color="black", ms=4, label="single-level budgets (mean)")
-    for f, loss, budget in pts:
-        ax.annotate(f"{budget:g}", (f, loss), textcoords="offset points", xytext=(3, 3), fontsize=7)
-    if env:
-        ax.plot([p["flops"] for p in env], [p["final_val_loss"] for p in env], "-", color="black", lw=1.2,
-                label="frontier (lower envelope)")
-    for c in configs:
-        if c.key in in_frontier:
+def _frontier_panel(ax, report: dict, color_of: dict) -> None:
+    frontier = report["frontier"]
+    tried = [(np.mean([r["total_flops"] for r in c["runs"]]), np.mean([r["final_val_loss"] for r in c["runs"]]))
+             for c in report["configurations"] if c["run_kind"] == RunKind.single
+             and all(r["total_flops"] and r["final_val_loss"] is not None for r in c["runs"])]
+    if tried:
+        ax.plot(*zip(*tried), ".", color="0.6", ms=4, label="single-level settings tried (mean over seeds)")
+    pts = frontier["points"]
+    ax.plot([p["flops"] for p in pts], [p["loss"] for p in pts], "o", color="black", ms=3.5,
+            label="tuned frontier (per seed)")
+    fit = frontier["fit"]
+    xs = [p["flops"] for p in pts]
+    for a in report["arms"]:
+        xs += [r["flops"] for r in a["runs"] if r["flops"]] + [r["flops_eq"] for r in a["runs"] if r["flops_eq"]]
+    if fit["available"]:
+        grid = np.geomspace(min(xs) / 1.2, max(xs) * 1.2, 200)
+        ax.plot(grid, fit["E"] + fit["A"] * grid ** -fit["alpha"], "--", color="black", lw=1,
+                label=f"fit E + A·C^−α (α={fit['alpha']:.3g})")
+    for a in report["arms"]:
+        runs = [r for r in a["runs"] if r["flops"] and r["final_val_loss"] is not None]
+        if not runs:
             continue
-        xs = [r.total_flops() for r in c.runs if r.total_flops() and r.final("val") is not None]
-        ys = [r.final("val") for r in c.runs if r.total_flops() and r.final("val") is not None]
-        if not xs:
-            continue
-        mx, my = float(np.mean(xs)), float(np.mean(ys))
-        ax.errorbar([mx], [my], xerr=[[mx - min(xs)], [max(xs) - mx]], yerr=[[my - min(ys)], [max(ys) - my]],
-                    fmt="s", color=color_of[c.key], ms=5, capsize=2, lw=1,
-                    label=(f"{short[c.key]} [{c.run_kind}]")[:60])
+        x = [r["flops"] for r in runs]
+        y = [r["final_val_loss"] for r in runs]
+        mx, my = float(np.mean(x)), float(np.mean(y))
+        ax.errorbar([mx], [my], xerr=[[mx - min(x)], [max(x) - mx]], yerr=[[my - min(y)], [max(y) - my]],
+                    fmt="s", color=color_of.get((a["run_kind"], a["selected_label"]), "gray"), ms=5, capsize=2, lw=1, label=f"{a['arm']} (kept setting)")
     ax.set_xscale("log")
     ax.set_xlabel("total training FLOPs")
     ax.set_ylabel("final val loss")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper right")

@@ -6,22 +6,8 @@ from typing import Optional
 
 import numpy as np
 
+from mltrain.tools.compare.powerlaw import FIT_LOSS
 from mltrain.tools.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
-
-
-_COMMON: set[str] = set()
-
-
-def _name(label: str) -> str:
-    """A label without the overrides every configuration of the report shares (listed once at the top)."""
-    parts = [p for p in label.split(",") if p not in _COMMON]
-    return ",".join(parts) or "(the common settings)"
-
-
-def common_overrides(report: dict) -> set[str]:
-    labels = [c["label"] for c in report["configurations"]] + [e["label"] for e in report.get("excluded", [])]
-    sets = [set(label.split(",")) for label in labels if label and label != "default"]
-    return set.intersection(*sets) if len(sets) > 1 else set()
 
 
 def _fmt_flops(x: float | None) -> str:
@@ -72,7 +58,7 @@ def _md_table(entries: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        name = f"`{_name(e['label'])}` ({e['run_kind']})"
+        name = f"`{e['name']}`"
         for i, s in enumerate(e["per_seed"]):
             tf, ts = _cell(s["train"])
             vf, vs = _cell(s["val"])
@@ -90,37 +76,83 @@ def _md_table(entries: list[dict]) -> list[str]:
 
 
 def _warnings(report: dict) -> list[str]:
-    out = []
+    out = [f"- {w}" for w in report["warnings"]]
+    for a in report["arms"]:
+        for what in ("multiplier", "saving_interpolated", "saving_wallclock"):
+            out += [f"- `{a['arm']}`, {what.replace('_', ' ')}: {w}" for w in a[what].get("warnings", [])]
     for v in report["verdict"]:
         for what, iv in (("saving", v["saving"]), ("saving vs the one baseline", v["saving_vs_one_baseline"])):
             for w in (iv or {}).get("warnings", []):
-                out.append(f"- `{_name(v['label'])}` ({v['run_kind']}), {what}: {w}")
+                out.append(f"- `{v['name']}`, {what}: {w}")
     return out
 
 
 def render_markdown(report: dict) -> str:
-    global _COMMON
-    _COMMON = common_overrides(report)
-    b = report["baseline"]
-    lines = [
-        "# mltrain comparison: loss vs FLOPs",
-        "",
-        f"Command: `{report['command']}`",
-        "",
-    ]
-    if _COMMON:
-        lines += [f"Every configuration below also has: `{','.join(sorted(_COMMON))}`.", ""]
+    lines = ["# mltrain comparison: loss vs FLOPs", "", f"Command: `{report['command']}`", ""]
+    loud = [w for w in report["warnings"] if w.isupper() or w.startswith("THE BASELINE")]
+    lines += [f"> **{w}**" for w in loud] + ([""] if loud else [])
+    if report["common_settings"]:
+        common = ", ".join(f"{k}={v}" for k, v in report["common_settings"].items())
+        lines += [f"Every configuration below also has: `{common}`.", ""]
     lines += [
         f"Intervals: {int(CONFIDENCE * 100)}% {INTERVAL_METHOD}, of per-seed values paired by seed "
-        f"(`!` = a warning below: fewer than {MIN_SEEDS} seeds, or the interval contains 0).",
+        f"(`!` = a warning below: fewer than {MIN_SEEDS} seeds, or the interval contains 0); the multiplier's "
+        "from a bootstrap over the evaluation seeds.",
         "",
     ]
     lines += _verdict_section(report)
     lines += _excluded_section(report)
-    lines += [
+    lines += _configurations_section(report)
+    lines += _per_configuration_section(report)
+    lines += _held_out_section(report)
+    lines += _frontier_section(report)
+    lines += _fixed_flops_section(report)
+    b = report["baseline"]
+    if b is not None:
+        lines += [
+            f"## vs the one full-length single-level baseline `{_config_name(report, b)}`",
+            "",
+            f"Train loss: fine-model (level 0) rows, trailing moving average over the last {report['smooth']} rows. "
+            "Val loss: as logged. Target = the baseline's final loss; FLOPs to target = first FLOPs at which "
+            "a run reaches it (linear interpolation between logged rows); saving = 1 − F / F_ref, F_ref = FLOPs "
+            "the baseline needed to reach its own final loss. This baseline's LR has decayed only at its end, "
+            "so a run reaching its final loss earlier is compared with a schedule that had not finished: "
+            "the frontier is the fair reference. `*` = no baseline run with that seed (compared with "
+            "the baseline's mean target and mean F_ref, left out of the interval).",
+            "",
+        ]
+        lines += _md_table(report["vs_baseline"]) if report["vs_baseline"] else ["(no other configuration)"]
+    if report["vs_control"]:
+        by_ref: dict[tuple, list] = {}
+        for e in report["vs_control"]:
+            by_ref.setdefault((e["reference"]["label"], e["reference"]["run_kind"]), []).append(e)
+        for (label, kind), entries in by_ref.items():
+            lines += ["", f"## vs schedule control `{_config_name(report, {'label': label, 'run_kind': kind})}`", ""]
+            lines += _md_table(entries)
+            lines += ["", "| configuration | final val loss − control's, same seed |", "|---|---|"]
+            lines += [f"| `{e['name']}` | {_ci(e['val']['loss_diff_interval'], _fmt_diff)} |" for e in entries]
+    lines += [""]
+    lines += _costs_section(report)
+    warnings = _warnings(report)
+    if warnings:
+        lines += ["## Warnings", "", *warnings, ""]
+    if report["outputs"]["png"]:
+        lines += [f"Plot: `{report['outputs']['png']}`", ""]
+    return "\n".join(lines)
+
+
+def _config_name(report: dict, ref: dict) -> str:
+    for c in report["configurations"]:
+        if c["label"] == ref["label"] and c["run_kind"] == ref["run_kind"]:
+            return c["name"]
+    return f"{ref['label']} [{ref['run_kind']}]"
+
+
+def _configurations_section(report: dict) -> list[str]:
+    lines = [
         "## Configurations",
         "",
-        "| configuration | kind | budget | seeds | final train loss (smoothed) | final val loss | total FLOPs |",
+        "| configuration | kind | train.budget | seeds | final train loss (smoothed) | final val loss | total FLOPs |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in report["configurations"]:
@@ -128,66 +160,114 @@ def render_markdown(report: dict) -> str:
         seeds = ", ".join(map(str, c["seeds"]))
         runs = c["runs"]
         lines.append(
-            f"| `{_name(c['label'])}`{mark} | {c['run_kind']} | {c['budget']:g} | {c['n_seeds']} ({seeds}) "
+            f"| `{c['name']}`{mark} | {c['run_kind']} | {c['budget']:g} | {c['n_seeds']} ({seeds}) "
             f"| {_pm([r['final_train_loss_smoothed'] for r in runs], _fmt_loss)} "
             f"| {_pm([r['final_val_loss'] for r in runs], _fmt_loss)} | {_pm([r['total_flops'] for r in runs], _fmt_flops)} |"
         )
-    lines += [""]
-    lines += _held_out_section(report)
-    lines += _frontier_section(report)
-    lines += _budgets_section(report)
-    lines += [
-        f"## vs the one full-length single-level baseline `{_name(b['label'])}` ({b['run_kind']})",
-        "",
-        f"Train loss: fine-model (level 0) rows, trailing moving average over the last {report['smooth']} rows. "
-        "Val loss: as logged. Target = the baseline's final loss; FLOPs to target = first FLOPs at which "
-        "a run reaches it (linear interpolation between logged rows); saving = 1 − F / F_ref, F_ref = FLOPs "
-        "the baseline needed to reach its own final loss. This baseline's LR has decayed only at its end, "
-        "so a run reaching its final loss earlier is compared with a schedule that had not finished: "
-        "the frontier above is the fair reference. `*` = no baseline run with that seed (compared with "
-        "the baseline's mean target and mean F_ref, left out of the interval).",
-        "",
-    ]
-    lines += _md_table(report["vs_baseline"]) if report["vs_baseline"] else ["(no other configuration)"]
-    if report["vs_control"]:
-        by_ref: dict[tuple, list] = {}
-        for e in report["vs_control"]:
-            by_ref.setdefault((e["reference"]["label"], e["reference"]["run_kind"]), []).append(e)
-        for (label, kind), entries in by_ref.items():
-            lines += ["", f"## vs schedule control `{_name(label)}` ({kind})", ""]
-            lines += _md_table(entries)
-            lines += ["", "| configuration | final val loss − control's, same seed |", "|---|---|"]
-            lines += [f"| `{_name(e['label'])}` | {_ci(e['val']['loss_diff_interval'], _fmt_diff)} |" for e in entries]
-    lines += [""]
-    lines += _costs_section(report)
-    warnings = _warnings(report)
-    if warnings:
-        lines += ["## Warnings", "", *warnings, ""]
-    lines += [f"Plot: `{report['outputs']['png']}`", ""]
-    return "\n".join(lines)
+    return lines + [""]
+
+
+def _times(x: Optional[float]) -> str:
+    return "—" if x is None else f"{x:.3g}×"
+
+
+def _multiplier_cell(m: dict) -> str:
+    if not m["available"]:
+        return "—"
+    text = _times(m["M"]) + (f" [{_times(m['M_lo'])}, {_times(m['M_hi'])}]" if m["M_lo"] is not None else "")
+    text += f" (n={m['n']})"
+    if m["extrapolated"]:
+        text += f", extrapolated {m['beyond_data']:.3g}× beyond the frontier's FLOPs"
+    return text + (" !" if m["warnings"] else "")
+
+
+def _saving_cell(s: dict, lo: str = "saving_lo", hi: str = "saving_hi") -> str:
+    if not s["available"]:
+        return "—"
+    text = _fmt_pct(s["saving"]) + (f" [{_fmt_pct(s[lo])}, {_fmt_pct(s[hi])}]" if s[lo] is not None else "")
+    return text + (f" (n={s['n']})" if "n" in s else "") + (" !" if s.get("warnings") else "")
+
+
+def _setting_text(setting: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "(no tuned key set)"
 
 
 def _verdict_section(report: dict) -> list[str]:
+    seeds = report["select_seeds"]
+    lines = ["## Verdict: each arm at its best setting, against the tuned single-level frontier", ""]
+    if report["optimistic"]:
+        lines += ["**Optimistic**: " + ("some arm had no run on the selection seeds, so " if seeds else
+                  "no selection seeds (`--select-seeds`): ") + "settings were chosen on the seeds that also "
+                  "measure them (the winner's curse flatters every arm).", ""]
+    else:
+        lines += [f"Each arm's setting (and the frontier's, per budget) was chosen on seed(s) {seeds}; every "
+                  "number below comes from the other seeds only.", ""]
+    lines += [
+        "| arm | settings tried | kept setting | eval seeds | final val loss | compute multiplier M | "
+        "saving 1 − 1/M | saving, interpolated | saving, wall-clock | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    why = []
+    for a in report["arms"]:
+        m = a["multiplier"]
+        fl = a["final_val_loss"]
+        loss = "—" if fl["mean"] is None else _fmt_loss(fl["mean"]) + (
+            f" [{_fmt_loss(fl['lo'])}, {_fmt_loss(fl['hi'])}]" if fl["lo"] is not None else "")
+        lines.append(
+            f"| `{a['arm']}` | {a['settings_tried']} | {_setting_text(a['selected'])} "
+            f"| {', '.join(map(str, a['eval_seeds'])) or '—'} | {loss} | {_multiplier_cell(m)} "
+            f"| {_saving_cell(m)} | {_saving_cell(a['saving_interpolated'])} | {_saving_cell(a['saving_wallclock'])} "
+            f"| {a['verdict']} |")
+        for what in ("multiplier", "saving_interpolated", "saving_wallclock"):
+            if not a[what]["available"] and a[what]["why"]:
+                why.append(f"- `{a['arm']}`, {what.replace('_', ' ')} unavailable: {a[what]['why']}")
+    lines += [""] + _fit_lines(report) + why + ([""] if why else [])
+    return lines
+
+
+def _fit_lines(report: dict) -> list[str]:
+    fit = report["frontier"]["fit"]
+    if not fit["available"]:
+        return [f"Compute multiplier unavailable: {fit['why']}.", ""]
+    b = report["bootstrap"]
+    lo, hi = fit["flop_range"]
+    clock = report["frontier"]["wallclock"]
+    return [
+        f"Compute multiplier: L(C) = E + A·C^−α fitted to the frontier's {fit['n_points']} points "
+        f"({_fmt_flops(lo)} to {_fmt_flops(hi)} FLOPs): E = {fit['E']:.4g}, A = {fit['A']:.4g}, α = {fit['alpha']:.4g} "
+        f"(scipy.optimize.least_squares, {FIT_LOSS}; rms log residual {fit['rms_log_residual']:.3g}). "
+        "C_eq = the FLOPs at which the fitted frontier reaches a run's final held-out loss; M = C_eq / C_run "
+        "(geometric mean over seeds). Interval: bootstrap over the evaluation seeds "
+        f"({b['resamples']} draws with the frontier refitted on each, numpy seed {b['seed']}; central "
+        f"{int(CONFIDENCE * 100)} percent). The interpolated saving reads the frontier's points instead "
+        "(a run beyond its ends has only a bound).",
+        "",
+        f"Wall-clock: {clock['time_basis'] or 'unavailable (' + str(clock['why']) + ')'}.",
+        "",
+    ]
+
+
+def _per_configuration_section(report: dict) -> list[str]:
     if not report["verdict"]:
-        return ["## Verdict", "", "(nothing to compare with the baseline)", ""]
-    has_frontier = report["frontier"] is not None
+        return []
+    has_frontier = report["frontier"]["available"]
     lines = [
-        "## Verdict",
+        "## Every configuration, every seed (no selection)",
         "",
         "Saving = 1 − F_run / F_single, F_single = the single-level FLOPs that reach the run's final "
-        + ("held-out loss on the budget frontier (see below)." if has_frontier else
-           "held-out loss on the one baseline's curve (no budget frontier among the runs)."),
+        + ("held-out loss on the frontier's points (see below)." if has_frontier else
+           "held-out loss on the one baseline's curve (no frontier among the runs)."),
         "",
-        "| configuration | kind | seeds | saving (default FLOPs) | saving, coarse step = its blocks' share | "
+        "| configuration | seeds | saving (default FLOPs) | saving, coarse step = its blocks' share | "
         "saving vs the one baseline | val loss − frontier at equal FLOPs | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in report["verdict"]:
         outside = ""
         if v["n_outside"] and any(v["n_outside"].values()):
             outside = f"; outside the frontier: {v['n_outside']['below']} below, {v['n_outside']['above']} above"
         lines.append(
-            f"| `{_name(v['label'])}` | {v['run_kind']} | {v['n_seeds']} | {_ci(v['saving'], _fmt_pct)} "
+            f"| `{v['name']}` | {v['n_seeds']} | {_ci(v['saving'], _fmt_pct)} "
             f"| {_ci(v['saving_blocks'], _fmt_pct)} | {_ci(v['saving_vs_one_baseline'], _fmt_pct)} "
             f"| {_ci(v['loss_gap_vs_frontier'], _fmt_diff)} | {v['verdict']}{outside} |"
         )
@@ -206,7 +286,7 @@ def _excluded_section(report: dict) -> list[str]:
         return []
     lines = ["## Left out (not in any statistic)", "", "| run | configuration | seed | status | why |", "|---|---|---|---|---|"]
     for e in report["excluded"]:
-        lines.append(f"| `{e['run']}` | `{_name(e['label'])}` ({e['run_kind']}) | {e['seed']} | **{e['status']}** | {e['reason']} |")
+        lines.append(f"| `{e['run']}` | `{e['label']}` ({e['run_kind']}) | {e['seed']} | **{e['status']}** | {e['reason']} |")
     return lines + [""]
 
 
@@ -225,27 +305,32 @@ def _held_out_section(report: dict) -> list[str]:
 
 def _frontier_section(report: dict) -> list[str]:
     f = report["frontier"]
-    if f is None:
+    if not f["available"]:
         return [
-            "## Budget frontier",
+            "## The tuned single-level frontier",
             "",
-            "No budget frontier: only one single-level budget among the runs. Run single-level baselines that "
-            "end at several budgets (`train.budget=0.3,0.45,0.6,0.8,1.0,1.3`) for the fair reference.",
+            f"No budget frontier: {f['why']}. Run single-level baselines at several LRs and budgets "
+            "(`optim.lr=...` × `train.budget=0.3,0.45,0.6,0.8,1.0,1.3`) for the fair reference.",
             "",
         ]
     lines = [
-        "## Budget frontier (single-level runs whose schedules end at each budget)",
+        "## The tuned single-level frontier",
         "",
-        "| budget | configuration | seeds | mean total FLOPs | mean final val loss |",
-        "|---|---|---|---|---|",
+        f"Built from {f['built_from']}, on seed(s) {', '.join(map(str, f['seeds']))}: per seed, the lower envelope "
+        "of (total FLOPs, final val loss), whatever each run's settings.",
+        "",
+        "| seed | total FLOPs | final val loss | from |",
+        "|---|---|---|---|",
     ]
+    lines += [f"| {p['seed']} | {_fmt_flops(p['flops'])} | {_fmt_loss(p['loss'])} | `{p['name']}` |" for p in f["points"]]
+    lines += ["", "| train.budget | configuration | seeds | mean total FLOPs | mean final val loss |", "|---|---|---|---|---|"]
     for c in f["configurations"]:
-        lines.append(f"| {c['budget']:g} | `{_name(c['label'])}` | {len(c['seeds'])} | {_fmt_flops(c['mean_flops'])} "
+        lines.append(f"| {c['budget']:g} | `{c['name']}` | {len(c['seeds'])} | {_fmt_flops(c['mean_flops'])} "
                      f"| {_fmt_loss(c['mean_final_val_loss'])} |")
     lines += [
         "",
-        "Frontier = lower envelope of (total FLOPs, final val loss) per seed (the mean over seeds for a seed "
-        "without its own), linear in log FLOPs between budgets"
+        "Read on the frontier: linear in log FLOPs between its points, per seed (the envelope of the means over "
+        "seeds for a seed without its own)"
         + (f"; dominated budgets dropped from the mean envelope: {f['dominated_budgets']}" if f["dominated_budgets"] else "")
         + ". A run lower than the longest budget or higher than the shortest is *outside the frontier*: only a "
         "bound on its saving is known, and it is left out of the interval.",
@@ -255,7 +340,7 @@ def _frontier_section(report: dict) -> list[str]:
     ]
     for e in report["vs_frontier"]:
         for i, s in enumerate(e["per_seed"]):
-            name = f"`{_name(e['label'])}` ({e['run_kind']})" if i == 0 else ""
+            name = f"`{e['name']}`" if i == 0 else ""
             seed = f"{s['seed']}" + ("" if s["paired"] else "*")
             if s["outside"]:
                 op, bound = s["saving_bound"]
@@ -271,16 +356,16 @@ def _frontier_section(report: dict) -> list[str]:
     return lines + [""]
 
 
-def _budgets_section(report: dict) -> list[str]:
-    fb = report["fixed_budgets"]
+def _fixed_flops_section(report: dict) -> list[str]:
+    fb = report["fixed_flops"]
     if not fb["rows"]:
         return []
-    head = " | ".join(f"{fr:g} × baseline ({_fmt_flops(f)})" for fr, f in zip(fb["fractions"], fb["flops"]))
+    head = " | ".join(f"{fr:g} × baseline ({_fmt_flops(f)})" for fr, f in zip(fb["flop_fractions"], fb["flops"]))
     lines = [
-        "## Held-out loss at fixed FLOP budgets",
+        "## Held-out loss at fixed FLOPs",
         "",
-        "Val loss at fractions of the baseline's FLOPs (interpolated between evaluations; — past a run's end), "
-        "and the paired difference from the baseline at the same FLOPs (mid-run points are mid-schedule: "
+        "Val loss at fractions of the baseline's total FLOPs (interpolated between evaluations; — past a run's "
+        "end), and the paired difference from the baseline at the same FLOPs (mid-run points are mid-schedule: "
         "the frontier compares finished schedules).",
         "",
         f"| configuration | {head} |",
@@ -294,7 +379,7 @@ def _budgets_section(report: dict) -> list[str]:
                 text += f"; Δ {_ci(c['diff'], _fmt_diff)}"
             cells.append(text)
         mark = " **(baseline)**" if row["is_baseline"] else ""
-        lines.append(f"| `{_name(row['label'])}` ({row['run_kind']}){mark} | {' | '.join(cells)} |")
+        lines.append(f"| `{row['name']}`{mark} | {' | '.join(cells)} |")
     return lines + [""]
 
 
@@ -312,5 +397,5 @@ def _costs_section(report: dict) -> list[str]:
         "|---|---|---|",
     ]
     for c in costs:
-        lines.append(f"| `{_name(c['label'])}` ({c['run_kind']}) | {_fmt_pct(c['diag_share'])} | {_fmt_pct(c['eval_share'])} |")
+        lines.append(f"| `{c['name']}` | {_fmt_pct(c['diag_share'])} | {_fmt_pct(c['eval_share'])} |")
     return lines + [""]

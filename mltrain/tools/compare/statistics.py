@@ -1,4 +1,4 @@
-"""The numbers behind a comparison, on plain arrays: curves, crossings, intervals, the budget frontier.
+"""The numbers behind a comparison, on plain arrays: curves, crossings, intervals, the frontier's envelope.
 
 Nothing here knows about files or runs; `analysis` feeds it arrays and per-seed values.
 """
@@ -104,7 +104,7 @@ def interval(values: Sequence[float], zero_means: str = "no difference") -> Inte
 
 
 # ---------------------------------------------------------------------------------------------
-# The budget frontier
+# The frontier: the lower envelope of (FLOPs, final loss) points, read by interpolation
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,7 @@ class FrontierPoint:
     flops: float
     loss: float
     budget: Optional[float] = None  # the run's train.budget, for the report
+    source: Optional[str] = None  # the run it comes from (None: a mean over seeds)
 
 
 def lower_envelope(points: Sequence[FrontierPoint]) -> list[FrontierPoint]:

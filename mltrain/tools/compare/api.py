@@ -1,0 +1,257 @@
+"""The comparison as one call: run dirs in, the report dict out (and comparison.{json,md,png} when asked).
+
+    from mltrain.tools.compare import compare_dirs
+    report = compare_dirs(["multirun/tune"], select_seeds=[0])
+    best = {a["label"]: a["selected"] for a in report["arms"]}
+
+Bad input that stops everything (no such path, no run dirs, an unreadable summary) raises CompareError;
+everything else (a selection seed no run has, a --tune key no run varies, no single-level runs, a fit that
+does not converge) is a line in report["warnings"] and the rest of the report is still made.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from mltrain.method.kinds import RunKind
+from mltrain.runs.tracking import write_json_atomic
+from mltrain.tools.compare import frontier as frontiers
+from mltrain.tools.compare.analysis import build_report, choose_baseline, exclude_mismatched
+from mltrain.tools.compare.arms import (TUNED_KEYS, Arm, group_arms, label_parts, select, setting_of,
+                                        tuning_warnings, typed)
+from mltrain.tools.compare.loading import (
+    METRICS,
+    CompareError,
+    Configuration,
+    Run,
+    find_run_dirs,
+    group_runs,
+    load_run_dir,
+    unreadable_metrics,
+    vet,
+)
+from mltrain.tools.compare.names import readable
+from mltrain.tools.compare.powerlaw import Fit, fit_power_law
+from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
+from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap, interpolated_saving,
+                                           loss_interval, multiplier, verdict_word, wallclock_saving)
+
+log = logging.getLogger("mltrain.tools.compare")
+
+
+def load_dirs(paths: Sequence[str | Path]) -> list[Run]:
+    dirs = find_run_dirs(paths)
+    if not dirs:
+        raise CompareError(f"no run directories (folders with {METRICS}) found under: {', '.join(map(str, paths))}")
+    return [unreadable_metrics(d) or load_run_dir(d) for d in dirs]
+
+
+def compare_dirs(paths: list, out: Path | None = None, select_seeds: list | None = None, tune: Sequence[str] = (),
+                 plot: bool = True) -> dict:
+    """The report of the runs under `paths` (see the package docstring), written to `out` when given."""
+    command = ["mltrain-compare", *map(str, paths)] + (["--out", str(out)] if out else [])
+    command += (["--select-seeds", *map(str, select_seeds)] if select_seeds else [])
+    command += [a for k in tune for a in ("--tune", k)]
+    return compare_runs(load_dirs(paths), Path(out) if out else None, select_seeds=select_seeds, tune=tune,
+                        plot=plot, command=" ".join(shlex.quote(a) for a in command))
+
+
+def _reference(runs: list[Run], baseline_label: Optional[str]) -> Optional[Run]:
+    """The run the others must match in data, tokenizer, held-out set, FLOP convention and model."""
+    usable = [r for c in group_runs(r for r in runs if r.usable) for r in c.runs]
+    for wanted in ((lambda r: r.label == baseline_label) if baseline_label else None,
+                   lambda r: r.run_kind == RunKind.single, lambda r: True):
+        hit = next((r for r in usable if wanted and wanted(r)), None)
+        if hit is not None:
+            return hit
+    return None
+
+
+def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional[list] = None,
+                 tune: Sequence[str] = (), plot: bool = True, smooth: int = 10, baseline_label: Optional[str] = None,
+                 control_label: Optional[str] = None, logx: bool = False, dpi: int = 120, command: str = "") -> dict:
+    for r in runs:
+        r.smoothed = moving_average(r.train.loss, smooth)
+        vet(r)
+    reference = _reference(runs, baseline_label)
+    if reference is not None:
+        exclude_mismatched(runs, reference)
+    configs = group_runs(r for r in runs if r.usable)
+    if not configs:
+        raise CompareError("no usable run: " + "; ".join(f"{r.source}: {r.status} ({r.reason})" for r in runs[:3])
+                           + ("; ..." if len(runs) > 3 else ""))
+    select_seeds = [typed(s) for s in select_seeds] if select_seeds else None
+    tuned = tuple(dict.fromkeys([*TUNED_KEYS, *tune]))
+    arms = group_arms(configs, tuned)
+    for a in arms:
+        select(a, select_seeds)
+    _name_arms(arms)
+    warnings = tuning_warnings(arms, configs, [k for k in tune if k not in TUNED_KEYS])  # the loud one first
+    warnings += _seed_warnings(configs, select_seeds)
+    flops_frontier, clock = frontiers.build(configs, arms, select_seeds)
+    fit = _fit(flops_frontier)
+    draws, fitted = bootstrap(flops_frontier, fit, arms) if fit.available else ({}, 0)
+    kept = [a.selected for a in arms if a.run_kind == RunKind.single and a.selected is not None]
+    baseline = choose_baseline(configs, baseline_label, kept)
+    report = build_report(configs, baseline, flops_frontier, control_label)
+    warnings += _report_warnings(runs, baseline, flops_frontier, fit, arms)
+    config_names = _name_configs(configs, tuned, report)
+    report = {
+        "command": command,
+        "smooth": smooth,
+        "smoothing": f"trailing moving average over the last {smooth} level-0 train rows",
+        "pairing": "by seed; a seed the reference lacks uses the reference's mean (and is left out of intervals)",
+        "interval_method": INTERVAL_METHOD,
+        "std": "sample std (ddof=1) over seeds that reached the target; null with fewer than 2",
+        "tuned_keys": list(tuned),
+        "select_seeds": select_seeds,
+        "optimistic": not select_seeds or any(a.optimistic for a in arms),
+        "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "refits": fitted,
+                      "what": "evaluation seeds drawn with replacement, the frontier refitted on each draw"},
+        "warnings": warnings,
+        "arms": [_arm_entry(a, fit, draws.get(id(a), []), fitted, flops_frontier, clock) for a in arms],
+        "frontier": _frontier_json(flops_frontier, clock, fit, config_names, tuned, select_seeds),
+        "excluded": [{"run": r.source, "label": r.label, "run_kind": r.run_kind, "seed": r.seed,
+                      "status": r.status, "reason": r.reason} for r in runs if not r.usable],
+        **report,
+        "outputs": {k: (str(out / f"comparison.{k}") if out and (k != "png" or plot) else None)
+                    for k in ("png", "md", "json")},
+    }
+    if out is not None:
+        _write(report, out, configs, baseline, plot, logx, dpi)
+    return report
+
+
+def _write(report: dict, out: Path, configs: list[Configuration], baseline, plot: bool, logx: bool, dpi: int) -> None:
+    from mltrain.tools.compare.plot import plot as draw
+    from mltrain.tools.compare.report import render_markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    if plot:
+        draw(configs, baseline, report, out / "comparison.png", logx, dpi=dpi)
+    (out / "comparison.md").write_text(render_markdown(report), encoding="utf-8")
+    write_json_atomic(out / "comparison.json", report)
+
+
+def _fit(frontier: frontiers.Frontier) -> Fit:
+    pts = frontier.points
+    if frontier.why is not None and not pts:
+        return Fit(None, frontier.why, 0, None)
+    return fit_power_law([p.flops for p in pts], [p.loss for p in pts])
+
+
+def _seed_warnings(configs: list[Configuration], select_seeds: Optional[list]) -> list[str]:
+    seeds = {r.seed for c in configs for r in c.runs}
+    out = [f"--select-seeds {s}: no usable run has seed {s}" for s in select_seeds or [] if s not in seeds]
+    if not select_seeds:
+        out.append("no selection seeds (--select-seeds): each arm's setting was chosen on the seeds that measure "
+                   "it, so the verdict is optimistic")
+    return out
+
+
+def _report_warnings(runs, baseline, frontier, fit: Fit, arms: list[Arm]) -> list[str]:
+    out = []
+    if baseline is None:
+        left = [r for r in runs if not r.usable and r.run_kind in (RunKind.single, "?")]
+        why = "; ".join(f"{r.source}: {r.status} ({r.reason})" for r in left[:3])
+        out.append("no baseline: no usable single-level run" + (f" [left out: {why}]" if why else ""))
+    if frontier.why is not None:
+        out.append(f"no frontier: {frontier.why}")
+    if not fit.available:
+        out.append(f"multiplier unavailable: {fit.why}")
+    out += [f"{a.name}: {a.note}" for a in arms if a.note]
+    return out
+
+
+def _name_arms(arms: list[Arm]) -> None:
+    names, _ = readable([(a.run_kind, label_parts(a.label)) for a in arms])
+    for a, name in zip(arms, names):
+        a.name = name
+
+
+def _name_configs(configs: list[Configuration], tuned: Sequence[str], report: dict) -> dict[tuple, str]:
+    """Readable names into every per-configuration entry of the report; (run kind, label) -> name."""
+    items = []
+    for c in configs:
+        parts = {**setting_of(c.runs[0], tuned), **label_parts(c.label)}
+        items.append((c.run_kind, parts))
+    names, common = readable(items)
+    by_key = {c.key: n for c, n in zip(configs, names)}
+    report["common_settings"] = {k: str(v) for k, v in common.items()}
+    for section in ("configurations", "vs_baseline", "vs_control", "vs_frontier", "verdict", "uncounted_costs"):
+        for e in report[section]:
+            e["name"] = by_key[(e["run_kind"], e["label"])]
+    for row in report["fixed_flops"]["rows"]:
+        row["name"] = by_key[(row["run_kind"], row["label"])]
+    return by_key
+
+
+def _arm_entry(arm: Arm, fit: Fit, draws, fitted: int, frontier, clock) -> dict:
+    runs = arm.eval_runs
+    m, per_run = multiplier(fit, runs, draws, fitted)
+    if not runs and arm.selected is not None:
+        m["why"] = "no run of the kept setting on a seed apart from the selection seeds: nothing left to measure on"
+    interpolated = interpolated_saving(frontier, runs, lambda r: r.total_flops())
+    selected = arm.setting(arm.selected) if arm.selected is not None else {}
+    entry: dict[str, Any] = {
+        "arm": arm.name,
+        "label": arm.label,
+        "run_kind": arm.run_kind,
+        "settings_tried": arm.settings_tried,
+        "selection_seeds": arm.selection_seeds,
+        "eval_seeds": sorted({r.seed for r in runs}, key=str),
+        "optimistic": arm.optimistic,
+        "selected": selected,
+        "selected_label": arm.selected.label if arm.selected is not None else None,
+        "final_val_loss": loss_interval(runs),
+        "multiplier": m,
+        "saving_interpolated": interpolated,
+        "saving_wallclock": wallclock_saving(clock, runs),
+        "verdict": verdict_word(m, interpolated),
+        "runs": per_run,
+    }
+    if arm.run_kind == RunKind.single:
+        entry["selected_by_budget"] = {str(float(b)): arm.setting(c) for b, c in arm.selected_by_budget.items()}
+    return entry
+
+
+def _frontier_json(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str], select_seeds) -> dict:
+    runs = {r.source: r for c in frontier.configs for r in c.runs}
+    config_of = {r.source: c for c in frontier.configs for r in c.runs}
+
+    def env(points):
+        return [{"flops": p.flops, "final_val_loss": p.loss, "budget": p.budget} for p in points]
+
+    points = []
+    for p in frontier.points:
+        r = runs[p.source]
+        points.append({"seed": r.seed, "flops": p.flops, "loss": p.loss,
+                       "settings": {**setting_of(r, tuned), "train.budget": r.budget},
+                       "name": names[config_of[p.source].key], "run": r.source})
+    on_mean = {(p.flops, p.loss) for p in frontier.mean}
+    return {
+        "available": frontier.why is None,
+        "why": frontier.why,
+        "built_from": ("every usable single-level run" if not select_seeds else
+                       f"the single-level settings kept per budget on seeds {select_seeds}"),
+        "seeds": frontier.seeds,
+        "points": points,
+        "fit": fit.as_dict(),
+        "budgets": sorted({c.budget for c in frontier.configs}),
+        "configurations": [_mean_of(c, frontier.seeds, names) for c in frontier.configs],
+        "mean_envelope": env(frontier.mean) if len(frontier.mean) >= 2 else None,
+        "per_seed_envelope": [{"seed": s, "points": env(p)} for s, p in frontier.per_seed.items()],
+        "dominated_budgets": [p.budget for p in frontier.means if (p.flops, p.loss) not in on_mean],
+        "wallclock": {"available": clock.why is None, "why": clock.why,
+                      "time_basis": clock.basis[1] if clock.basis else None},
+    }
+
+
+def _mean_of(c: Configuration, seeds: list, names: dict) -> dict:
+    runs = [r for r in c.runs if r.seed in seeds and r.total_flops() and r.final("val") is not None]
+    mean = (lambda xs: sum(xs) / len(xs) if xs else None)  # noqa: E731
+    return {"label": c.label, "name": names[c.key], "budget": c.budget, "seeds": [r.seed for r in runs],
+            "mean_flops": mean([r.total_flops() for r in runs]), "mean_final_val_loss": mean([r.final("val") for r in runs])}
