@@ -50,7 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mltrain.runs import atomic
 from mltrain.data import shards
-from mltrain.errors import DataError, MltrainError, report
+from mltrain.errors import DataError, MltrainError, first_line, report
 from mltrain.data.text import datasets_local_only
 from mltrain.data.tokenizers import Tokenizer, encode_batch_before, get_tokenizer, init_worker
 
@@ -215,15 +215,6 @@ def _source(c: PrepareConfig) -> str:
     return f"prepare.data_files={c.data_files!r}" if c.data_files else f"prepare.dataset={c.dataset} ({c.name}, {c.split})"
 
 
-def _first_line(err: BaseException) -> str:
-    """The message of `err` (or of its cause, for wrappers such as datasets' DatasetGenerationError)."""
-    for e in (err, err.__cause__, err.__context__):
-        text = str(e or "").strip()
-        if text:
-            return text.splitlines()[0]
-    return ""
-
-
 @dataclass
 class _Batch:
     first_doc: int  # index of texts[0] in the document stream
@@ -266,7 +257,7 @@ def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> 
             except Exception as err:  # a malformed line or file, a broken stream: one line, not a traceback
                 raise DataError(
                     f"cannot read document {pos:,} onwards of {_source(c)}: {type(err).__name__}: "
-                    f"{_first_line(err)[:300]}"
+                    f"{first_line(err)[:300]}"
                 ) from None
             if chunk is None:
                 return

@@ -24,7 +24,7 @@ import torch
 from omegaconf import OmegaConf
 
 from mltrain.runs.atomic import atomic_open, remove_stale_temps
-from mltrain.errors import CheckpointError, StorageError
+from mltrain.errors import CheckpointError, StorageError, first_line
 from mltrain.method.multilevel import MultilevelRunner, Phase
 
 FORMAT = 1
@@ -90,7 +90,7 @@ def load_checkpoint(path: str | os.PathLike, runner: MultilevelRunner) -> dict:
     try:
         payload = torch.load(path, map_location=runner.device, weights_only=True)
     except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
-        raise CheckpointError(f"cannot read checkpoint {path}: {str(err).strip().splitlines()[0]}") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: {first_line(err)}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an mltrain checkpoint (format {FORMAT})")
     problem = _mismatch(payload["identity"], identity(runner))
