@@ -50,7 +50,7 @@ from hydra import compose, initialize_config_module
 from mltrain.config import register_configs
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.training.flops import peak_flops, train_flops_per_step
-from mltrain.method.multilevel import Phase
+from mltrain.method.plan import Phase
 from mltrain.run import build
 from mltrain.runs.tracking import Tracker
 from mltrain.training.trainer import TrainState

@@ -28,7 +28,7 @@ from mltrain.tools.compare.loading import (
 from mltrain.tools.compare.plot import plot
 from mltrain.tools.compare.report import render_markdown
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
-from mltrain.runs.tracking import write_json_atomic
+from mltrain.runs.files import write_json_atomic
 
 log = logging.getLogger("mltrain.tools.compare")
 
