@@ -224,8 +224,8 @@ class Stride(Scheme):
 
 @register_scheme
 class RandomPermutation(Scheme):
-    """The critics' control: a seeded random permutation of the blocks cut into k equal parts, each run
-    in depth order. Its blocks are unevenly spaced, so step_scale=stride is refused."""
+    """The control for the ODE reading: a seeded random permutation of the blocks cut into k equal
+    parts, each run in depth order. Its blocks are unevenly spaced, so step_scale=stride is refused."""
 
     name = "random"
     random = True
