@@ -16,14 +16,16 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mltrain.training import distributed
-
-from mltrain.runs import rundir
 from mltrain.config import register_configs, resuming, validate
+from mltrain.console import compare_main, export_main, prepare_main, sample_main
 from mltrain.errors import ConfigError, MltrainError, report
-from mltrain.training.resume import check_resume, resume_command, say
 from mltrain.run import RunDiverged, RunInterrupted, run
-from mltrain.console import compare_main, export_main, prepare_main, sample_main  # noqa: F401 - entry points
+from mltrain.runs import rundir
+from mltrain.training import distributed
+from mltrain.training.resume import check_resume, resume_command, say
+
+# The tools' entry points are importable from here too (scripts and tests name `mltrain.cli:<tool>_main`).
+__all__ = ["RunGuard", "train_main", "compare_main", "export_main", "prepare_main", "sample_main"]
 
 log = logging.getLogger("mltrain")
 

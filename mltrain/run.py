@@ -235,6 +235,10 @@ class Outcome:
 
 
 def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Optional[float]:
+    """The run in its claimed dir: build, restore (`previous`: an unfinished run to continue), open the
+    tracker, train, summarize, write the results; the tracker opens only after everything that can
+    refuse the run (the data, the memory bound, the checkpoint) has passed, so a refused start leaves
+    the dir as it was."""
     world = distributed.world_from_env()
     session = build(cfg, _no_tracker_yet)
     checkpoints = CheckpointFolder(run_dir, keep=cfg.train.keep_checkpoints)
@@ -266,10 +270,10 @@ def restore(session: Session, checkpoints: CheckpointFolder, run_dir: Path) -> d
     """An unfinished run's newest checkpoint, loaded into `session`; returns its bookkeeping (metrics
     position, initial val loss, checkpoint cadence). Another model/scheme/plan: CheckpointError, before
     anything is changed."""
-    state, latest = session.trainer.state, checkpoints.latest()
+    latest = checkpoints.latest()
     if latest is not None:
         resumed = load_checkpoint(latest, session.runner)
-        log.info("resuming %s from %s (fine step %d of %d)", run_dir, latest.name, state.fine_steps,
+        log.info("resuming %s from %s (fine step %d of %d)", run_dir, latest.name, session.trainer.state.fine_steps,
                  session.runner.last_fine_step)
     else:
         resumed = {"metrics_bytes": 0, "metrics_rows": 0}

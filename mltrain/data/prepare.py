@@ -499,7 +499,7 @@ class _ShardWriter:
 
     def commit(self, batch: _Batch, cum: np.ndarray, off: int) -> None:
         """Write the shard; the stream resumes at token `off` of `batch` (`cum`: its documents' ends)."""
-        c, state, name = self.c, self.state, shard_name(self.c, self.index)
+        state, name = self.state, shard_name(self.c, self.index)
         shards.write_shard(self.out / name, self.buf[: self.fill])
         k = int(np.searchsorted(cum, off, side="right"))  # documents of this batch fully written
         self.written += self.fill
