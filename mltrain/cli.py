@@ -1,4 +1,6 @@
-"""Console entry points. Each is a thin shell: Hydra (or argparse) parses, the named module does the work."""
+"""`mltrain`: the training command. Hydra parses and composes, RunGuard checks the run dir before Hydra
+writes into it, mltrain/run.py does the work. The other tools' entry points are in mltrain/console.py
+(re-exported here), which loads none of the training stack."""
 
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mltrain.training import distributed
-
-from mltrain.runs import rundir
 from mltrain.config import register_configs, resuming, validate
+from mltrain.console import compare_main, export_main, prepare_main, sample_main
 from mltrain.errors import ConfigError, MltrainError, report
-from mltrain.training.resume import check_resume, resume_command, say
 from mltrain.run import RunDiverged, RunInterrupted, run
+from mltrain.runs import rundir
+from mltrain.training import distributed
+from mltrain.training.resume import check_resume, resume_command, say
+
+# The tools' entry points are importable from here too (scripts and tests name `mltrain.cli:<tool>_main`).
+__all__ = ["RunGuard", "train_main", "compare_main", "export_main", "prepare_main", "sample_main"]
 
 log = logging.getLogger("mltrain")
 
@@ -124,38 +129,6 @@ def train_main() -> None:
         distributed.barrier()
     finally:
         distributed.shutdown()
-
-
-# The other tools import their own modules when called, so `mltrain-compare` (no torch) and
-# `mltrain-prepare` start without loading the training stack.
-def prepare_main() -> None:
-    from mltrain.data.prepare import hydra_main
-
-    hydra_main()
-
-
-def compare_main(argv: list[str] | None = None) -> None:
-    from mltrain.tools.compare import main
-
-    try:
-        code = main(argv)
-    except OSError as err:  # --out on a read-only path, a full disk: one line, not a traceback
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"mltrain-compare: error: cannot write {where}{err.strerror or err}", file=sys.stderr)
-        code = 2
-    sys.exit(code)
-
-
-def sample_main(argv: list[str] | None = None) -> None:
-    from mltrain.tools.sample import main
-
-    sys.exit(main(argv))
-
-
-def export_main(argv: list[str] | None = None) -> None:
-    from mltrain.tools.export import main
-
-    sys.exit(main(argv))
 
 
 if __name__ == "__main__":

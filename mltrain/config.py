@@ -29,6 +29,7 @@ from mltrain.method.coarsening import StepScale, scheme_class
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import ConfigError
 from mltrain.model import GPTConfig
+from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.names import short_dirname
 from mltrain.training.optim import OptimName, ScheduleName, resolve_coarse_optim
 from mltrain.runs.rundir import unique_dir
@@ -62,7 +63,7 @@ class StatePolicy(Choice):
 
 class Control(Choice):
     none = "none"
-    schedule = "schedule"  # the review's LR control (see MultilevelConfig.control)
+    schedule = "schedule"  # the LR-schedule control (see MultilevelConfig.control)
 
 
 class LoggerName(Choice):
@@ -171,9 +172,10 @@ class MultilevelConfig:
     coarse_log_interval: int = 25  # coarse steps between coarse train rows
     diagnostics: bool = True  # diag/* each cycle: coarse vs fine loss and gradient cosine
     eval_every_cycle: bool = True  # val/loss of the fine model at the end of every cycle (not counted as training)
-    # schedule: the review's LR control. Each coarse phase trains the *fine* model instead, with the
-    # coarse optimizer and LR, for as many steps as cost the same FLOPs. Needs a coarsening scheme to
-    # know those FLOPs; nothing is coarsened or prolonged.
+    # schedule: the LR-schedule control, which isolates what the coarse phases' optimizer and LR do
+    # without a coarse model. Each coarse phase trains the *fine* model instead, with the coarse
+    # optimizer and LR, for as many steps as cost the same FLOPs. Needs a coarsening scheme to know
+    # those FLOPs; nothing is coarsened or prolonged.
     control: Control = Control.none
 
 
@@ -240,23 +242,32 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("mltrain_unique_dir", unique_dir, replace=True, use_cache=True)
     OmegaConf.register_new_resolver("mltrain_now", start_time, replace=True)
     OmegaConf.register_new_resolver("mltrain_hydra_subdir", hydra_subdir, replace=True)
+    OmegaConf.register_new_resolver("mltrain_bookkeeping_keys", bookkeeping_override_keys, replace=True)
+
+
+def bookkeeping_override_keys() -> list[str]:
+    """`hydra.job.config.override_dirname.exclude_keys` (conf/config.yaml): runs/keys.py's
+    BOOKKEEPING_KEYS with every key below them spelled out (Hydra compares whole keys), so a sweep
+    job's directory name leaves out exactly what the label and the resume check leave out."""
+    return [key for key in _schema_keys(Config) if is_bookkeeping(key)]
+
+
+def _schema_keys(schema: type, prefix: str = "") -> list[str]:
+    """Every key of the dataclass `schema`, nested keys included (`train`, `train.max_steps`, ...)."""
+    keys = []
+    for name, hint in typing.get_type_hints(schema).items():
+        keys.append(prefix + name)
+        sub = _schema_class(hint)
+        if sub is not None:
+            keys += _schema_keys(sub, f"{prefix}{name}.")
+    return keys
 
 
 def budget_steps(train: Any) -> int:
-    """The fine steps a run trains for: train.max_steps x train.budget, at least 1."""
+    """The fine steps a run trains for: train.max_steps x train.budget, at least 1. The one place the
+    budget is applied: the plan is built with it and everything else (the LR schedule, the last
+    evaluation, the summary) takes the fine steps from the plan; the config itself is never changed."""
     return max(1, round(train.max_steps * train.budget))
-
-
-def apply_budget(cfg: Any) -> float:
-    """Resolve train.budget into train.max_steps (so the plan, the schedule and the last evaluation
-    all end there) and set it to 1, so it is never applied twice; returns the budget."""
-    from omegaconf import open_dict
-
-    budget = float(cfg.train.budget)
-    with open_dict(cfg):
-        cfg.train.max_steps = budget_steps(cfg.train)
-        cfg.train.budget = 1.0
-    return budget
 
 
 # ---------------------------------------------------------------------------------------------

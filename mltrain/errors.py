@@ -42,6 +42,16 @@ class StorageError(MltrainError, OSError):
     The message names the path and says what was kept."""
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message, the form every one-line report quotes it in; for a wrapper
+    with an empty message (datasets' DatasetGenerationError), its cause's."""
+    for e in (err, err.__cause__, err.__context__):
+        text = str(e or "").strip()
+        if text:
+            return text.splitlines()[0]
+    return ""
+
+
 def report(prog: str, message: str, kind: str = "error") -> None:
     """The one error line: `<prog>: <kind>: <message>` on stderr, and the same record in the log files
     of the run (Hydra's FileHandler), so the run's own log says why it stopped."""

@@ -1,8 +1,9 @@
 """Build the parts from the config, run the plan, write the summary.
 
-    config → validate → data → model → samplers, optimizer, hierarchy → Trainer + MultilevelRunner
-           → metrics.jsonl / W&B (Tracker), checkpoints/ → summary.json
+    config → validate → data → model → samplers, optimizer, hierarchy → Trainer, Evaluator, PlanRunner
+           → metrics.jsonl / W&B (Tracker), checkpoints/ → summary.json, the weights
 
+`_run` reads as the run does: build, restore, open the tracker, train, summarize, write the results.
 A run ends `finished`, `interrupted` (SIGINT, SIGTERM or SIGUSR1: the current step is finished and a
 checkpoint written) or `diverged` (a non-finite loss with train.on_nonfinite=stop: the last good
 checkpoint is kept); summary.json says which. `train.resume=true` continues from the newest checkpoint.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -24,25 +24,29 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain.training import distributed
-
-from mltrain.runs import rundir
-from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_checkpoint
-from mltrain.method.coarsening import Hierarchy, build_scheme
-from mltrain.config import apply_budget, resuming, validate
+from mltrain.config import resuming, validate
 from mltrain.data import BatchSampler, load_tokens
-from mltrain.training.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
 from mltrain.errors import ConfigError, StorageError
+from mltrain.method.coarsening import Hierarchy, build_scheme
+from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
+from mltrain.method.plan import planned_steps, run_kind
+from mltrain.method.runner import PlanRunner, Samplers
+from mltrain.model import GPT, GPTConfig
+from mltrain.runs import rundir
+from mltrain.runs.names import run_label, run_name
+from mltrain.runs.provenance import provenance
+from mltrain.runs.tracking import Tracker
+from mltrain.runs.weights import save_weights
+from mltrain.training import distributed
+from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_checkpoint
+from mltrain.training.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
+from mltrain.training.evaluation import EVAL_SEED, Evaluator
 from mltrain.training.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
 from mltrain.training.memory import check_fits
-from mltrain.model import GPT, GPTConfig
-from mltrain.method.multilevel import MultilevelRunner, planned_steps, run_kind
 from mltrain.training.optim import build_optimizer
-from mltrain.runs.provenance import provenance
 from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
-from mltrain.runs.tracking import Tracker, run_label, run_name
-from mltrain.training.trainer import EVAL_SEED, NonFiniteLoss, Trainer
-from mltrain.runs.weights import save_weights
+from mltrain.training.rows import NonFiniteLoss
+from mltrain.training.trainer import Trainer
 
 log = logging.getLogger("mltrain")
 
@@ -88,6 +92,10 @@ def _overrides() -> list[str]:
     return []
 
 
+# ---------------------------------------------------------------------------------------------
+# Building a run
+
+
 @dataclass
 class Session:
     """Everything a run is made of, built from the config: what `run` drives and a checkpoint captures."""
@@ -95,13 +103,19 @@ class Session:
     cfg: DictConfig
     model: GPT
     trainer: Trainer
-    runner: MultilevelRunner
+    evaluator: Evaluator
+    runner: PlanRunner
     data_description: str
     data: dict  # what summary.json records about the data (see data_record)
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> RunKind:
         return self.runner.kind
+
+    @property
+    def fine_step_flops(self) -> float:
+        c = self.model.config
+        return train_flops_per_step(c.n_layer, c.n_embd, c.vocab_size, c.block_size, self.cfg.train.batch_size)
 
 
 def data_record(data) -> dict:
@@ -116,36 +130,53 @@ def data_record(data) -> dict:
     }
 
 
-def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
-    """Data, model, samplers, optimizer, hierarchy, trainer and runner for a validated `cfg`.
+def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
+    """Data, model, samplers, optimizer, hierarchy, trainer, evaluator and runner for a validated `cfg`;
+    every metrics row goes to `emit`.
 
     Deterministic in cfg.seed: two sessions built from one config train identically (what resume relies
-    on). Resolves model.vocab_size into cfg from the tokenizer."""
-    apply_budget(cfg)
+    on). Resolves model.vocab_size into cfg from the tokenizer; changes nothing else in it."""
     # Cheap before expensive: what needs only the config and the data's size (the samplers refuse a
     # split shorter than one context window; the memory bound) is checked before the device or the
     # model is touched, so an impossible run stops in seconds with one line, not after a huge allocation.
     world = distributed.world_from_env()
-    t, ml = cfg.train, cfg.multilevel
-    B, T = t.batch_size, cfg.model.block_size
-    coarse_B = ml.coarse_batch_size or B
+    t = cfg.train
+    B, coarse_B = t.batch_size, cfg.multilevel.coarse_batch_size or t.batch_size
     if problem := distributed.check_divisible(world, t.grad_accum, **{
             "train.batch_size": B, "multilevel.coarse_batch_size": coarse_B}):
         raise ConfigError(problem)
     data = load_tokens(cfg.data)
-    ranks = {"rank": world.rank, "world_size": world.size}  # each rank reads its slice of every global batch
-    sampler = BatchSampler(data.train, B, T, seed=cfg.seed, **ranks)
-    coarse_sampler = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **ranks)
-    diag_sampler = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **ranks)
+    T, ranks = cfg.model.block_size, {"rank": world.rank, "world_size": world.size}  # each rank reads its slice
+    samplers = Samplers(fine=BatchSampler(data.train, B, T, seed=cfg.seed, **ranks),
+                        coarse=BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **ranks),
+                        diag=BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **ranks))
     val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **ranks)
     gpt_config = model_config(cfg, data.vocab_size)
 
     device = resolve_device(cfg.device, world)
-    dtype = resolve_dtype(cfg.train.dtype, device)
+    dtype = resolve_dtype(t.dtype, device)
     check_fits(gpt_config, cfg.optim, max(B, coarse_B) // world.size // t.grad_accum, device)
     enable_tf32(device)
     distributed.init(world)
+    model = _model(cfg, gpt_config, device)
+    hierarchy = None
+    if run_kind(cfg) != RunKind.single:
+        c = cfg.coarsening
+        hierarchy = Hierarchy(model, build_scheme(c), cfg.multilevel.delta, seed=cfg.seed if c.seed is None else c.seed)
+    # MFU only means something against the bf16 peak, i.e. under bf16 autocast.
+    peak = peak_flops(device) if dtype == torch.bfloat16 else None
+    trainer = Trainer(model, t, device, dtype, emit, peak_flops=peak, world=world)
+    evaluator = Evaluator(trainer, val_sampler, t.eval_batches)
+    fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
+    runner = PlanRunner(cfg, trainer, evaluator, hierarchy, fine_optimizer, samplers, device)
+    if world.distributed:  # one DDP wrapper for every level: see mltrain/training/distributed.py
+        trainer.replica = distributed.wrap(model, runner.coarse_storage(), device)
+    trainer.bar.reset(total=planned_steps(runner.plan))
+    return Session(cfg, model, trainer, evaluator, runner, data.description, data_record(data))
 
+
+def _model(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device) -> GPT:
+    """The fine model, seeded, on `device`, compiled when train.compile; its vocabulary recorded in cfg."""
     torch.manual_seed(cfg.seed)  # weights and dropout; every numpy draw has its own seeded generator
     model = GPT(gpt_config)
     with open_dict(cfg):
@@ -156,20 +187,11 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
         # modules they are (nn.Module parameters are graph inputs), so every coarse model of one
         # depth reuses one graph, and later cycles compile nothing (checked in tests/test_compile.py).
         model.compile(dynamic=False)
+    return model
 
-    hierarchy = None
-    if run_kind(cfg) != "single":
-        c = cfg.coarsening
-        hierarchy = Hierarchy(model, build_scheme(c), ml.delta, seed=cfg.seed if c.seed is None else c.seed)
-    fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
-    # MFU only means something against the bf16 peak, i.e. under bf16 autocast.
-    peak = peak_flops(device) if dtype == torch.bfloat16 else None
-    trainer = Trainer(model, t, device, dtype, val_sampler, log_row, peak_flops=peak, world=world)
-    runner = MultilevelRunner(cfg, trainer, hierarchy, fine_optimizer, sampler, coarse_sampler, diag_sampler, device)
-    if world.distributed:  # one DDP wrapper for every level: see mltrain/training/distributed.py
-        trainer.replica = distributed.wrap(model, runner.coarse_storage(), device)
-    trainer.bar.reset(total=planned_steps(runner.plan))
-    return Session(cfg, model, trainer, runner, data.description, data_record(data))
+
+# ---------------------------------------------------------------------------------------------
+# A run, start to end
 
 
 def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> Optional[float]:
@@ -202,172 +224,270 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> Optional[float
         return _run(cfg, run_dir, previous)
 
 
+@dataclass
+class Outcome:
+    """How the training loop ended: finished, interrupted (by `signals`) or diverged, and why."""
+
+    status: str
+    initial_val: float
+    signals: StopSignals
+    stop_line: Optional[str] = None
+
+
 def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Optional[float]:
+    """The run in its claimed dir: build, restore (`previous`: an unfinished run to continue), open the
+    tracker, train, summarize, write the results; the tracker opens only after everything that can
+    refuse the run (the data, the memory bound, the checkpoint) has passed, so a refused start leaves
+    the dir as it was."""
     world = distributed.world_from_env()
-    t, ml = cfg.train, cfg.multilevel
-    budget = float(cfg.train.budget)  # build() resolves it into train.max_steps
-    # The trainer logs only inside `with tracker` below; the lambda looks the tracker up then. Only
-    # rank 0 writes files (metrics, summary, weights, W&B); the other ranks compute the same rows and drop them.
-    session = build(cfg, lambda row: tracker.log(row) if tracker is not None else None)
-    model, trainer, runner, kind = session.model, session.trainer, session.runner, session.kind
-    B, T = t.batch_size, cfg.model.block_size
-    device = trainer.device
-    fine_step_flops = train_flops_per_step(cfg.model.n_layer, cfg.model.n_embd, model.config.vocab_size, T, B)
-    checkpoints = CheckpointFolder(run_dir, keep=t.keep_checkpoints)
-    resumed = {}  # the checkpoint's bookkeeping: metrics position, initial val loss, cadence
-    if previous is not None:
-        latest = checkpoints.latest()
-        if latest is not None:
-            resumed = load_checkpoint(latest, runner)  # another model/scheme/plan: CheckpointError, nothing changed
-            log.info("resuming %s from %s (fine step %d of %d)", run_dir, latest.name, trainer.state.fine_steps, t.max_steps)
-        else:
-            resumed = {"metrics_bytes": 0, "metrics_rows": 0}
-            log.info("resuming %s: no checkpoint yet, starting again from step 0", run_dir)
-        checkpoints.remove_temporaries()
-    log.info("data: %s", session.data_description)
-    n_params = model.num_params()
-    log.info(
-        "model: %s parameters (%d blocks, d=%d, %d heads, context %d, vocab %d)",
-        f"{n_params:,}", model.config.n_layer, model.config.n_embd, model.config.n_head,
-        model.config.block_size, model.config.vocab_size,
-    )
-
-    overrides = _overrides()
-    origin = provenance(device)
-    config_dict = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
-    tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind, seed=cfg.seed),
-                      group=run_label(overrides, kind), job_type=kind,
-                      resume=resumed if previous is not None else None) if world.is_main else None
-    cadence = Cadence(t.checkpoint_interval, fine_step_flops, resumed.get("last_checkpoint_flops", 0.0))
-    status, stop_line = "finished", None
+    session = build(cfg, _no_tracker_yet)
+    checkpoints = CheckpointFolder(run_dir, keep=cfg.train.keep_checkpoints)
+    resumed = restore(session, checkpoints, run_dir) if previous is not None else {}
+    describe(session)
+    origin = provenance(session.trainer.device)
+    record = run_record(session, _overrides())
+    # Only rank 0 writes files (metrics, summary, weights, W&B); the other ranks compute the same rows
+    # and drop them.
+    tracker = open_tracker(session, run_dir, record, origin, resumed) if world.is_main else None
     with tracker if tracker is not None else contextlib.nullcontext():
-        if "initial_val_loss" in resumed:
-            initial_val = resumed["initial_val_loss"]
-            trainer.bar.update(trainer.state.optimizer_steps)
-        else:
-            trainer.t0 = time.perf_counter()  # wall time counts from here, not from data loading
-            initial_val = trainer.log_eval(runner.fine)
-
-        saved = [trainer.state.optimizer_steps if resumed.get("initial_val_loss") is not None else -1]
-
-        def save_checkpoint() -> Optional[Path]:
-            if trainer.state.optimizer_steps == saved[0]:  # no step since the last one: it is still a valid
-                return checkpoints.latest()  # resume point (a restrict or prolong after it is redone)
-            trainer.check_finite(weights=True)  # never a checkpoint of a state after a bad step (every rank)
-            cadence.mark(trainer.state)
-            saved[0] = trainer.state.optimizer_steps
-            if tracker is None:  # ranks > 0: rank 0 writes the one checkpoint of the job
-                return None
-            extra = {"initial_val_loss": initial_val, "last_checkpoint_flops": cadence.last_flops, **tracker.position()}
-            return checkpoints.save(runner, extra)
-
-        def after_step(step_kind: str) -> None:
-            if cadence.due(step_kind, trainer.state):
-                save_checkpoint()
-
-        def should_stop() -> bool:  # under data parallel every rank stops after the same step
-            return not distributed.all_ranks_agree(torch.tensor(not signals.requested()))
-
-        model.train()
-        signals = StopSignals()
-        try:
-            with signals:
-                completed = runner.run(should_stop=should_stop if world.distributed else signals.requested, after_step=after_step)
-                path = save_checkpoint()  # at the end, or where the signal stopped the run
-            if not completed:
-                status = "interrupted"
-                s = trainer.state
-                stop_line = (f"stopped by {signals.name} after fine step {s.fine_steps} of {t.max_steps}"
-                             f"{_inside(runner)}, checkpoint {path}; resume with: {resume_command(run_dir)}")
-        except NonFiniteLoss as err:
-            status = "diverged"
-            last = checkpoints.latest()
-            stop_line = (f"{err}: the run stopped (train.on_nonfinite=stop); "
-                         + (f"last good checkpoint: {last}" if last else "no checkpoint was written before it"))
-        finally:
-            trainer.close()
-        wall = trainer.elapsed()
-        s = trainer.state
-        summary = {
-            "status": status,
-            "n_params": n_params,
-            "total_flops": s.flops,
-            "tokens": s.tokens,
-            "fine_steps": s.fine_steps,
-            "final_train_loss": trainer.last_loss.get("fine"),
-            "final_val_loss": trainer.last_loss.get("val"),
-            "final_val_loss_se": trainer.last_loss.get("val_se"),
-            "initial_val_loss": initial_val,
-            "wall_time_s": wall,
-            "tokens_per_s": s.tokens / wall,
-            "flops_formula": FLOPS_FORMULA,
-            "flops_per_fine_step": fine_step_flops,
-            "total_flops_blocks": s.flops_blocks,
-            "diag_flops": s.diag_flops,
-            "eval_flops": s.eval_flops,
-            "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
-            "data": session.data,
-            "held_out": trainer.held_out(),
-            "provenance": origin,
-            "seed": cfg.seed,
-            "budget": budget,
-            "run_kind": kind,
-            "coarsening": cfg.coarsening.name,
-            "delta": ml.delta if kind != "single" else None,
-            "label": run_label(overrides, kind),
-            "preset": cfg.preset,
-            "world_size": world.size,
-        }
-        if stop_line:
-            summary["status_reason"] = stop_line
-        if s.skipped_steps:
-            summary["skipped_steps"] = s.skipped_steps
-        if kind != "single":
-            summary.update(
-                coarse_steps=s.coarse_steps,
-                coarse_flops=s.coarse_flops,
-                control_steps=s.control_steps,
-                fine_equivalent_steps=s.flops / fine_step_flops,
-            )
-        if device.type == "cuda":
-            summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+        session.trainer.emit = tracker.log if tracker is not None else _drop
+        outcome = train(session, checkpoints, tracker, resumed, run_dir)
+        summary = summarize(session, outcome, record, origin)
         if tracker is not None:
-            if status != "diverged":  # non-finite weights are of no use: the last good checkpoint holds good ones
-                try:
-                    save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
-                except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept
-                    raise StorageError(
-                        f"cannot write the final weights into {run_dir} ({err.strerror or err}); the run ended and "
-                        f"metrics.jsonl keeps all its {tracker.rows:,} rows; no summary.json was written"
-                    ) from None
-            tracker.write_summary(summary)
-            if status != "finished":
-                tracker.finish(exit_code=1)  # W&B shows the run failed until a resume finishes it
-    if status == "interrupted":
-        raise RunInterrupted(stop_line, signals.exit_code, signals.hand_on)
-    if status == "diverged":
-        raise RunDiverged(stop_line)
-    val = summary["final_val_loss"]
+            write_results(session, tracker, summary, run_dir)
+    return conclude(session, outcome, summary, run_dir)
+
+
+def _no_tracker_yet(row: dict) -> None:
+    raise RuntimeError("a metrics row before the tracker was opened")
+
+
+def _drop(row: dict) -> None:
+    """Ranks > 0 compute every row and write none: rank 0 writes the job's files."""
+
+
+def restore(session: Session, checkpoints: CheckpointFolder, run_dir: Path) -> dict:
+    """An unfinished run's newest checkpoint, loaded into `session`; returns its bookkeeping (metrics
+    position, initial val loss, checkpoint cadence). Another model/scheme/plan: CheckpointError, before
+    anything is changed."""
+    latest = checkpoints.latest()
+    if latest is not None:
+        resumed = load_checkpoint(latest, session.runner)
+        log.info("resuming %s from %s (fine step %d of %d)", run_dir, latest.name, session.trainer.state.fine_steps,
+                 session.runner.last_fine_step)
+    else:
+        resumed = {"metrics_bytes": 0, "metrics_rows": 0}
+        log.info("resuming %s: no checkpoint yet, starting again from step 0", run_dir)
+    checkpoints.remove_temporaries()
+    return resumed
+
+
+def describe(session: Session) -> None:
+    """The data and model lines at the head of a run's log."""
+    c = session.model.config
+    log.info("data: %s", session.data_description)
+    log.info("model: %s parameters (%d blocks, d=%d, %d heads, context %d, vocab %d)",
+             f"{session.model.num_params():,}", c.n_layer, c.n_embd, c.n_head, c.block_size, c.vocab_size)
+
+
+def run_record(session: Session, overrides: list[str]) -> dict:
+    """What the run is (runs/files.py RUN_RECORD_FIELDS): run.json at the start, repeated in summary.json."""
+    cfg, kind = session.cfg, session.kind
+    return {"run_kind": kind.value, "label": run_label(overrides, kind), "seed": cfg.seed,
+            "budget": float(cfg.train.budget), "budget_steps": session.runner.last_fine_step, "preset": cfg.preset}
+
+
+def open_tracker(session: Session, run_dir: Path, record: dict, origin: dict, resumed: dict) -> Tracker:
+    """metrics.jsonl (cut back to the checkpoint's position when resuming), run.json, and W&B with the
+    config as the run was given it (plus its provenance)."""
+    cfg = session.cfg
+    config = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
+    return Tracker(run_dir, cfg.logger, config, name=run_name(_overrides(), record["run_kind"], seed=cfg.seed),
+                   group=record["label"], job_type=record["run_kind"], resume=resumed or None, record=record)
+
+
+# ---------------------------------------------------------------------------------------------
+# The training loop
+
+
+def train(session: Session, checkpoints: CheckpointFolder, tracker: Optional[Tracker], resumed: dict,
+          run_dir: Path) -> Outcome:
+    """The plan from where the run stands to its end, checkpointed on its cadence; a signal stops it
+    after the current step (with a checkpoint), a non-finite loss stops it (train.on_nonfinite=stop)."""
+    trainer, runner = session.trainer, session.runner
+    outcome = Outcome("finished", _initial_val_loss(session, resumed), StopSignals())
+    saver = CheckpointSaver(session, checkpoints, tracker, resumed, outcome.initial_val)
+    signals = outcome.signals
+    session.model.train()
+    try:
+        with signals:
+            completed = runner.run(should_stop=_stop_rule(signals), after_step=saver.after_step)
+            path = saver.save()  # at the end, or where the signal stopped the run
+        if not completed:
+            s = trainer.state
+            outcome.status = "interrupted"
+            outcome.stop_line = (f"stopped by {signals.name} after fine step {s.fine_steps} of "
+                                 f"{runner.last_fine_step}{_inside(runner)}, checkpoint {path}; resume with: "
+                                 f"{resume_command(run_dir)}")
+    except NonFiniteLoss as err:
+        last = checkpoints.latest()
+        outcome.status = "diverged"
+        outcome.stop_line = (f"{err}: the run stopped (train.on_nonfinite=stop); "
+                             + (f"last good checkpoint: {last}" if last else "no checkpoint was written before it"))
+    finally:
+        trainer.close()
+    return outcome
+
+
+def _initial_val_loss(session: Session, resumed: dict) -> float:
+    """The held-out loss before the first step; a resumed run has it from its checkpoint. The run's
+    clock starts here, not at data loading."""
+    trainer = session.trainer
+    if "initial_val_loss" in resumed:
+        trainer.bar.update(trainer.state.optimizer_steps)
+        return resumed["initial_val_loss"]
+    trainer.clock.restart()
+    return session.evaluator.log_eval(session.runner.fine)
+
+
+def _stop_rule(signals: StopSignals) -> Callable[[], bool]:
+    """Whether to stop after this step: a signal was received (under data parallel, by any rank: every
+    rank stops after the same step)."""
+    if not distributed.world_from_env().distributed:
+        return signals.requested
+    return lambda: not distributed.all_ranks_agree(torch.tensor(not signals.requested()))
+
+
+class CheckpointSaver:
+    """The run's checkpoints: on their cadence (training/checkpoint.py Cadence), at the end and on a
+    signal. Never one of a state after a bad step (every rank checks), never two of one position;
+    rank 0 writes the one file of the job. Time spent here is not training time."""
+
+    def __init__(self, session: Session, folder: CheckpointFolder, tracker: Optional[Tracker], resumed: dict,
+                 initial_val: float):
+        self.session, self.folder, self.tracker, self.initial_val = session, folder, tracker, initial_val
+        self.cadence = Cadence(session.cfg.train.checkpoint_interval, session.fine_step_flops,
+                               resumed.get("last_checkpoint_flops", 0.0))
+        # a resumed run's position is its checkpoint's: nothing new to save there
+        self.saved_at = session.trainer.state.optimizer_steps if "initial_val_loss" in resumed else -1
+
+    def after_step(self, kind: StepKind) -> None:
+        if self.cadence.due(kind, self.session.trainer.state):
+            self.save()
+
+    def save(self) -> Optional[Path]:
+        trainer = self.session.trainer
+        if trainer.state.optimizer_steps == self.saved_at:  # no step since the last one: it is still a valid
+            return self.folder.latest()  # resume point (a restrict or prolong after it is redone)
+        with trainer.clock.apart():
+            trainer.check_finite(weights=True)  # never a checkpoint of a state after a bad step (every rank)
+            self.cadence.mark(trainer.state)
+            self.saved_at = trainer.state.optimizer_steps
+            if self.tracker is None:  # ranks > 0: rank 0 writes the one checkpoint of the job
+                return None
+            extra = {"initial_val_loss": self.initial_val, "last_checkpoint_flops": self.cadence.last_flops,
+                     **self.tracker.position()}
+            return self.folder.save(self.session.runner, extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# The end of a run: summary.json, the weights, the last line
+
+
+def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) -> dict:
+    """summary.json: what the run is (run.json's fields), how it ended, what it cost, where it ran.
+    `wall_time_s` counts from the initial evaluation on; `train_time_s` is the part spent training (held-out
+    evaluation, diagnostics and checkpoints left out), the figure a wall-clock comparison uses."""
+    cfg, trainer, s = session.cfg, session.trainer, session.trainer.state
+    device, wall = trainer.device, trainer.clock.elapsed()
+    summary = {
+        **record,
+        "status": outcome.status,
+        "n_params": session.model.num_params(),
+        "total_flops": s.flops,
+        "tokens": s.tokens,
+        "fine_steps": s.fine_steps,
+        "final_train_loss": trainer.last_loss.get(StepKind.fine.value),
+        "final_val_loss": trainer.last_loss.get("val"),
+        "final_val_loss_se": trainer.last_loss.get("val_se"),
+        "initial_val_loss": outcome.initial_val,
+        "wall_time_s": wall,
+        "train_time_s": trainer.clock.train_time(),
+        "tokens_per_s": s.tokens / wall,
+        "flops_formula": FLOPS_FORMULA,
+        "flops_per_fine_step": session.fine_step_flops,
+        "total_flops_blocks": s.flops_blocks,
+        "diag_flops": s.diag_flops,
+        "eval_flops": s.eval_flops,
+        "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+        "data": session.data,
+        "held_out": session.evaluator.held_out(),
+        "provenance": origin,
+        "coarsening": cfg.coarsening.name,
+        "delta": cfg.multilevel.delta if session.kind != RunKind.single else None,
+        "world_size": trainer.world.size,
+        **_how_it_ended(outcome, s),
+    }
+    if session.kind != RunKind.single:
+        summary.update(coarse_steps=s.coarse_steps, coarse_flops=s.coarse_flops, control_steps=s.control_steps,
+                       fine_equivalent_steps=s.flops / session.fine_step_flops)
+    if device.type == "cuda":
+        summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+    return summary
+
+
+def _how_it_ended(outcome: Outcome, state) -> dict:
+    out = {}
+    if outcome.stop_line:
+        out["status_reason"] = outcome.stop_line
+    if state.skipped_steps:
+        out["skipped_steps"] = state.skipped_steps
+    return out
+
+
+def write_results(session: Session, tracker: Tracker, summary: dict, run_dir: Path) -> None:
+    """The weights, then summary.json (a finished run always has both); W&B marks an unfinished run
+    failed until a resume finishes it."""
+    status = summary["status"]
+    if status != "diverged":  # non-finite weights are of no use: the last good checkpoint holds good ones
+        try:
+            save_weights(run_dir, session.model, session.cfg.data.tokenizer)
+        except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept
+            raise StorageError(
+                f"cannot write the final weights into {run_dir} ({err.strerror or err}); the run ended and "
+                f"metrics.jsonl keeps all its {tracker.rows:,} rows; no summary.json was written"
+            ) from None
+    tracker.write_summary(summary)
+    if status != "finished":
+        tracker.finish(exit_code=1)
+
+
+def conclude(session: Session, outcome: Outcome, summary: dict, run_dir: Path) -> Optional[float]:
+    """Raise for a run that did not finish; otherwise the `done:` line, and the final held-out loss."""
+    if outcome.status == "interrupted":
+        raise RunInterrupted(outcome.stop_line, outcome.signals.exit_code, outcome.signals.hand_on)
+    if outcome.status == "diverged":
+        raise RunDiverged(outcome.stop_line)
+    s, val = session.trainer.state, summary["final_val_loss"]
     log.info(
         "done: %d fine steps%s | %.3g FLOPs (%.0f fine-step equivalents) | train %.4f | val %.4f (from %.4f) "
         "| %.0f tok/s | %.1f s | %s",
         s.fine_steps,
         f" + {s.coarse_steps} coarse" if s.coarse_steps else (f" + {s.control_steps} control" if s.control_steps else ""),
-        s.flops, s.flops / fine_step_flops, _num(summary["final_train_loss"]), _num(val),
-        initial_val, summary["tokens_per_s"], wall, run_dir,
+        s.flops, s.flops / session.fine_step_flops, _num(summary["final_train_loss"]), _num(val),
+        outcome.initial_val, summary["tokens_per_s"], summary["wall_time_s"], run_dir,
     )
     return val
 
 
-def _inside(runner: MultilevelRunner) -> str:
+def _inside(runner: PlanRunner) -> str:
     """` (in cycle 3's coarse phase of model A, step 40 of 100)` when stopped inside a coarse phase."""
     s = runner.trainer.state
     phase = runner.plan[s.phase_index] if s.phase_index < len(runner.plan) else None
-    if phase is None or phase.kind != "train" or not phase.path or not 0 < s.step_in_phase < phase.steps:
+    if phase is None or phase.kind != PhaseKind.train or not phase.path or not 0 < s.step_in_phase < phase.steps:
         return ""
-    model = ".".join("ABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] for i in phase.path)
-    return (f" (in cycle {phase.cycle}'s {'control' if runner.control else 'coarse'} phase of model {model}, "
-            f"step {s.step_in_phase} of {phase.steps})")
+    return (f" (in cycle {phase.cycle}'s {'control' if runner.control else 'coarse'} phase of model "
+            f"{coarse_name(phase.path)}, step {s.step_in_phase} of {phase.steps})")
 
 
 def _num(x: Optional[float]) -> float:

@@ -50,7 +50,8 @@ from hydra import compose, initialize_config_module
 from mltrain.config import register_configs
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.training.flops import peak_flops, train_flops_per_step
-from mltrain.method.multilevel import Phase
+from mltrain.method.kinds import PhaseKind
+from mltrain.method.plan import Phase
 from mltrain.run import build
 from mltrain.runs.tracking import Tracker
 from mltrain.training.trainer import TrainState
@@ -240,9 +241,9 @@ def measure(args, tmp: Path) -> dict:
     kinds: dict[str, Callable[[], None]] = {
         "plain_fine": lambda: [plain() for _ in range(n)],
         "plain_fine_sampler": lambda: [plain_sampler() for _ in range(n)],
-        "fine_single": lambda: run_plan(single, [Phase("train", (), n)]),
-        "fine_multilevel": lambda: run_plan(ml, [Phase("train", (), n)]),
-        "coarse": lambda: run_plan(ml, [Phase("train", (0,), n, cycle=0)]),
+        "fine_single": lambda: run_plan(single, [Phase(PhaseKind.train, (), n)]),
+        "fine_multilevel": lambda: run_plan(ml, [Phase(PhaseKind.train, (), n)]),
+        "coarse": lambda: run_plan(ml, [Phase(PhaseKind.train, (0,), n, cycle=0)]),
     }
     flops = {k: train_flops_per_step(m.n_layer, m.n_embd, m.vocab_size, m.block_size, batch) for k in kinds}
     flops["coarse"] = train_flops_per_step(m.n_layer // 2, m.n_embd, m.vocab_size, m.block_size, batch)

@@ -1,4 +1,5 @@
-"""Run mltrain's fault matrix (issue 11) against one or more source trees and print the outcomes by class.
+"""Run mltrain's fault matrix (bad input and faults a user meets) against one or more source trees and
+print the outcomes by class.
 
     python scripts/fault_matrix.py                                  # the installed mltrain
     python scripts/fault_matrix.py --src before=/tmp/main --src after=.   # two trees side by side

@@ -18,7 +18,7 @@ from mltrain.runs.rundir import LOCK_FILE
 # A smoke-sized multilevel run, spelt out (not a preset) so that preset changes do not move it.
 SMALL = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
          "train.eval_batches=1", "schedule.warmup_steps=1", "train.progress=false", "device=cpu"]
-TIME_COLUMNS = {"time_s", "tokens_per_s", "mfu", "wall_time_s"}
+TIME_COLUMNS = {"time_s", "train_time_s", "tokens_per_s", "mfu", "wall_time_s"}
 # One intra-op thread: these models are tiny, and on a shared 2-core machine a second spinning thread per
 # process slows a step tenfold. (Exactness needs only the same setting in the runs compared.)
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}

@@ -29,7 +29,7 @@ def test_each_model_compiles_once_and_later_cycles_compile_nothing():
     session = build(cfg, lambda row: None)
     runner, state = session.runner, session.trainer.state
     first_eval = next(i for i, p in enumerate(runner.plan) if p.kind == "evaluate")
-    session.trainer.log_eval(runner.fine)
+    session.evaluator.log_eval(runner.fine)
     assert not runner.run(should_stop=lambda: state.phase_index > first_eval)  # cycle 0, all its phases
     after_first_cycle = frames_compiled()
     # The fine model (train and eval mode) and one graph for both coarse models: A and B run 2 blocks

@@ -74,7 +74,7 @@ def test_compile_once_per_model_on_cuda():
     session = build(_cfg("device=cuda", "train.compile=true"), lambda row: None)
     runner, state = session.runner, session.trainer.state
     first_eval = next(i for i, p in enumerate(runner.plan) if p.kind == "evaluate")
-    session.trainer.log_eval(runner.fine)
+    session.evaluator.log_eval(runner.fine)
     assert not runner.run(should_stop=lambda: state.phase_index > first_eval)
     after_first_cycle = counters["frames"]["ok"]
     assert after_first_cycle == 3  # fine (train, eval) and one graph for both 2-block coarse models

@@ -24,7 +24,8 @@ from mltrain.runs import rundir
 from mltrain.config import Config, validate
 from mltrain.data import load_tokens, shards
 from mltrain.errors import ConfigError, DataError, StorageError
-from mltrain.runs.tracking import Tracker, read_metrics
+from mltrain.runs.files import read_metrics
+from mltrain.runs.tracking import Tracker
 
 SMOKE = ["scale=smoke", "train.progress=false"]
 ERROR_WORDS = re.compile(r"error|traceback|exception", re.IGNORECASE)

@@ -6,7 +6,7 @@ import torch
 
 from mltrain.method.coarsening import Groups, Scheme, register_scheme, scheme_names
 from mltrain.errors import CoarseningError
-from mltrain.method.multilevel import build_plan
+from mltrain.method.plan import build_plan
 from mltrain.run import build
 
 

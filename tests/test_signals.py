@@ -210,15 +210,15 @@ def test_a_submitit_job_signalled_as_on_preemption_checkpoints_is_requeued_and_r
 def test_a_rows_losses_name_their_first_non_finite_step_across_folds_and_a_resume(bad_at, n_steps):
     # A row keeps its steps' losses on the device and folds them every COLLAPSE steps: the first
     # non-finite one is still named exactly, before and after a fold and after a checkpoint round trip.
-    from mltrain.training.trainer import _Pending
+    from mltrain.training.rows import PendingRow
 
-    pending = _Pending(0.0)
+    pending = PendingRow(0.0)
     for i in range(n_steps):
         pending.add(torch.tensor(math.nan if i >= bad_at else 1.0), 8, view=None)
         if i == n_steps // 2:
-            pending = _Pending.from_state(pending.state_dict(), 0.0, torch.device("cpu"))
+            pending = PendingRow.from_state(pending.state_dict(), 0.0, torch.device("cpu"))
     assert pending.first_nonfinite() == bad_at and pending.steps == n_steps and pending.tokens == 8 * n_steps
-    clean = _Pending(0.0)
+    clean = PendingRow(0.0)
     for i in range(n_steps):
         clean.add(torch.tensor(float(i)), 1, view=None)
     assert clean.first_nonfinite() is None

@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 from mltrain.config import LoggerConfig
-from mltrain.runs.tracking import Tracker, read_metrics, run_label, run_name, write_json_atomic
+from mltrain.runs.files import read_metrics, write_json_atomic
+from mltrain.runs.names import run_label, run_name
+from mltrain.runs.tracking import Tracker
 
 TRAIN_ROWS = [
     {"step": 0, "flops": 0.0, "tokens": 0, "time_s": 0.0, "train/loss": 5.5, "lr": 1e-3, "level": 0, "phase": "fine"},

@@ -16,7 +16,7 @@ B, T = 4, 16  # conftest.TINY's batch size and context
 
 
 def deterministic(rows):
-    drop = {"time_s", "tokens_per_s", "mfu"}
+    drop = {"time_s", "train_time_s", "tokens_per_s", "mfu"}
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
 

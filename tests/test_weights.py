@@ -95,7 +95,7 @@ def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(t
 
     # The saved model is the one that was evaluated last: the same held-out batches give the same loss.
     from mltrain.data import BatchSampler, load_tokens
-    from mltrain.training.trainer import EVAL_SEED
+    from mltrain.training.evaluation import EVAL_SEED
 
     data = load_tokens(cfg.data)
     val = BatchSampler(data.val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")

@@ -50,7 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mltrain.runs import atomic
 from mltrain.data import shards
-from mltrain.errors import DataError, MltrainError, report
+from mltrain.errors import DataError, MltrainError, first_line, report
 from mltrain.data.text import datasets_local_only
 from mltrain.data.tokenizers import Tokenizer, encode_batch_before, get_tokenizer, init_worker
 
@@ -215,15 +215,6 @@ def _source(c: PrepareConfig) -> str:
     return f"prepare.data_files={c.data_files!r}" if c.data_files else f"prepare.dataset={c.dataset} ({c.name}, {c.split})"
 
 
-def _first_line(err: BaseException) -> str:
-    """The message of `err` (or of its cause, for wrappers such as datasets' DatasetGenerationError)."""
-    for e in (err, err.__cause__, err.__context__):
-        text = str(e or "").strip()
-        if text:
-            return text.splitlines()[0]
-    return ""
-
-
 @dataclass
 class _Batch:
     first_doc: int  # index of texts[0] in the document stream
@@ -266,7 +257,7 @@ def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> 
             except Exception as err:  # a malformed line or file, a broken stream: one line, not a traceback
                 raise DataError(
                     f"cannot read document {pos:,} onwards of {_source(c)}: {type(err).__name__}: "
-                    f"{_first_line(err)[:300]}"
+                    f"{first_line(err)[:300]}"
                 ) from None
             if chunk is None:
                 return
@@ -449,72 +440,27 @@ def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path) -> Path:
         return out
 
     ds, what = open_dataset(c)
-    index, written = len(state["shards"]), state["tokens"]
+    writer = _ShardWriter(c, out, state)
     log.info(
-        "tokenizing %s with %s in %d worker(s) into %s%s",
-        what, tok.name, c.workers, out, f" (resuming at shard {index}, {written:,} tokens done)" if index else "",
+        "tokenizing %s with %s in %d worker(s) into %s%s", what, tok.name, c.workers, out,
+        f" (resuming at shard {writer.index}, {writer.written:,} tokens done)" if writer.index else "",
     )  # fmt: skip
-
-    def capacity(i: int) -> int:
-        n = validation_tokens(c) if i == 0 else c.shard_tokens
-        return n if c.max_tokens is None else min(n, c.max_tokens - written)
-
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=c.max_tokens, initial=written, unit="tok", unit_scale=True, disable=not c.progress, desc="tokens")
-    started, new_tokens = time.perf_counter(), 0
-    buf = np.empty(capacity(index), dtype=shards.TOKEN_DTYPE)
-    fill, skip = 0, int(state["skip_tokens"])
+    bar = tqdm(total=c.max_tokens, initial=writer.written, unit="tok", unit_scale=True, disable=not c.progress,
+               desc="tokens")
+    started = time.perf_counter()
     batches = _batches(ds, c, int(state["docs"]), state)
     encoded = _encoded(batches, tok, c.workers)
-    finished = len(buf) == 0
-
-    def commit(batch: _Batch, cum: np.ndarray, off: int) -> None:
-        nonlocal index, written, buf, fill
-        name = shard_name(c, index)
-        shards.write_shard(out / name, buf[:fill])
-        k = int(np.searchsorted(cum, off, side="right"))  # documents of this batch fully written
-        written += fill
-        state.update(
-            shards=[*state["shards"], {"name": name, "tokens": fill}], tokens=written,
-            docs=batch.first_doc + k, skip_tokens=off - (int(cum[k - 1]) if k else 0),
-            stream_state=batch.stream_state, stream_state_doc=batch.stream_state_doc,
-        )  # fmt: skip
-        atomic.write_json(out / STATE_FILE, state)
-        _after_shard(out / name)
-        index += 1
-        buf, fill = np.empty(max(capacity(index), 0), dtype=shards.TOKEN_DTYPE), 0
-
     try:
-        last: tuple[_Batch, np.ndarray, int] | None = None
-        for batch, tokens, lengths in encoded:
-            if finished:
-                break
-            cum = np.cumsum(lengths)
-            off, skip = skip, 0  # a resumed run drops what the last shard already holds of its first document
-            while off < len(tokens):
-                n = min(len(tokens) - off, len(buf) - fill)
-                buf[fill : fill + n] = tokens[off : off + n]
-                fill, off = fill + n, off + n
-                new_tokens += n
-                bar.update(n)
-                if fill == len(buf):
-                    commit(batch, cum, off)
-                    if len(buf) == 0:  # max_tokens reached
-                        finished = True
-                        break
-            last = (batch, cum, off)
-            if finished:
-                break
-        if fill and last is not None:  # the data ran out: the final, shorter shard
-            commit(*last)
+        new_tokens = _fill_shards(encoded, writer, int(state["skip_tokens"]), bar)
     finally:
         encoded.close()
         batches.close()
         bar.close()
     if len(state["shards"]) < 2:
         raise DataError(
-            f"the data held only {written:,} tokens, not enough for a training shard after the "
+            f"the data held only {writer.written:,} tokens, not enough for a training shard after the "
             f"{validation_tokens(c):,}-token validation shard: lower prepare.val_tokens (and delete {out})"
         )
     state["done"] = True
@@ -522,9 +468,78 @@ def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path) -> Path:
     elapsed = time.perf_counter() - started
     log.info(
         "done: %s tokens in %d shards in %s (%.0f tokens/s this run)",
-        f"{written:,}", len(state["shards"]), out, new_tokens / max(elapsed, 1e-9),
+        f"{writer.written:,}", len(state["shards"]), out, new_tokens / max(elapsed, 1e-9),
     )  # fmt: skip
     return out
+
+
+class _ShardWriter:
+    """The shard being filled (`buf[:fill]`, shard number `index`) and its commit: the shard file, then the
+    state file that records it and where the document stream stands, so a rerun resumes after it."""
+
+    def __init__(self, c: PrepareConfig, out: Path, state: dict):
+        self.c, self.out, self.state = c, out, state
+        self.index, self.written = len(state["shards"]), state["tokens"]
+        self.buf, self.fill = np.empty(self.capacity(self.index), dtype=shards.TOKEN_DTYPE), 0
+
+    def capacity(self, i: int) -> int:
+        n = validation_tokens(self.c) if i == 0 else self.c.shard_tokens
+        return n if self.c.max_tokens is None else min(n, self.c.max_tokens - self.written)
+
+    @property
+    def done(self) -> bool:
+        return len(self.buf) == 0  # prepare.max_tokens reached
+
+    def put(self, tokens: np.ndarray, off: int) -> int:
+        """Copy tokens from `off` on into the shard, as many as fit; returns how many."""
+        n = min(len(tokens) - off, len(self.buf) - self.fill)
+        self.buf[self.fill : self.fill + n] = tokens[off : off + n]
+        self.fill += n
+        return n
+
+    def commit(self, batch: _Batch, cum: np.ndarray, off: int) -> None:
+        """Write the shard; the stream resumes at token `off` of `batch` (`cum`: its documents' ends)."""
+        state, name = self.state, shard_name(self.c, self.index)
+        shards.write_shard(self.out / name, self.buf[: self.fill])
+        k = int(np.searchsorted(cum, off, side="right"))  # documents of this batch fully written
+        self.written += self.fill
+        state.update(
+            shards=[*state["shards"], {"name": name, "tokens": self.fill}], tokens=self.written,
+            docs=batch.first_doc + k, skip_tokens=off - (int(cum[k - 1]) if k else 0),
+            stream_state=batch.stream_state, stream_state_doc=batch.stream_state_doc,
+        )  # fmt: skip
+        atomic.write_json(self.out / STATE_FILE, state)
+        _after_shard(self.out / name)
+        self.index += 1
+        self.buf, self.fill = np.empty(max(self.capacity(self.index), 0), dtype=shards.TOKEN_DTYPE), 0
+
+
+def _fill_shards(encoded: Iterator[tuple[_Batch, np.ndarray, np.ndarray]], writer: _ShardWriter, skip: int,
+                 bar: Any) -> int:
+    """Tokenized batches into shards until the data or prepare.max_tokens runs out; a resumed run first
+    drops the `skip` tokens of its first document that the last shard already holds. Returns the tokens
+    written by this run."""
+    new_tokens, last, finished = 0, None, writer.done
+    for batch, tokens, lengths in encoded:
+        if finished:
+            break
+        cum = np.cumsum(lengths)
+        off, skip = skip, 0
+        while off < len(tokens):
+            n = writer.put(tokens, off)
+            off, new_tokens = off + n, new_tokens + n
+            bar.update(n)
+            if writer.fill == len(writer.buf):
+                writer.commit(batch, cum, off)
+                if writer.done:
+                    finished = True
+                    break
+        last = (batch, cum, off)
+        if finished:
+            break
+    if writer.fill and last is not None:  # the data ran out: the final, shorter shard
+        writer.commit(*last)
+    return new_tokens
 
 
 def progress_note(out_dir: str) -> str:

@@ -41,6 +41,7 @@ import torch.nn as nn
 
 from mltrain.choice import Choice
 from mltrain.errors import CoarseningError
+from mltrain.method.kinds import model_name
 from mltrain.model import GPT
 
 Groups = list[tuple[int, ...]]  # one coarse model: for each of its blocks, the parent positions it stands for
@@ -223,8 +224,8 @@ class Stride(Scheme):
 
 @register_scheme
 class RandomPermutation(Scheme):
-    """The critics' control: a seeded random permutation of the blocks cut into k equal parts, each run
-    in depth order. Its blocks are unevenly spaced, so step_scale=stride is refused."""
+    """The control for the ODE reading: a seeded random permutation of the blocks cut into k equal
+    parts, each run in depth order. Its blocks are unevenly spaced, so step_scale=stride is refused."""
 
     name = "random"
     random = True
@@ -293,7 +294,7 @@ class ModelView:
 
     @property
     def name(self) -> str:
-        return "fine" if not self.path else "coarse " + ".".join("ABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] for i in self.path)
+        return model_name(self.path)
 
     def parameters(self) -> list[nn.Parameter]:
         seen: dict[int, nn.Parameter] = {}
@@ -301,6 +302,15 @@ class ModelView:
             for p in module.parameters():
                 seen.setdefault(id(p), p)
         return list(seen.values())
+
+
+def path_key(path: tuple[int, ...]) -> str:
+    """A path as the key of a checkpoint's state dicts: `0.1` (a stored format: never a display name)."""
+    return ".".join(map(str, path))
+
+
+def key_path(key: str) -> tuple[int, ...]:
+    return tuple(int(i) for i in key.split("."))
 
 
 def fine_view(model: GPT) -> ModelView:
@@ -351,10 +361,10 @@ class Hierarchy:
 
     # Owned coarse blocks (`average`); subset schemes have nothing beyond the fine model.
     def state_dict(self) -> dict:
-        return {".".join(map(str, path)): [b.state_dict() for b in blocks] for path, blocks in self._storage.items()}
+        return {path_key(path): [b.state_dict() for b in blocks] for path, blocks in self._storage.items()}
 
     def load_state_dict(self, state: dict) -> None:
         for key, blocks in state.items():
-            view = self.view(tuple(int(i) for i in key.split(".")))
+            view = self.view(key_path(key))
             for block, block_state in zip(view.blocks, blocks):
                 block.load_state_dict(block_state)

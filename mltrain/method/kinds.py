@@ -1,4 +1,5 @@
-"""The vocabularies of what runs: the kind of a run, of a phase of its plan, and of an optimizer step.
+"""The vocabularies of what runs: the kind of a run, of a phase of its plan, and of an optimizer step;
+the names of the models a plan trains.
 
 Torch-free on purpose: the tools that read run files (mltrain-compare, mltrain-study) use these names
 without importing the training code. Each is a `Choice` (a str Enum), so a value written to
@@ -39,3 +40,20 @@ class StepKind(Choice):
     fine = "fine"  # a step of the fine model's optimizer on the fine data stream
     coarse = "coarse"  # a step of a coarse model
     control = "control"  # a fine-model step taken in place of a coarse phase (the schedule control)
+
+
+# The models a plan trains are named by their path (the index of the coarse model chosen at each level):
+# letters, so "coarse A.B" (model B of model A) never reads as a step or a level number. Metrics rows keep
+# the index itself in `coarse_model`; every message and name field uses these.
+def coarse_name(path: tuple[int, ...]) -> str:
+    """`A`, `B`, ... for a coarse model of level 1; `A.B` for model B of coarse model A; `` for the fine model."""
+    return ".".join(_letter(i) for i in path)
+
+
+def model_name(path: tuple[int, ...]) -> str:
+    """`fine` or `coarse A.B`: how messages and the progress bar name the model a phase trains."""
+    return "fine" if not path else f"coarse {coarse_name(path)}"
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i) if 0 <= i < 26 else f"#{i}"

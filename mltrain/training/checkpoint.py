@@ -1,4 +1,4 @@
-"""Resume state on disk: one file with everything `MultilevelRunner.state_dict()` captures, and the run
+"""Resume state on disk: one file with everything `PlanRunner.state_dict()` captures, and the run
 dir's folder of them.
 
 The runner's state is exact mid-cycle (plan position, step within the phase, every optimizer, the
@@ -24,8 +24,10 @@ import torch
 from omegaconf import OmegaConf
 
 from mltrain.runs.atomic import atomic_open, remove_stale_temps
-from mltrain.errors import CheckpointError, StorageError
-from mltrain.method.multilevel import MultilevelRunner, Phase
+from mltrain.errors import CheckpointError, StorageError, first_line
+from mltrain.method.kinds import PhaseKind, RunKind, StepKind
+from mltrain.method.plan import Phase
+from mltrain.method.runner import PlanRunner
 
 FORMAT = 1
 FOLDER = "checkpoints"
@@ -43,16 +45,16 @@ def _plain(value: Any) -> Any:
 
 def _phase_text(p: Phase) -> str:
     where = "fine" if not p.path else "coarse " + ".".join(map(str, p.path))
-    text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == "train" else "")
+    text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == PhaseKind.train else "")
     return text + (f" (cycle {p.cycle})" if p.cycle is not None else "")
 
 
-def identity(runner: MultilevelRunner) -> dict:
+def identity(runner: PlanRunner) -> dict:
     """What a checkpoint belongs to: the model's shape, the coarsening scheme and the whole plan."""
     cfg = runner.cfg
     model = OmegaConf.to_container(cfg.model, resolve=True) if OmegaConf.is_config(cfg.model) else dict(cfg.model)
     scheme = {"run kind": runner.kind, "coarsening.scheme": cfg.coarsening.scheme}
-    if runner.kind != "single":
+    if runner.kind != RunKind.single:
         scheme.update({"coarsening.k": cfg.coarsening.k, "coarsening.step_scale": cfg.coarsening.step_scale,
                        "multilevel.levels": cfg.multilevel.levels})
     return {
@@ -76,7 +78,7 @@ def _mismatch(saved: dict, here: dict) -> Optional[str]:
     return None
 
 
-def save_checkpoint(path: str | os.PathLike, runner: MultilevelRunner, extra: Optional[dict] = None) -> Path:
+def save_checkpoint(path: str | os.PathLike, runner: PlanRunner, extra: Optional[dict] = None) -> Path:
     """Write the runner's state (and `extra`: the run's own bookkeeping) atomically to `path`."""
     payload = {"format": FORMAT, "identity": identity(runner), "runner": runner.state_dict(), "extra": extra or {}}
     with atomic_open(path, "wb") as f:
@@ -84,13 +86,13 @@ def save_checkpoint(path: str | os.PathLike, runner: MultilevelRunner, extra: Op
     return Path(path)
 
 
-def load_checkpoint(path: str | os.PathLike, runner: MultilevelRunner) -> dict:
+def load_checkpoint(path: str | os.PathLike, runner: PlanRunner) -> dict:
     """Restore `runner` from `path` and return the file's `extra`. A file from another model, scheme or
     plan raises CheckpointError naming the difference, before the runner is touched."""
     try:
         payload = torch.load(path, map_location=runner.device, weights_only=True)
     except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
-        raise CheckpointError(f"cannot read checkpoint {path}: {str(err).strip().splitlines()[0]}") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: {first_line(err)}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an mltrain checkpoint (format {FORMAT})")
     problem = _mismatch(payload["identity"], identity(runner))
@@ -118,7 +120,7 @@ class CheckpointFolder:
         files = self.files()
         return files[-1] if files else None
 
-    def save(self, runner: MultilevelRunner, extra: Optional[dict] = None) -> Path:
+    def save(self, runner: PlanRunner, extra: Optional[dict] = None) -> Path:
         s = runner.trainer.state
         try:
             path = save_checkpoint(self.path / f"step-{s.fine_steps:06d}-{s.optimizer_steps:08d}.pt", runner, extra)
@@ -149,10 +151,10 @@ class Cadence:
     def __init__(self, interval: int, fine_step_flops: float, last_flops: float = 0.0):
         self.interval, self.fine_step_flops, self.last_flops = interval, fine_step_flops, last_flops
 
-    def due(self, kind: str, state: Any) -> bool:
+    def due(self, kind: StepKind, state: Any) -> bool:
         if self.interval <= 0:
             return False
-        if kind == "fine":
+        if kind == StepKind.fine:
             return state.fine_steps % self.interval == 0
         # a relative tolerance: FLOPs are float sums, and n steps must count as n steps
         return state.flops - self.last_flops >= self.interval * self.fine_step_flops * (1 - 1e-9)

@@ -20,7 +20,8 @@ the step's autograd graph and mark the parameters the view did not use as ready 
 buckets complete. Every rank runs the same plan, so every rank uses the same view at the same step;
 a parameter no rank used keeps `grad=None` (DDP leaves globally unused gradients untouched), and the
 optimizer skips it, exactly as in one process. The `average` scheme's coarse storage must therefore
-exist before wrapping (`Hierarchy.materialize`), or its parameters would not be hooked.
+exist before wrapping (`PlanRunner.coarse_storage()` creates it for every coarse model of the plan), or
+its parameters would not be hooked.
 
 Gradient accumulation runs the first grad_accum-1 micro-batches under `no_sync()` (local accumulation)
 and reduces once, on the last. Evaluation and the gradient-agreement diagnostics do not go through DDP

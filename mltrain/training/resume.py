@@ -7,7 +7,7 @@
 - a dir without a run starts one (e.g. a sweep job that had not started when the sweep was stopped);
 - a dir whose `summary.json` says `finished` or `diverged` is left untouched (one line says so);
 - a dir whose `.hydra/config.yaml` differs from the config asked for is refused, naming the keys
-  (`RESUME_FREE_KEYS` may differ: they steer bookkeeping, not training).
+  (the keys that do not change what a run computes, runs/keys.py BOOKKEEPING_KEYS, may differ).
 
 Hydra writes a job's `.hydra/` before the task runs; `hydra.output_subdir` is therefore resolved by
 `config.hydra_subdir` (conf/config.yaml), which turns those writes off when resuming a dir that has
@@ -22,28 +22,15 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError
+from mltrain.runs.files import read_summary
+from mltrain.runs.keys import is_bookkeeping, override_key
 from mltrain.runs.rundir import earlier_run
 
-# Keys a resumed run may set differently from the run it continues: where and how results are logged or
-# shown, how often checkpoints are taken, how fast the same computation runs. A key matches itself and
-# everything below it.
-RESUME_FREE_KEYS = (
-    "hydra",
-    "train.resume",
-    "train.progress",
-    "train.compile",
-    "train.checkpoint_interval",
-    "train.keep_checkpoints",
-    "logger",
-    "device",
-    "data.cache_dir",
-    "data.prepare_if_missing",
-)
 ENDED = ("finished", "diverged")  # statuses that leave nothing to resume
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)  # stop after the current step
 _MISSING = object()
@@ -68,13 +55,10 @@ class PreviousRun:
 
 def previous_run(run_dir: str | Path) -> Optional[PreviousRun]:
     """The run in `run_dir`, or None when it holds none (no metrics, summary or checkpoint)."""
-    import json
-
     run_dir = Path(run_dir)
-    summary_path = run_dir / "summary.json"
-    if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
-        # a summary without a status predates status keys: such runs always ran to the end
+    summary = read_summary(run_dir)
+    if summary is not None:
+        # no `status`: summaries without one are written only by runs that ran to the end
         return PreviousRun(run_dir, summary.get("status", "finished"), summary)
     # what counts as a run is the run-dir claim's rule (metrics, summary or checkpoints)
     return PreviousRun(run_dir, None) if earlier_run(run_dir) is not None else None
@@ -89,10 +73,6 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def _free(key: str, prefixes: Iterable[str]) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in prefixes)
-
-
 def _value(v: Any) -> Any:
     return getattr(v, "value", v)  # an Enum compares by its value, as YAML stores it
 
@@ -104,7 +84,7 @@ def config_differences(saved: Any, cfg: Any) -> list[str]:
     b = _flatten(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg)
     out = []
     for key in sorted(set(a) | set(b)):
-        if _free(key, RESUME_FREE_KEYS):
+        if is_bookkeeping(key):
             continue
         x, y = _value(a.get(key, _MISSING)), _value(b.get(key, _MISSING))
         if x != y:
@@ -132,10 +112,6 @@ def check_resume(run_dir: str | Path, cfg: Any) -> Optional[PreviousRun]:
 # The command that resumes
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].strip().lstrip("+~").replace("/", ".")
-
-
 def _join(words: list[str]) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
@@ -158,9 +134,9 @@ def resume_command(run_dir: str | Path) -> str:
         if saved.exists():  # the sweep's own lists (a,b,c), not this job's values
             ovr = OmegaConf.load(saved).hydra.overrides
             task, hydra_overrides = list(ovr.task), list(ovr.hydra)
-        kept = [o for o in [*task, *hydra_overrides] if _key(o) not in drop]
+        kept = [o for o in [*task, *hydra_overrides] if override_key(o) not in drop]
         return _join(["mltrain", "-m", *kept, "train.resume=true", f"hydra.sweep.dir={sweep}"])
-    kept = [o for o in [*hc.overrides.task, *hc.overrides.hydra] if _key(o) not in drop]
+    kept = [o for o in [*hc.overrides.task, *hc.overrides.hydra] if override_key(o) not in drop]
     return _join(["mltrain", *kept, "train.resume=true", f"hydra.run.dir={run_dir}"])
 
 

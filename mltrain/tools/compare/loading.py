@@ -18,14 +18,14 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
-from mltrain.errors import CompareError
+from mltrain.errors import CompareError, first_line
 from mltrain.method.kinds import RunKind
-from mltrain.runs.tracking import first_line, read_metrics, run_label
+from mltrain.runs.files import METRICS, SUMMARY, read_metrics, read_run_record, read_summary
+from mltrain.runs.keys import seed_of
+from mltrain.runs.names import run_label
 
 log = logging.getLogger("mltrain.tools.compare")
 
-SUMMARY = "summary.json"
-METRICS = "metrics.jsonl"
 # Reports list kinds in RunKind's order; a kind this version does not know comes after them.
 KINDS_ORDER = {kind.value: i for i, kind in enumerate(RunKind)}
 BUDGET_KEY = "train.budget"
@@ -242,43 +242,37 @@ def _read_overrides(run_dir: Path) -> list[str] | None:
 
 
 def _seed_from_overrides(overrides: list[str] | None) -> Any:
-    for o in overrides or []:
-        if o.startswith("seed="):
-            try:
-                return int(o.split("=", 1)[1])
-            except ValueError:
-                return o.split("=", 1)[1]
-    return None
+    seed = seed_of(overrides or [])
+    try:
+        return int(seed) if seed is not None else None
+    except ValueError:
+        return seed
 
 
-def _kind_from_overrides(overrides: list[str] | None) -> str:
-    text = " ".join(overrides or [])
-    if "control=schedule" in text or "schedule_control" in text:
-        return "schedule_control"
-    if "coarsening=" in text and "coarsening=none" not in text:
-        return "multilevel"
-    return "single"
+def _run_record(run_dir: Path) -> dict:
+    """What an unfinished run is, from the run.json it wrote at its start ({} when it has none)."""
+    try:
+        return read_run_record(run_dir) or {}
+    except (OSError, ValueError) as err:
+        raise CompareError(f"unreadable run record {run_dir / 'run.json'}: {err}") from None
 
 
 def load_run_dir(run_dir: Path) -> Run:
-    summary: Optional[dict] = None
-    if (run_dir / SUMMARY).exists():
-        try:
-            with open(run_dir / SUMMARY, encoding="utf-8") as f:
-                summary = json.load(f)
-            if not isinstance(summary, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as err:
-            raise CompareError(f"unreadable summary {run_dir / SUMMARY}: {err}") from None
+    try:
+        summary = read_summary(run_dir)
+    except (OSError, ValueError) as err:
+        raise CompareError(f"unreadable summary {run_dir / SUMMARY}: {err}") from None
     try:
         rows = read_metrics(run_dir / METRICS)
     except (OSError, ValueError) as err:  # ValueError: bytes that are not UTF-8
         raise CompareError(f"unreadable metrics {run_dir / METRICS}: {err}") from None
     overrides = _read_overrides(run_dir)
     s = summary or {}
-    run_kind = str(s.get("run_kind") or (_kind_from_overrides(overrides) if summary is None else "single"))
-    label = s.get("label") or (run_label(overrides, run_kind) if overrides is not None else "default")
-    seed = s.get("seed", _seed_from_overrides(overrides))
+    # What the run is: from summary.json, else from the run.json it wrote at its start.
+    record = s if summary is not None else _run_record(run_dir)
+    run_kind = str(record.get("run_kind") or ("single" if summary is not None else "unknown"))
+    label = record.get("label") or (run_label(overrides, run_kind) if overrides is not None else "default")
+    seed = record.get("seed", _seed_from_overrides(overrides))
     status, reason = classify(summary, rows)
     train, val = curves_from_rows(rows)
     if status == FINISHED and not len(train) and not len(val):

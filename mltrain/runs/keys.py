@@ -1,0 +1,65 @@
+"""Which config keys change what a run computes, and how an override string names its key.
+
+`BOOKKEEPING_KEYS` is the one list of keys that never change what a run computes: where and how results
+are logged or shown, how often checkpoints are taken, which device runs it and whether it is compiled
+(the same computation, faster). Three rules read it, so they cannot disagree:
+
+- the configuration label (runs/names.py): runs that differ only in these keys are one configuration
+  (the seed is left out too: it names a replicate of a configuration, not another one);
+- a sweep job's directory name (conf/config.yaml's `exclude_keys`, through the
+  `mltrain_bookkeeping_keys` resolver): a sweep resumed with `train.compile=true` finds its jobs' dirs;
+- the resume check (training/resume.py): a resumed run may set these differently.
+
+A key matches itself and every key below it (`logger` matches `logger.mode`). Torch-free: the tools
+that read run files use it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+BOOKKEEPING_KEYS = (
+    "hydra",
+    "logger",
+    "device",
+    "train.compile",
+    "train.progress",
+    "train.resume",
+    "train.checkpoint_interval",
+    "train.keep_checkpoints",
+    "data.cache_dir",
+    "data.prepare_if_missing",
+)
+SEED_KEY = "seed"  # changes the computation, but a seed is a replicate of a configuration, not another one
+# Keys that cannot change a single-level run (no coarsening): left out of its label.
+SINGLE_LEVEL_FREE_KEYS = ("multilevel", "coarsening")
+
+
+def override_key(override: str) -> str:
+    """The config key an override sets: `+a.b=1` -> `a.b`; `~a.b` -> `a.b`; `hydra/launcher=joblib` ->
+    `hydra.launcher`; `group@package=value` -> `group`."""
+    key = str(override).split("=", 1)[0].strip().lstrip("+~")
+    return key.split("@", 1)[0].replace("/", ".")
+
+
+def override_value(override: str) -> Optional[str]:
+    """The value an override sets (`seed=3` -> `3`), or None for a deletion without one (`~a.b`)."""
+    text = str(override)
+    return text.split("=", 1)[1].strip() if "=" in text else None
+
+
+def matches(key: str, prefixes: Iterable[str]) -> bool:
+    """Whether `key` is one of `prefixes` or below one of them."""
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def is_bookkeeping(key: str) -> bool:
+    return matches(key, BOOKKEEPING_KEYS)
+
+
+def seed_of(overrides: Iterable[str]) -> Optional[str]:
+    """The `seed=` override's value, or None."""
+    for o in overrides:
+        if override_key(o) == SEED_KEY and override_value(o) is not None:
+            return override_value(o)
+    return None

@@ -1,0 +1,175 @@
+"""W&B as a mirror of a run's files: the same rows and summary, never a reason for training to stop.
+
+One W&B run per run dir, `dir=run_dir` (offline files land in `run_dir/wandb/offline-run-*`, upload later
+with `wandb sync run_dir/wandb/offline-run-*`). FLOPs is the default x-axis of `train/loss`, `val/loss`
+and `diag/*`; `step` and `tokens` are logged too. `online` without an API key, or an online init that
+fails (no network: bounded by `init_timeout`), falls back to offline with one warning; if offline fails
+too, training goes on with metrics.jsonl only. Any W&B error later (log, summary, finish) is one warning
+and W&B is off for the rest of the run. The W&B run id is kept in `run_dir/wandb/run_id`; a resumed run
+continues that run (`resume="allow"`), and each row goes to W&B with its row number as the step, so the
+rows W&B already has from before the interruption are not sent twice. wandb is imported only here, and
+only when `logger.name=wandb`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from mltrain.errors import first_line
+from mltrain.runs import atomic
+from mltrain.runs.names import shorten
+
+log = logging.getLogger("mltrain.runs.tracking")
+
+# W&B field limits: longer values are shortened with a hash suffix (the full label stays in the config
+# and in summary.json).
+_WANDB_MAX = {"name": 128, "group": 128, "job_type": 64, "tag": 64}
+# Seconds wandb.init may take to reach the server before we fall back to offline. The WANDB_INIT_TIMEOUT
+# environment variable, when set, wins (wandb reads it itself).
+INIT_TIMEOUT_S = 30.0
+
+
+def setting(cfg: Any, key: str, default: Any = None) -> Any:
+    """A field of a dataclass, a DictConfig or a plain dict; `default` when absent or None."""
+    if cfg is None:
+        return default
+    value = cfg.get(key, default) if isinstance(cfg, Mapping) else getattr(cfg, key, default)
+    return default if value is None else value
+
+
+class WandbMirror:
+    """The W&B run of one run dir. `run` is the wandb Run (None once W&B is off), `mode` online|offline."""
+
+    def __init__(self, run_dir: Path, resuming: bool):
+        self.run_dir, self.resuming = Path(run_dir), resuming
+        self.run: Any = None
+        self.mode: Optional[str] = None
+        self.skip_below = 0  # rows W&B already holds from before a resume
+
+    @classmethod
+    def start(cls, run_dir: Path, logger_cfg: Any, config: dict, *, name: str, group: str, job_type: str,
+              resuming: bool) -> "WandbMirror":
+        """A mirror whose W&B run is started (online, else offline), or off (`run` None) when W&B is
+        disabled or cannot start: one warning then, never an exception."""
+        mirror = cls(run_dir, resuming)
+        mode = setting(logger_cfg, "mode", "online")
+        if mode == "disabled":
+            log.info("logger.mode=disabled: W&B off, metrics.jsonl only")
+            return mirror
+        try:
+            import wandb
+        except Exception as err:  # noqa: BLE001 - a broken install must not stop training
+            log.warning("cannot import wandb (%s: %s); metrics.jsonl only", type(err).__name__, first_line(err))
+            return mirror
+        kwargs = mirror._init_arguments(logger_cfg, config, name, group, job_type)
+        if mode == "online" and mirror._start_online(wandb, kwargs):
+            return mirror
+        try:
+            mirror._init(wandb, kwargs, "offline")
+        except Exception as err:  # noqa: BLE001
+            log.warning("W&B offline init failed (%s: %s); continuing with metrics.jsonl only",
+                        type(err).__name__, first_line(err))
+        return mirror
+
+    def _init_arguments(self, logger_cfg: Any, config: dict, name: str, group: str, job_type: str) -> dict:
+        kwargs: dict[str, Any] = {}
+        id_file = self.run_dir / "wandb" / "run_id"
+        if self.resuming and id_file.exists():  # the same run again after an interruption, not a second one
+            kwargs.update(id=id_file.read_text().strip(), resume="allow")
+        tags = [shorten(str(t), _WANDB_MAX["tag"]) for t in (setting(logger_cfg, "tags", []) or [])]
+        return {
+            **kwargs,
+            "project": setting(logger_cfg, "project", "mltrain"),
+            "entity": setting(logger_cfg, "entity", None),
+            "name": shorten(name, _WANDB_MAX["name"]),
+            "group": shorten(group, _WANDB_MAX["group"]),
+            "job_type": shorten(job_type, _WANDB_MAX["job_type"]),
+            "tags": tags,
+            "config": config,
+            "dir": str(self.run_dir),
+        }
+
+    def _start_online(self, wandb: Any, kwargs: dict) -> bool:
+        """Start online; False (with one warning: offline follows) without a key or when init fails."""
+        if not _has_api_key(wandb):
+            reason = "no W&B API key found (run `wandb login` or set WANDB_API_KEY)"
+        else:
+            try:
+                self._init(wandb, kwargs, "online")
+                return True
+            except Exception as err:  # noqa: BLE001
+                reason = f"W&B online init failed ({type(err).__name__}: {first_line(err)})"
+        sync_hint = f"upload later with `wandb sync {self.run_dir / 'wandb'}/offline-run-*`"
+        log.warning("%s; logging W&B offline to %s, %s", reason, self.run_dir / "wandb", sync_hint)
+        return False
+
+    def _init(self, wandb: Any, kwargs: dict, mode: str) -> None:
+        settings = {}
+        if mode == "online" and "WANDB_INIT_TIMEOUT" not in os.environ:
+            settings["init_timeout"] = INIT_TIMEOUT_S
+        run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
+        try:
+            if self.resuming:
+                self.skip_below = int(getattr(run, "step", 0) or 0)
+            atomic.write_bytes(self.run_dir / "wandb" / "run_id", run.id.encode())
+            run.define_metric("flops")
+            run.define_metric("tokens")
+            run.define_metric("step")
+            for key in ("train/loss", "val/loss", "diag/*"):
+                run.define_metric(key, step_metric="flops")
+        except Exception:
+            run.finish(exit_code=1)
+            raise
+        self.run, self.mode = run, mode
+
+    # -- mirroring ---------------------------------------------------------------------------------
+    def log(self, row: Mapping[str, Any], index: int) -> None:
+        """Row number `index` of metrics.jsonl (rows W&B holds from before a resume are not sent again)."""
+        if self.run is None or index < self.skip_below:
+            return
+        try:
+            # step = the row's number (coarse rows share a fine step; the x-axis is flops), so a
+            # resumed run's rows land where the interrupted run's were.
+            self.run.log({k: v for k, v in row.items() if v is not None}, step=index)
+        except Exception as err:  # noqa: BLE001 - logging never kills training
+            self._failed("log", err)
+
+    def summary(self, summary: Mapping[str, Any]) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.summary.update({k: v for k, v in summary.items() if v is not None})
+        except Exception as err:  # noqa: BLE001
+            self._failed("summary", err)
+
+    def finish(self, exit_code: int) -> None:
+        if self.run is None:
+            return
+        run, self.run = self.run, None
+        try:
+            run.finish(exit_code=exit_code)
+        except Exception as err:  # noqa: BLE001
+            self._failed("finish", err)
+
+    def _failed(self, what: str, err: BaseException) -> None:
+        log.warning("W&B %s failed (%s: %s); W&B is off for the rest of this run, metrics.jsonl goes on",
+                    what, type(err).__name__, first_line(err))
+        run, self.run, self.mode = self.run, None, None
+        if run is not None and what != "finish":
+            try:
+                run.finish(exit_code=1)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _has_api_key(wandb: Any) -> bool:
+    """True when W&B credentials are configured (env, settings file, netrc). Never prompts."""
+    try:
+        return bool(wandb.login(prompt=False, verify=False))
+    except TypeError:  # older wandb without `prompt=`: let init decide (it raises without a key)
+        return True
+    except Exception:  # noqa: BLE001
+        return False

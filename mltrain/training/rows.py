@@ -1,0 +1,105 @@
+"""Train rows and non-finite losses: the steps since a row was written, and naming a bad step.
+
+A train row is the mean loss of the steps of one step kind since its last row. Their losses stay on
+the device (`PendingRow`: no host sync per step) and are summed once, when the row is written.
+
+Non-finite losses (train.on_nonfinite): `stop` adds nothing to a step. The host looks at the pending
+losses where it syncs anyway: when a train row is written (its mean is not finite: the row is written,
+then the run stops naming the first bad step), and before every checkpoint (`Trainer.check_finite`), so
+no checkpoint ever holds a state after a bad step. The run trains on for at most one logging interval
+after the bad step. `skip` must decide before the optimizer step whether to apply it, which needs the
+loss on the host: one sync per step (training/trainer.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from mltrain.method.coarsening import ModelView
+from mltrain.method.kinds import StepKind
+
+
+class NonFiniteLoss(RuntimeError):
+    """A training loss (or, at a checkpoint, a weight) is NaN or infinite; the message names the step,
+    level and phase."""
+
+
+class PendingRow:
+    """One step kind's steps since its last train row. Losses stay on the device (no host sync per
+    step) as a list of detached scalars, summed once per row; past COLLAPSE entries they are folded
+    into one, so a long log interval holds no more than that (looking for a non-finite loss first:
+    one host sync per COLLAPSE steps). `t_start` is the run's training time (Clock.train_time) when the
+    row's first step began: tokens/s leaves out evaluation, diagnostics and checkpoints."""
+
+    COLLAPSE = 256
+    __slots__ = ("losses", "folded", "first_bad", "steps", "tokens", "t_start", "view")
+
+    def __init__(self, t_start: float, view: Optional[ModelView] = None):
+        self.losses: list[torch.Tensor] = []
+        self.folded = 0  # how many steps losses[0] stands for (0: losses[i] is step i)
+        self.first_bad: Optional[int] = None  # the first non-finite step found at a fold
+        self.steps, self.tokens, self.t_start, self.view = 0, 0, t_start, view
+
+    def add(self, loss: torch.Tensor, tokens: int, view: ModelView) -> None:
+        self.losses.append(loss)
+        self.steps += 1
+        self.tokens += tokens
+        self.view = view
+        if len(self.losses) >= self.COLLAPSE:
+            if self.first_bad is None:
+                self.first_bad = self._scan()
+            self.losses = [torch.stack(self.losses).sum()]
+            self.folded = self.steps
+
+    def mean_loss(self) -> torch.Tensor:
+        return torch.stack(self.losses).sum() / self.steps
+
+    def _scan(self) -> Optional[int]:
+        ok = torch.isfinite(torch.stack(self.losses))
+        if bool(ok.all()):
+            return None
+        i = int((~ok).nonzero()[0, 0])
+        return i if not self.folded else max(self.folded - 1 + i, 0)
+
+    def first_nonfinite(self) -> Optional[int]:
+        """Which of this row's steps (0-based) first had a non-finite loss, or None. One host sync."""
+        if self.first_bad is not None or not self.losses:
+            return self.first_bad
+        return self._scan()
+
+    def state_dict(self) -> dict:
+        return {"losses": torch.stack(self.losses).clone() if self.losses else torch.zeros(0),
+                "folded": self.folded, "first_bad": self.first_bad, "steps": self.steps, "tokens": self.tokens}
+
+    @classmethod
+    def from_state(cls, state: dict, t_start: float, device: torch.device) -> "PendingRow":
+        p = cls(t_start)
+        p.losses = list(state["losses"].to(device).unbind())
+        p.folded, p.first_bad = int(state["folded"]), state["first_bad"]
+        p.steps, p.tokens = int(state["steps"]), int(state["tokens"])
+        return p
+
+
+def step_name(state: Any, view: ModelView, kind: StepKind, bad_step: int, now: int, in_step: bool = False) -> str:
+    """Names optimizer step `bad_step` of the current row's steps (`now` is the latest): its fine
+    step, level and phase. A row's steps are all of one kind and, for coarse ones, of one phase.
+    `in_step`: called from within the step, before the runner has counted the step in its phase."""
+    back = now - bad_step
+    where = f"level {view.level}, {kind} phase"
+    if view.path:
+        where += f" of {view.name}"
+    if kind == StepKind.fine:
+        return f"fine step {state.fine_steps - back} ({where})"
+    return f"{kind} step {state.step_in_phase + in_step - back} of the phase after fine step {state.fine_steps} ({where})"
+
+
+def nonfinite_error(state: Any, kind: StepKind, pending: PendingRow) -> NonFiniteLoss:
+    """The error naming the first non-finite step of `pending` (this rank's; under data parallel a
+    rank whose own losses are finite names the row's last step)."""
+    now = state.optimizer_steps
+    first = pending.first_nonfinite()
+    bad = now - pending.steps + (first if first is not None else pending.steps - 1) + 1
+    where = step_name(state, pending.view, kind, bad, now) if pending.view is not None else f"a {kind} step"
+    return NonFiniteLoss(f"non-finite training loss at {where}")

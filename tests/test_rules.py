@@ -1,0 +1,100 @@
+"""One fact, one rule: each test fails when two places that state a fact disagree.
+
+The keys that do not change what a run computes (runs/keys.py) are read by the configuration label,
+the sweep job's directory name and the resume check; an override string names its key one way; the run
+kind has one rule; an error's first line one function; a coarse model one name.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import compose_config
+
+from mltrain.config import bookkeeping_override_keys
+from mltrain.errors import first_line
+from mltrain.method.kinds import RunKind, coarse_name, model_name
+from mltrain.method.plan import run_kind
+from mltrain.runs.keys import BOOKKEEPING_KEYS, override_key, seed_of
+from mltrain.runs.names import run_label
+from mltrain.training.resume import config_differences
+
+# One override per entry of BOOKKEEPING_KEYS (hydra's own keys are never a job's overrides).
+BOOKKEEPING = ["logger=wandb", "logger.mode=offline", "device=cpu", "train.compile=true", "train.progress=false",
+               "train.resume=true", "train.checkpoint_interval=7", "train.keep_checkpoints=3",
+               "data.cache_dir=/elsewhere", "data.prepare_if_missing=true"]
+BASE = ["coarsening=evenodd", "multilevel.delta=0.5"]
+
+
+def test_every_bookkeeping_key_has_a_case_here():
+    assert set(BOOKKEEPING_KEYS) - {"hydra"} <= {override_key(o) for o in BOOKKEEPING}
+
+
+def _dirname(*overrides: str) -> str:
+    return compose_config(*overrides, tiny=False, hydra=True).hydra.job.override_dirname
+
+
+@pytest.mark.parametrize("override", BOOKKEEPING)
+def test_a_bookkeeping_key_changes_neither_label_nor_job_dir_nor_resume_check(override):
+    plain, more = compose_config(*BASE), compose_config(*BASE, override)
+    assert run_label([*BASE, override], RunKind.multilevel) == run_label(BASE, RunKind.multilevel)
+    assert _dirname(*BASE, override) == _dirname(*BASE)
+    assert config_differences(plain, more) == []
+
+
+def test_a_key_that_changes_the_run_changes_all_three():
+    other = "optim.lr=0.01"
+    assert run_label([*BASE, other], RunKind.multilevel) != run_label(BASE, RunKind.multilevel)
+    assert _dirname(*BASE, other) != _dirname(*BASE)
+    assert config_differences(compose_config(*BASE), compose_config(*BASE, other)) == [
+        "optim.lr (0.0012 there, 0.01 here)"]
+
+
+def test_the_seed_names_a_job_dir_but_not_a_configuration():
+    assert _dirname("seed=1") != _dirname("seed=2")
+    assert run_label(["seed=1"], RunKind.single) == run_label(["seed=2"], RunKind.single) == "default"
+
+
+def test_hydra_excludes_exactly_the_bookkeeping_keys_spelled_out():
+    cfg = compose_config(tiny=False, hydra=True)
+    excluded = list(cfg.hydra.job.config.override_dirname.exclude_keys)
+    assert excluded == bookkeeping_override_keys()
+    assert {"device", "train.compile", "logger", "logger.mode", "data.cache_dir"} <= set(excluded)
+    assert "seed" not in excluded and "train.max_steps" not in excluded
+
+
+def test_an_override_names_its_key_one_way():
+    assert [override_key(o) for o in ("+a.b=1", "~a.b", "hydra/launcher=local", "logger@x=y", " seed = 3")] == [
+        "a.b", "a.b", "hydra.launcher", "logger", "seed"]
+    assert seed_of(["optim.lr=1", "+seed=4"]) == "4" and seed_of(["~seed"]) is None
+
+
+@pytest.mark.parametrize("overrides,kind", [
+    ([], RunKind.single), (["experiment=multilevel"], RunKind.multilevel), (["coarsening=evenodd"], RunKind.multilevel),
+    (["experiment=schedule_control"], RunKind.schedule_control), (["experiment=single", "coarsening=none"], RunKind.single),
+])
+def test_run_kind_is_a_run_kind(overrides, kind):
+    got = run_kind(compose_config(*overrides))
+    assert got is kind and isinstance(got, RunKind)
+
+
+def test_an_errors_first_line_is_cut_out_one_way():
+    assert first_line(ValueError("  one\ntwo  ")) == "one"
+    wrapper = RuntimeError("")
+    wrapper.__cause__ = OSError("the cause\nmore")
+    assert first_line(wrapper) == "the cause"
+    assert first_line(ValueError()) == ""
+
+
+def test_coarse_models_are_named_by_letters():
+    assert (coarse_name((0,)), coarse_name((1, 0)), model_name(()), model_name((0, 1))) == (
+        "A", "B.A", "fine", "coarse A.B")
+
+
+def test_compare_imports_neither_torch_nor_wandb():
+    code = ("import sys, mltrain.console, mltrain.tools.compare.cli, mltrain.runs.files, mltrain.runs.names\n"
+            "heavy = sorted(m for m in ('torch', 'wandb') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
