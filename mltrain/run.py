@@ -36,7 +36,7 @@ from mltrain.errors import ConfigError, StorageError
 from mltrain.training.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
 from mltrain.training.memory import check_fits
 from mltrain.model import GPT, GPTConfig
-from mltrain.method.multilevel import MultilevelRunner, planned_steps, run_kind
+from mltrain.method.multilevel import MultilevelRunner, planned_steps
 from mltrain.training.optim import build_optimizer
 from mltrain.runs.provenance import provenance
 from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
@@ -158,7 +158,7 @@ def build(cfg: DictConfig, log_row: Callable[[dict], None]) -> Session:
         model.compile(dynamic=False)
 
     hierarchy = None
-    if run_kind(cfg) != "single":
+    if build_scheme(cfg.coarsening).coarsens:  # multilevel training and its schedule control
         c = cfg.coarsening
         hierarchy = Hierarchy(model, build_scheme(c), ml.delta, seed=cfg.seed if c.seed is None else c.seed)
     fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
@@ -313,7 +313,7 @@ def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Opt
             "budget": budget,
             "run_kind": kind,
             "coarsening": cfg.coarsening.name,
-            "delta": ml.delta if kind != "single" else None,
+            "delta": ml.delta if build_scheme(cfg.coarsening).coarsens else None,
             "label": run_label(overrides, kind),
             "preset": cfg.preset,
             "world_size": world.size,

@@ -11,6 +11,10 @@ training is the plan with one phase, so there is one loop for both.
 
 The plan is a list fixed at start-up and executed with a position (phase index, step within the
 phase) kept in TrainState: the resumable "schedule position".
+
+The rival depth methods (depth_method=stacking|layer_drop|raptr, mltrain/method/rivals.py) are plans of
+fine train phases too: a phase's `paths` policy names the sub-path of the fine model each of its steps
+runs (drawn per step from the seed and the step number), and stacking adds `grow` phases between them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from mltrain.method import rivals
 from mltrain.method.coarsening import Hierarchy, ModelView, build_scheme, fine_view
+from mltrain.method.paths import PathPolicy, Stage, SubPath
+from mltrain.method.stacking import Growth
 from mltrain.config import Control, Order, StatePolicy
 from mltrain.training.flops import train_flops_per_token
 from mltrain.training.optim import LRSchedule, build_optimizer, resolve_coarse_optim
@@ -30,10 +37,12 @@ from mltrain.training.trainer import Trainer, TrainState
 
 @dataclass(frozen=True)
 class Phase:
-    kind: str  # train | restrict | diagnose | prolong | evaluate
+    kind: str  # train | restrict | diagnose | prolong | evaluate | grow
     path: tuple[int, ...] = ()  # which model: () fine, (a,) coarse model a, (a, b) its coarse model b…
     steps: int = 0
     cycle: Optional[int] = None
+    paths: Optional[PathPolicy] = None  # train phases of the fine model: the sub-path each step runs (None: all)
+    growth: Optional[Growth] = None  # grow phases: how the fine model's blocks are copied
 
     @property
     def level(self) -> int:
@@ -41,6 +50,8 @@ class Phase:
 
 
 def run_kind(cfg: Any) -> str:
+    if (rival := rivals.rival_kind(cfg)) is not None:
+        return rival.value
     if not build_scheme(cfg.coarsening).coarsens:
         return "single"
     return "schedule_control" if cfg.multilevel.control == Control.schedule else "multilevel"
@@ -86,6 +97,8 @@ def build_plan(cfg: Any) -> list[Phase]:
     kind = run_kind(cfg)
     if kind == "single":
         return [Phase("train", (), t.max_steps)]
+    if rivals.rival_kind(cfg) is not None:
+        return stage_phases(rivals.stages(cfg, t.max_steps))
     children = list(range(build_scheme(cfg.coarsening).n_coarse_models))
     if ml.order == Order.descending:
         children.reverse()
@@ -115,6 +128,16 @@ def build_plan(cfg: Any) -> list[Phase]:
     rest = t.max_steps - ml.n_cycles * ml.fine_steps_per_cycle
     if rest > 0:
         plan.append(Phase("train", (), rest))
+    return plan
+
+
+def stage_phases(stages: list[Stage]) -> list[Phase]:
+    """A rival method's stages as fine train phases, each after its growth (if any)."""
+    plan = []
+    for stage in stages:
+        if stage.growth is not None:
+            plan.append(Phase("grow", growth=stage.growth))
+        plan.append(Phase("train", (), stage.steps, paths=stage.paths))
     return plan
 
 
@@ -224,7 +247,11 @@ class MultilevelRunner:
         # Plain values for the loop (an OmegaConf read per step costs more than it looks).
         log_every, eval_every, max_steps = cfg.train.log_interval, cfg.train.eval_interval, cfg.train.max_steps
         coarse_log_every, in_cycle = cfg.multilevel.coarse_log_interval, phase.cycle is not None
+        paths = phase.paths
+        eval_view = view if paths is None else self.path_view(paths.eval_path())
         while state.step_in_phase < phase.steps:
+            if paths is not None:  # this step's sub-path of the fine model
+                view = self.path_view(paths.path(state.fine_steps))
             lr = self.fine_lr() if fine else self.coarse_lr(state.step_in_phase, phase.steps)
             t.step(view, optimizer, lr, sampler, kind)
             state.step_in_phase += 1
@@ -234,13 +261,20 @@ class MultilevelRunner:
                 if n % log_every == 0 or n == max_steps or in_cycle:
                     t.log_train(kind, view, lr, **extra)
                 if n % eval_every == 0 or n == max_steps:
-                    t.log_eval(view)
+                    t.log_eval(eval_view)
             elif state.step_in_phase % coarse_log_every == 0 or state.step_in_phase == phase.steps:
                 t.log_train(kind, view, lr, **extra)
             after_step(kind)
             if state.step_in_phase < phase.steps and should_stop():
                 return False
         return True
+
+    def path_view(self, sub: Optional[SubPath]) -> ModelView:
+        """The view of the fine model a sub-path names (None: the fine model)."""
+        return self.fine if sub is None else sub.view(self.trainer.model)
+
+    def _grow(self, phase: Phase) -> None:
+        phase.growth.apply(self.trainer.model, self.fine_optimizer)
 
     def _restrict(self, phase: Phase) -> None:
         if not self.control:

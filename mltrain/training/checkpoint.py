@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 from mltrain.runs.atomic import atomic_open, remove_stale_temps
 from mltrain.errors import CheckpointError, StorageError
 from mltrain.method.multilevel import MultilevelRunner, Phase
+from mltrain.method.paths import describe
 
 FORMAT = 1
 FOLDER = "checkpoints"
@@ -44,6 +45,7 @@ def _plain(value: Any) -> Any:
 def _phase_text(p: Phase) -> str:
     where = "fine" if not p.path else "coarse " + ".".join(map(str, p.path))
     text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == "train" else "")
+    text += "".join(f" {describe(rule)}" for rule in (p.paths, p.growth) if rule is not None)  # a rival method's
     return text + (f" (cycle {p.cycle})" if p.cycle is not None else "")
 
 

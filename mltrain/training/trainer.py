@@ -75,18 +75,20 @@ class _Pending:
     one host sync per COLLAPSE steps)."""
 
     COLLAPSE = 256
-    __slots__ = ("losses", "folded", "first_bad", "steps", "tokens", "t_start", "view")
+    __slots__ = ("losses", "folded", "first_bad", "steps", "tokens", "blocks", "t_start", "view")
 
     def __init__(self, t_start: float, view: Optional[ModelView] = None):
         self.losses: list[torch.Tensor] = []
         self.folded = 0  # how many steps losses[0] stands for (0: losses[i] is step i)
         self.first_bad: Optional[int] = None  # the first non-finite step found at a fold
         self.steps, self.tokens, self.t_start, self.view = 0, 0, t_start, view
+        self.blocks = 0  # blocks run, summed over the steps (a sub-path method runs fewer some steps)
 
     def add(self, loss: torch.Tensor, tokens: int, view: ModelView) -> None:
         self.losses.append(loss)
         self.steps += 1
         self.tokens += tokens
+        self.blocks += view.n_blocks
         self.view = view
         if len(self.losses) >= self.COLLAPSE:
             if self.first_bad is None:
@@ -112,14 +114,15 @@ class _Pending:
 
     def state_dict(self) -> dict:
         return {"losses": torch.stack(self.losses).clone() if self.losses else torch.zeros(0),
-                "folded": self.folded, "first_bad": self.first_bad, "steps": self.steps, "tokens": self.tokens}
+                "folded": self.folded, "first_bad": self.first_bad, "steps": self.steps, "tokens": self.tokens,
+                "blocks": self.blocks}
 
     @classmethod
     def from_state(cls, state: dict, t_start: float, device: torch.device) -> "_Pending":
         p = cls(t_start)
         p.losses = list(state["losses"].to(device).unbind())
         p.folded, p.first_bad = int(state["folded"]), state["first_bad"]
-        p.steps, p.tokens = int(state["steps"]), int(state["tokens"])
+        p.steps, p.tokens, p.blocks = int(state["steps"]), int(state["tokens"]), int(state.get("blocks", 0))
         return p
 
 
@@ -304,6 +307,7 @@ class Trainer:
             "phase": kind,
             "train/loss": loss,
             "lr": lr,
+            "blocks": pending.blocks / pending.steps,  # mean blocks run per step since the last row
             **self.counters(),
             "tokens_per_s": tokens / dt,
             **extra,
