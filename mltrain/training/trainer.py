@@ -88,7 +88,7 @@ class _Pending:
         self.losses.append(loss)
         self.steps += 1
         self.tokens += tokens
-        self.blocks += view.n_blocks
+        self.blocks += view.n_blocks if view is not None else 0
         self.view = view
         if len(self.losses) >= self.COLLAPSE:
             if self.first_bad is None:
