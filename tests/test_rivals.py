@@ -13,6 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from mltrain.config import validate
 from mltrain.errors import CheckpointError, ConfigError
 from mltrain.method.layer_drop import LayerDrop, keep_probabilities
+from mltrain.method.multilevel import build_plan
 from mltrain.method.paths import SubPath
 from mltrain.method.raptr import RandomPaths, path_lengths
 from mltrain.method.stacking import Growth
@@ -100,8 +101,6 @@ def test_raptr_follows_the_papers_schedules_and_ends_on_the_full_model():
         return path_lengths(compose_config("experiment=raptr", f"model.n_layer={n_layer}"))
 
     assert lengths(12) == [6, 8, 10, 12] and lengths(24) == [12, 16, 20, 24] and lengths(6) == [3, 4, 5, 6]
-    from mltrain.method.multilevel import build_plan
-
     plan = build_plan(compose_config("experiment=raptr", "model.n_layer=6", "model.vocab_size=256"))
     assert [p.steps for p in plan] == [6, 6, 6, 6]
     assert [p.paths.length for p in plan[:3]] == [3, 4, 5] and plan[-1].paths is None

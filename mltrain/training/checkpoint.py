@@ -45,7 +45,8 @@ def _plain(value: Any) -> Any:
 def _phase_text(p: Phase) -> str:
     where = "fine" if not p.path else "coarse " + ".".join(map(str, p.path))
     text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == "train" else "")
-    text += "".join(f" {describe(rule)}" for rule in (p.paths, p.growth) if rule is not None)  # a rival method's
+    # a rival method's sub-paths and growths: another setting of them is another plan
+    text += "".join(f" {describe(rule)}" for rule in (p.paths, p.growth) if rule is not None)
     return text + (f" (cycle {p.cycle})" if p.cycle is not None else "")
 
 
