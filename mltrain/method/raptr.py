@@ -79,7 +79,8 @@ def check_config(cfg: Any, total_steps: int) -> None:
     n, c = cfg.model.n_layer, cfg.raptr
     lengths, n_fixed = path_lengths(cfg), len(fixed_blocks(cfg))
     if not lengths:
-        raise ConfigError("raptr.path_lengths=[] names no stage: give one path length per stage, the last the full depth")
+        raise ConfigError("raptr.path_lengths=[] names no stage: give one path length per stage, "
+                          "the last the full depth")
     if any(not 1 <= p <= n for p in lengths):
         raise ConfigError(f"raptr.path_lengths={lengths} must be between 1 and the depth (model.n_layer={n})")
     if lengths[-1] != n:
@@ -92,7 +93,8 @@ def check_config(cfg: Any, total_steps: int) -> None:
     if c.stage_fractions is not None:
         f = list(c.stage_fractions)
         if len(f) != len(lengths):
-            raise ConfigError(f"raptr.stage_fractions has {len(f)} entries for {len(lengths)} stages (raptr.path_lengths)")
+            raise ConfigError(f"raptr.stage_fractions has {len(f)} entries for {len(lengths)} stages "
+                              "(raptr.path_lengths)")
         if any(not x > 0 for x in f) or abs(sum(f) - 1.0) > 1e-6:
             raise ConfigError(f"raptr.stage_fractions={f} must be positive and sum to 1")
     steps = _stage_steps(cfg, total_steps)

@@ -109,7 +109,8 @@ def check_config(cfg: Any, total_steps: int) -> None:
     if c.factor < 2:
         raise ConfigError(f"stacking.factor={c.factor} must be >= 2 (the depth multiplies by it at each growth)")
     if not grow_at:
-        raise ConfigError("stacking.grow_at=[] has no growth: give the fractions of train.max_steps where the model grows")
+        raise ConfigError("stacking.grow_at=[] has no growth: give the fractions of train.max_steps where the "
+                          "model grows")
     if not increasing_fractions(grow_at):
         raise ConfigError(f"stacking.grow_at={grow_at} must be increasing fractions of train.max_steps in (0, 1)")
     growth = c.factor ** len(grow_at)
