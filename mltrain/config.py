@@ -25,7 +25,11 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from mltrain.choice import Choice
+from mltrain.method import rivals
 from mltrain.method.coarsening import StepScale, scheme_class
+from mltrain.method.layer_drop import DropProfile
+from mltrain.method.rivals import DepthMethod
+from mltrain.method.stacking import GrowthOperator, GrowthState
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import ConfigError
 from mltrain.model import GPTConfig
@@ -180,6 +184,39 @@ class MultilevelConfig:
 
 
 @dataclass
+class StackingConfig:
+    """Progressive stacking (mltrain/method/stacking.py): the shallow model has n_layer / factor^k blocks
+    for k = len(grow_at) growths."""
+
+    operator: GrowthOperator = GrowthOperator.stack
+    factor: int = 2  # g: the depth multiplies by g at each growth
+    grow_at: List[float] = field(default_factory=lambda: [0.3])  # growth points, fractions of train.max_steps
+    optimizer_state: GrowthState = GrowthState.reset  # at each growth
+
+
+@dataclass
+class LayerDropConfig:
+    """Progressive layer dropping (mltrain/method/layer_drop.py): block l of L is kept with probability
+    1 − (l/L)(1 − θ(t)), θ(t) = (1 − theta_bar)·exp(−gamma·t) + theta_bar."""
+
+    theta_bar: float = 0.5  # θ̄: the floor the global keep ratio decays to, in (0, 1]
+    gamma: float = 0.001  # γ: decay rate per fine step, >= 0
+    profile: DropProfile = DropProfile.linear
+    rescale: bool = True  # scale a kept block's residual by 1/p
+
+
+@dataclass
+class RaptrConfig:
+    """RaPTr (mltrain/method/raptr.py): stage s trains random paths of path_lengths[s] blocks."""
+
+    path_lengths: Optional[List[int]] = None  # per stage, ending at n_layer; null: L/2 … L in 4 stages
+    stage_fractions: Optional[List[float]] = None  # of train.max_steps, summing to 1; null: equal stages
+    fix_first: bool = True  # the first block runs at every step
+    fix_last: bool = True  # the last block runs at every step
+    rescale: bool = True  # scale each drawn block's residual by 1/(its chance of being drawn)
+
+
+@dataclass
 class LoggerConfig:
     name: LoggerName = LoggerName.jsonl  # metrics.jsonl is always written; wandb mirrors it
     project: str = "mltrain"
@@ -201,6 +238,12 @@ class Config:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     coarsening: CoarseningConfig = field(default_factory=CoarseningConfig)
     multilevel: MultilevelConfig = field(default_factory=MultilevelConfig)
+    # A rival depth method instead of single-level or multilevel training (experiment=stacking,
+    # layer_drop, raptr set it), and each one's keys.
+    depth_method: DepthMethod = DepthMethod.none
+    stacking: StackingConfig = field(default_factory=StackingConfig)
+    layer_drop: LayerDropConfig = field(default_factory=LayerDropConfig)
+    raptr: RaptrConfig = field(default_factory=RaptrConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     preset: Optional[str] = None  # name of the method preset, set by conf/experiment/*.yaml
     scale: Optional[str] = None  # name of the scale preset, set by conf/scale/*.yaml
@@ -371,6 +414,7 @@ def validate(cfg: Any) -> None:
     _validate_optim(cfg.optim, "optim")
     _validate_schedule(cfg.schedule, "schedule", cfg.optim.lr)
     _validate_multilevel(cfg)
+    rivals.check_config(cfg, budget_steps(t))  # depth_method: its keys, and that it fits in the run
 
 
 def _validate_optim(o: Any, key: str) -> None:

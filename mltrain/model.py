@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from itertools import repeat
+from typing import Iterable, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -164,14 +165,15 @@ class GPT(nn.Module):
         idx: torch.Tensor,
         targets: Optional[torch.Tensor] = None,
         blocks: Optional[Iterable[nn.Module]] = None,
-        step_size: float = 1.0,
+        step_size: float | Sequence[float] = 1.0,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Logits (and mean cross-entropy if targets are given), running `blocks` in order.
 
         `blocks=None` runs all of self.blocks (the fine model). Any other ordered sequence of Block
         modules gives a shallower model that shares embeddings, final norm and head. `step_size` is the
         Euler step h of every block (x + h·F(x)): a model with k times fewer blocks can take steps k
-        times longer and so integrate the same depth "time" as the fine model.
+        times longer and so integrate the same depth "time" as the fine model. A sequence gives each
+        block its own step (a non-uniform grid), one per block in `blocks`.
         """
         B, T = idx.shape
         if T > self.config.block_size:
@@ -180,8 +182,13 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(pos)
         if self.config.dropout:
             x = self.drop(x)
-        for block in self.blocks if blocks is None else blocks:
-            x = block(x, step_size)
+        blocks = self.blocks if blocks is None else blocks
+        if isinstance(step_size, (int, float)):
+            steps = zip(blocks, repeat(step_size))
+        else:
+            steps = zip(blocks, step_size, strict=True)
+        for block, h in steps:
+            x = block(x, h)
         logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:

@@ -160,7 +160,7 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
     distributed.init(world)
     model = _model(cfg, gpt_config, device)
     hierarchy = None
-    if run_kind(cfg) != RunKind.single:
+    if build_scheme(cfg.coarsening).coarsens:  # multilevel training and its schedule control
         c = cfg.coarsening
         hierarchy = Hierarchy(model, build_scheme(c), cfg.multilevel.delta, seed=cfg.seed if c.seed is None else c.seed)
     # MFU only means something against the bf16 peak, i.e. under bf16 autocast.
@@ -424,7 +424,7 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
         "held_out": session.evaluator.held_out(),
         "provenance": origin,
         "coarsening": cfg.coarsening.name,
-        "delta": cfg.multilevel.delta if session.kind != RunKind.single else None,
+        "delta": cfg.multilevel.delta if build_scheme(cfg.coarsening).coarsens else None,
         "world_size": trainer.world.size,
         **_how_it_ended(outcome, s),
     }

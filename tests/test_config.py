@@ -9,7 +9,9 @@ from mltrain.config import validate
 from mltrain.errors import ConfigError
 from mltrain.method.plan import build_plan, control_ratio, control_steps, run_kind
 
-METHODS = ["single", "multilevel", "schedule_control", "random_control", "stride3", "ode_step", "adamw_reset"]
+METHODS = ["single", "multilevel", "schedule_control", "random_control", "stride3", "ode_step", "adamw_reset",
+           "stacking", "layer_drop", "raptr"]
+RIVALS = ("stacking", "layer_drop", "raptr")  # their run kind is their name
 SCALES = ["demo", "cpu", "paper", "smoke"]
 
 
@@ -40,8 +42,7 @@ def test_every_method_composes_at_every_scale(method, scale):
         validate(cfg)
         assert build_plan(OmegaConf.merge(cfg, {"model": {"vocab_size": 256}}))
     assert cfg.preset == method and cfg.scale == scale
-    assert run_kind(cfg) == ("single" if method == "single" else "schedule_control" if method == "schedule_control"
-                             else "multilevel")
+    assert run_kind(cfg) == (method if method in ("single", "schedule_control", *RIVALS) else "multilevel")
 
 
 def test_scale_and_method_are_orthogonal():
@@ -115,6 +116,10 @@ def test_hydra_rejects_typos_and_wrong_types(override, exc):
     ("model.norm=batchnorm", "[layernorm, rmsnorm]"),
     ("model.attention=flash", "[sdpa, explicit]"),
     ("data.source=web", "[embedded, text, shards]"),
+    ("depth_method=dropout", "[none, stacking, layer_drop, raptr]"),
+    ("stacking.operator=mirror", "[stack, interleave]"),
+    ("stacking.optimizer_state=keep", "[reset, copy]"),
+    ("layer_drop.profile=cubic", "[linear, uniform]"),
 ])
 def test_a_wrong_choice_fails_at_composition_naming_the_valid_values(override, valid):
     with pytest.raises(ConfigCompositionException) as info:

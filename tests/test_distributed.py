@@ -92,6 +92,8 @@ def assert_same_training(a, b):
     ("evenodd", ["coarsening=evenodd", *ML, "train.grad_accum=2"]),
     # coarse blocks with storage of their own, created before the DDP wrapper; Euler steps of size k
     ("average", ["coarsening=average", "coarsening.step_scale=stride", *ML]),
+    # a rival method's random sub-paths: every rank must draw the same blocks at every step
+    ("layer_drop", ["experiment=layer_drop", "layer_drop.gamma=0.3"]),
 ])
 def test_two_processes_train_like_one_with_the_same_global_batch(tmp_path, name, extra):
     overrides = [*TINY, *extra]

@@ -283,7 +283,9 @@ class ModelView:
     parent: Optional["ModelView"] = None
     groups: Groups = field(default_factory=list)  # positions in parent.blocks
     owns_blocks: bool = False  # True when the blocks are separate storage (`average`)
-    step_size: float = 1.0  # Euler step of every block (coarsening.step_scale)
+    # Euler step of every block (coarsening.step_scale), or one per block (a sub-path whose blocks stand
+    # for the ones it skips, mltrain/method/paths.py)
+    step_size: float | tuple[float, ...] = 1.0
 
     def __call__(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None):
         return self.model(idx, targets, blocks=self.blocks, step_size=self.step_size)

@@ -32,6 +32,7 @@ class PhaseKind(Choice):
     diagnose = "diagnose"  # coarse vs parent loss and gradient agreement, measured, not trained
     prolong = "prolong"  # carry a coarse model's weights back into its parent
     evaluate = "evaluate"  # held-out loss of the fine model
+    grow = "grow"  # copy the fine model's first blocks into deeper ones (progressive stacking)
 
 
 class StepKind(Choice):

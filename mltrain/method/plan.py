@@ -11,6 +11,10 @@ there is one loop for both (method/runner.py executes a plan).
 
 The plan is executed with a position (phase index, step within the phase) kept in TrainState: the
 resumable "schedule position".
+
+The rival depth methods (depth_method=stacking|layer_drop|raptr, mltrain/method/rivals.py) are plans of
+fine train phases too: a phase's `paths` policy names the sub-path of the fine model each of its steps
+runs (drawn per step from the seed and the step number), and stacking adds `grow` phases between them.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from mltrain.config import Control, Order, budget_steps
+from mltrain.method import rivals
 from mltrain.method.coarsening import build_scheme
 from mltrain.method.kinds import PhaseKind, RunKind
+from mltrain.method.paths import PathPolicy, Stage
+from mltrain.method.stacking import Growth
 from mltrain.training.flops import train_flops_per_token
 
 
@@ -30,6 +37,8 @@ class Phase:
     path: tuple[int, ...] = ()  # which model: () fine, (a,) coarse model a, (a, b) its coarse model b…
     steps: int = 0
     cycle: Optional[int] = None
+    paths: Optional[PathPolicy] = None  # train phases of the fine model: the sub-path each step runs (None: all)
+    growth: Optional[Growth] = None  # grow phases: how the fine model's blocks are copied
 
     @property
     def level(self) -> int:
@@ -38,6 +47,8 @@ class Phase:
 
 def run_kind(cfg: Any) -> RunKind:
     """What a run trains, from its config: the one rule (summary.json and run.json record it)."""
+    if (rival := rivals.rival_kind(cfg)) is not None:
+        return rival
     if not build_scheme(cfg.coarsening).coarsens:
         return RunKind.single
     return RunKind.schedule_control if cfg.multilevel.control == Control.schedule else RunKind.multilevel
@@ -84,6 +95,8 @@ def build_plan(cfg: Any) -> list[Phase]:
     kind, total = run_kind(cfg), budget_steps(cfg.train)
     if kind == RunKind.single:
         return [Phase(PhaseKind.train, (), total)]
+    if rivals.rival_kind(cfg) is not None:
+        return stage_phases(rivals.stages(cfg, total))
     control = ControlSteps(cfg)
     plan = []
     for c in range(ml.n_cycles):
@@ -93,6 +106,16 @@ def build_plan(cfg: Any) -> list[Phase]:
     rest = total - ml.n_cycles * ml.fine_steps_per_cycle
     if rest > 0:
         plan.append(Phase(PhaseKind.train, (), rest))
+    return plan
+
+
+def stage_phases(stages: list[Stage]) -> list[Phase]:
+    """A rival method's stages as fine train phases, each after its growth (if any)."""
+    plan = []
+    for stage in stages:
+        if stage.growth is not None:
+            plan.append(Phase(PhaseKind.grow, growth=stage.growth))
+        plan.append(Phase(PhaseKind.train, (), stage.steps, paths=stage.paths))
     return plan
 
 

@@ -18,6 +18,7 @@ import torch
 from mltrain.config import StatePolicy
 from mltrain.method.coarsening import Hierarchy, ModelView, fine_view, key_path, path_key
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
+from mltrain.method.paths import SubPath
 from mltrain.method.plan import Phase, build_plan, fine_steps, run_kind
 from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
@@ -72,6 +73,7 @@ class PlanRunner:
             PhaseKind.diagnose: self._diagnose,
             PhaseKind.prolong: self._prolong,
             PhaseKind.evaluate: self._evaluate,
+            PhaseKind.grow: self._grow,
         }
 
     # -- which model, optimizer and LR a phase uses -------------------------------------------------
@@ -149,11 +151,15 @@ class PlanRunner:
         optimizer = self.fine_optimizer if fine else self.coarse_optimizer(phase, view, state.step_in_phase == 0)
         sampler = self.samplers.fine if fine else self.samplers.coarse
         extra = self._row_columns(phase)
+        paths = phase.paths
+        eval_view = view if paths is None else self.path_view(paths.eval_path())
         while state.step_in_phase < phase.steps:
+            if paths is not None:  # this step's sub-path of the fine model
+                view = self.path_view(paths.path(state.fine_steps))
             lr = self.fine_lr() if fine else self.coarse_lr(state.step_in_phase, phase.steps)
             self.trainer.step(view, optimizer, lr, sampler, kind)
             state.step_in_phase += 1
-            self._rows_after_step(phase, kind, view, lr, extra)
+            self._rows_after_step(phase, kind, view, eval_view, lr, extra)
             hooks.after_step(kind)
             if state.step_in_phase < phase.steps and hooks.should_stop():
                 return False
@@ -167,10 +173,11 @@ class PlanRunner:
             extra["control_for"] = coarse_name(phase.path)
         return extra
 
-    def _rows_after_step(self, phase: Phase, kind: StepKind, view: ModelView, lr: float, extra: dict) -> None:
+    def _rows_after_step(self, phase: Phase, kind: StepKind, view: ModelView, eval_view: ModelView, lr: float,
+                         extra: dict) -> None:
         """Fine steps: a train row every train.log_interval steps (every step inside a cycle: the jumps
         after prolongation are the point), an evaluation every train.eval_interval steps, both at the
-        last fine step. Coarse and control steps: a train row every coarse_log_interval steps and at
+        last fine step (on `eval_view`: a sub-path method's whole model). Coarse and control steps: a train row every coarse_log_interval steps and at
         the end of the phase."""
         state = self.trainer.state
         if kind == StepKind.fine:
@@ -178,9 +185,17 @@ class PlanRunner:
             if n % self.log_every == 0 or n == self.last_fine_step or phase.cycle is not None:
                 self.trainer.log_train(kind, view, lr, **extra)
             if n % self.eval_every == 0 or n == self.last_fine_step:
-                self.evaluator.log_eval(view)
+                self.evaluator.log_eval(eval_view)
         elif state.step_in_phase % self.coarse_log_every == 0 or state.step_in_phase == phase.steps:
             self.trainer.log_train(kind, view, lr, **extra)
+
+    def path_view(self, sub: Optional[SubPath]) -> ModelView:
+        """The view of the fine model a sub-path names (None: the fine model)."""
+        return self.fine if sub is None else sub.view(self.trainer.model)
+
+    def _grow(self, phase: Phase, hooks: Hooks) -> bool:
+        phase.growth.apply(self.trainer.model, self.fine_optimizer)
+        return True
 
     def _restrict(self, phase: Phase, hooks: Hooks) -> bool:
         if not self.control:

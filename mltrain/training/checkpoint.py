@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 from mltrain.runs.atomic import atomic_open, remove_stale_temps
 from mltrain.errors import CheckpointError, StorageError, first_line
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind
+from mltrain.method.paths import describe
 from mltrain.method.plan import Phase
 from mltrain.method.runner import PlanRunner
 
@@ -46,6 +47,8 @@ def _plain(value: Any) -> Any:
 def _phase_text(p: Phase) -> str:
     where = "fine" if not p.path else "coarse " + ".".join(map(str, p.path))
     text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == PhaseKind.train else "")
+    # a rival method's sub-paths and growths: another setting of them is another plan
+    text += "".join(f" {describe(rule)}" for rule in (p.paths, p.growth) if rule is not None)
     return text + (f" (cycle {p.cycle})" if p.cycle is not None else "")
 
 

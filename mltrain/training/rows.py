@@ -34,18 +34,22 @@ class PendingRow:
     row's first step began: tokens/s leaves out evaluation, diagnostics and checkpoints."""
 
     COLLAPSE = 256
-    __slots__ = ("losses", "folded", "first_bad", "steps", "tokens", "t_start", "view")
+    __slots__ = ("losses", "folded", "first_bad", "steps", "tokens", "blocks", "flops", "t_start", "view")
 
     def __init__(self, t_start: float, view: Optional[ModelView] = None):
         self.losses: list[torch.Tensor] = []
         self.folded = 0  # how many steps losses[0] stands for (0: losses[i] is step i)
         self.first_bad: Optional[int] = None  # the first non-finite step found at a fold
         self.steps, self.tokens, self.t_start, self.view = 0, 0, t_start, view
+        # blocks run and training FLOPs, summed over the steps (a sub-path method runs fewer some steps)
+        self.blocks, self.flops = 0, 0.0
 
-    def add(self, loss: torch.Tensor, tokens: int, view: ModelView) -> None:
+    def add(self, loss: torch.Tensor, tokens: int, view: Optional[ModelView], flops: float = 0.0) -> None:
         self.losses.append(loss)
         self.steps += 1
         self.tokens += tokens
+        self.blocks += view.n_blocks if view is not None else 0
+        self.flops += flops
         self.view = view
         if len(self.losses) >= self.COLLAPSE:
             if self.first_bad is None:
@@ -71,7 +75,8 @@ class PendingRow:
 
     def state_dict(self) -> dict:
         return {"losses": torch.stack(self.losses).clone() if self.losses else torch.zeros(0),
-                "folded": self.folded, "first_bad": self.first_bad, "steps": self.steps, "tokens": self.tokens}
+                "folded": self.folded, "first_bad": self.first_bad, "steps": self.steps, "tokens": self.tokens,
+                "blocks": self.blocks, "flops": self.flops}
 
     @classmethod
     def from_state(cls, state: dict, t_start: float, device: torch.device) -> "PendingRow":
@@ -79,6 +84,7 @@ class PendingRow:
         p.losses = list(state["losses"].to(device).unbind())
         p.folded, p.first_bad = int(state["folded"]), state["first_bad"]
         p.steps, p.tokens = int(state["steps"]), int(state["tokens"])
+        p.blocks, p.flops = int(state.get("blocks", 0)), float(state.get("flops", 0.0))
         return p
 
 

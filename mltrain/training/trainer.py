@@ -162,9 +162,9 @@ class Trainer:
         loss = self._forward_backward(view, x, y)
         applied = self._update(optimizer, loss)
         n_tokens = x.numel() * self.world.size  # the global batch: every rank's slice
-        self._count(kind, view, n_tokens)
+        flops = self._count(kind, view, n_tokens)
         if applied:
-            pending.add(loss, n_tokens, view)
+            pending.add(loss, n_tokens, view, flops)
         else:
             now = self.state.optimizer_steps
             log.warning("non-finite loss at %s: step skipped (train.on_nonfinite=skip)",
@@ -222,7 +222,8 @@ class Trainer:
         optimizer.zero_grad(set_to_none=True)
         return applied
 
-    def _count(self, kind: StepKind, view: ModelView, n_tokens: int) -> None:
+    def _count(self, kind: StepKind, view: ModelView, n_tokens: int) -> float:
+        """Add the step to the counters; returns its training FLOPs."""
         s, n_layer = self.state, self.model.config.n_layer
         flops = self.flops_per_token(view.n_blocks) * n_tokens
         s.tokens += n_tokens
@@ -235,6 +236,7 @@ class Trainer:
             s.coarse_flops += flops
         else:
             s.control_steps += 1
+        return flops
 
     # -- train rows ---------------------------------------------------------------------------------
     def log_train(self, kind: StepKind, view: ModelView, lr: float, **extra: Any) -> float:
@@ -246,11 +248,12 @@ class Trainer:
         tokens, dt = pending.tokens, max(self.clock.train_time() - pending.t_start, 1e-9)
         self.last_loss[str(kind)] = loss
         row = {"step": self.state.fine_steps, "level": view.level, "phase": str(kind), "train/loss": loss, "lr": lr,
+               "blocks": pending.blocks / pending.steps,  # mean blocks run per step since the last row
                **self.counters(), "tokens_per_s": tokens / dt, **extra}
         if view.path:
             row["coarse_model"] = view.path[-1]
         if self.peak_flops:
-            row["mfu"] = self.flops_per_token(view.n_blocks) * tokens / dt / self.peak_flops
+            row["mfu"] = pending.flops / dt / self.peak_flops
         self.emit(row)
         if not math.isfinite(loss):  # the row is written (it shows the NaN), then the run stops
             raise nonfinite_error(self.state, kind, pending)  # skip mode never gets here with a bad step

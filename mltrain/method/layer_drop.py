@@ -1,0 +1,80 @@
+"""Progressive layer dropping (Zhang & He, NeurIPS 2020): every step skips blocks at random, with a keep
+probability that starts at 1, decays over training to a floor, and is lower for deeper blocks.
+
+    θ(t)   = (1 − θ̄)·exp(−γ·t) + θ̄                 the global keep ratio at fine step t
+    p_l(t) = 1 − (l / L)·(1 − θ(t)),  l = 1 … L      block l's keep probability (depth profile `linear`)
+
+Each block is kept independently with probability p_l(t); a kept block's residual is scaled by
+1 / p_l(t) (`rescale`, the authors' released BERT code: x + F(x)/p), so its expected contribution
+equals the full model's, and held-out loss is measured on the whole model, unscaled. The scaling here
+is of the block's residual as one Euler step, x + F(x)/p; the authors' code scales attention and MLP
+branches separately, so its MLP reads x + a/p where ours reads x + a (the same at first order).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mltrain.choice import Choice
+from mltrain.errors import ConfigError
+from mltrain.method.paths import PathPolicy, Stage, SubPath, step_rng
+
+STREAM = 1  # keeps layer dropping's draws apart from other methods' (paths.step_rng)
+
+
+class DropProfile(Choice):
+    linear = "linear"  # p_l = 1 − (l/L)(1 − θ(t)): deeper blocks are dropped more (the paper)
+    uniform = "uniform"  # p_l = θ(t) for every block
+
+
+def theta(step: int, theta_bar: float, gamma: float) -> float:
+    """θ(t) = (1 − θ̄)·exp(−γ·t) + θ̄: 1 at t = 0, decaying to the floor θ̄."""
+    return (1.0 - theta_bar) * math.exp(-gamma * step) + theta_bar
+
+
+def keep_probabilities(step: int, n_layer: int, theta_bar: float, gamma: float,
+                       profile: DropProfile | str = DropProfile.linear) -> np.ndarray:
+    """p_l(t) for blocks l = 1 … n_layer (index 0 is block 1, the one nearest the embeddings)."""
+    th = theta(step, theta_bar, gamma)
+    if DropProfile(profile) == DropProfile.uniform:
+        return np.full(n_layer, th)
+    return 1.0 - np.arange(1, n_layer + 1) / n_layer * (1.0 - th)
+
+
+@dataclass(frozen=True)
+class LayerDrop(PathPolicy):
+    n_layer: int
+    theta_bar: float
+    gamma: float
+    profile: DropProfile
+    rescale: bool
+    seed: int
+
+    def path(self, step: int) -> SubPath:
+        keep = keep_probabilities(step, self.n_layer, self.theta_bar, self.gamma, self.profile)
+        kept = np.flatnonzero(step_rng(self.seed, STREAM, step).random(self.n_layer) < keep)
+        scales = tuple(float(1.0 / keep[i]) for i in kept) if self.rescale else None
+        return SubPath(tuple(int(i) for i in kept), scales)
+
+
+def stages(cfg: Any, total_steps: int) -> list[Stage]:
+    c = cfg.layer_drop
+    policy = LayerDrop(cfg.model.n_layer, float(c.theta_bar), float(c.gamma), DropProfile(c.profile),
+                       bool(c.rescale), cfg.seed)
+    return [Stage(total_steps, policy)]
+
+
+def check_config(cfg: Any, total_steps: int) -> None:
+    c = cfg.layer_drop
+    if not 0.0 < c.theta_bar <= 1.0:
+        raise ConfigError(f"layer_drop.theta_bar={c.theta_bar} must be in (0, 1] (the floor of the keep probability)")
+    if not c.gamma >= 0.0:
+        raise ConfigError(f"layer_drop.gamma={c.gamma} must be >= 0 (the decay rate of the keep probability per step)")
+    if cfg.train.compile and c.rescale:
+        # Each step's 1/p_l(t) is a new constant to a compiled graph: it would recompile at every step.
+        raise ConfigError("train.compile=true cannot run layer_drop.rescale=true (each step's 1/p is new to the "
+                          "compiled graph, which would recompile every step): set train.compile=false")

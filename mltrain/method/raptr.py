@@ -1,0 +1,103 @@
+"""RaPTr, random path training (Panigrahi et al., ICML 2024): stages of random sub-paths whose length
+grows from stage to stage and ends at the full model.
+
+In stage s every step runs a path of p_s of the L blocks: the fixed blocks I (the first and the last,
+`fix_first`/`fix_last`) and p_s − |I| others drawn uniformly without replacement, run in depth order.
+With `rescale`, each drawn block's residual is scaled by 1 / (its chance of being drawn),
+(L − |I|) / (p_s − |I|), so a path's expected residual sum is the full model's; the fixed blocks always
+run and keep step 1. The last stage (p = L) is single-level training of the full model; held-out loss
+is always measured on the full model, unscaled.
+
+`raptr.path_lengths: null` follows the paper's schedules, half the depth to the full depth in four
+equal increments (6-8-10-12 for BERT-base's 12 layers, 12-16-20-24 for UL2's 24), at any depth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from mltrain.errors import ConfigError
+from mltrain.method.paths import PathPolicy, Stage, SubPath, stage_lengths, step_rng
+
+STREAM = 2  # keeps RaPTr's draws apart from other methods' (paths.step_rng)
+STAGES = 4  # stages of the paper's schedules
+
+
+@dataclass(frozen=True)
+class RandomPaths(PathPolicy):
+    n_layer: int
+    length: int  # p: blocks each step runs
+    fixed: tuple[int, ...]  # positions that run at every step
+    rescale: bool
+    seed: int
+
+    def path(self, step: int) -> SubPath:
+        free = [i for i in range(self.n_layer) if i not in self.fixed]
+        drawn = self.length - len(self.fixed)
+        chosen = step_rng(self.seed, STREAM, step).choice(free, size=drawn, replace=False)
+        blocks = tuple(sorted({*self.fixed, *(int(i) for i in chosen)}))
+        if not self.rescale:
+            return SubPath(blocks)
+        scale = len(free) / drawn if drawn else 1.0
+        return SubPath(blocks, tuple(1.0 if i in self.fixed else scale for i in blocks))
+
+
+def fixed_blocks(cfg: Any) -> tuple[int, ...]:
+    n, c = cfg.model.n_layer, cfg.raptr
+    return tuple(sorted({*([0] if c.fix_first else []), *([n - 1] if c.fix_last else [])}))
+
+
+def path_lengths(cfg: Any) -> list[int]:
+    """raptr.path_lengths, or the paper's rule: L/2 … L in four equal increments (at least |I|)."""
+    if cfg.raptr.path_lengths is not None:
+        return list(cfg.raptr.path_lengths)
+    n, floor = cfg.model.n_layer, len(fixed_blocks(cfg))
+    return [max(floor, int(round(x))) for x in np.linspace(n / 2, n, STAGES)]
+
+
+def _stage_steps(cfg: Any, total_steps: int) -> list[int]:
+    n_stages = len(path_lengths(cfg))
+    fractions = cfg.raptr.stage_fractions or [1.0 / n_stages] * n_stages
+    return stage_lengths(np.cumsum(fractions)[:-1].tolist(), total_steps)
+
+
+def stages(cfg: Any, total_steps: int) -> list[Stage]:
+    n, c, fixed = cfg.model.n_layer, cfg.raptr, fixed_blocks(cfg)
+    out = []
+    for length, steps in zip(path_lengths(cfg), _stage_steps(cfg, total_steps)):
+        paths: Optional[PathPolicy] = None  # a path of every block: the full model
+        if length < n:
+            paths = RandomPaths(n, length, fixed, bool(c.rescale), cfg.seed)
+        out.append(Stage(steps, paths))
+    return out
+
+
+def check_config(cfg: Any, total_steps: int) -> None:
+    n, c = cfg.model.n_layer, cfg.raptr
+    lengths, n_fixed = path_lengths(cfg), len(fixed_blocks(cfg))
+    if not lengths:
+        raise ConfigError("raptr.path_lengths=[] names no stage: give one path length per stage, "
+                          "the last the full depth")
+    if any(not 1 <= p <= n for p in lengths):
+        raise ConfigError(f"raptr.path_lengths={lengths} must be between 1 and the depth (model.n_layer={n})")
+    if lengths[-1] != n:
+        raise ConfigError(f"raptr.path_lengths={lengths} must end at the full model ({n} blocks, model.n_layer)")
+    if any(b < a for a, b in zip(lengths, lengths[1:])):
+        raise ConfigError(f"raptr.path_lengths={lengths} must not decrease from stage to stage")
+    if lengths[0] < n_fixed:
+        raise ConfigError(f"raptr.path_lengths={lengths}: a path of {lengths[0]} blocks cannot hold the {n_fixed} "
+                          "fixed blocks (raptr.fix_first, raptr.fix_last)")
+    if c.stage_fractions is not None:
+        f = list(c.stage_fractions)
+        if len(f) != len(lengths):
+            raise ConfigError(f"raptr.stage_fractions has {len(f)} entries for {len(lengths)} stages "
+                              "(raptr.path_lengths)")
+        if any(not x > 0 for x in f) or abs(sum(f) - 1.0) > 1e-6:
+            raise ConfigError(f"raptr.stage_fractions={f} must be positive and sum to 1")
+    steps = _stage_steps(cfg, total_steps)
+    if min(steps) < 1:
+        raise ConfigError(f"raptr stages of {steps} steps do not fit in train.max_steps x train.budget = "
+                          f"{total_steps} steps: every stage needs at least one")

@@ -1,0 +1,123 @@
+"""Progressive stacking (Gong et al., ICML 2019; Du et al., NeurIPS 2024, "Stacking Your
+Transformers", G_stack): train a shallow model made of the first L / g^k blocks, grow it by copying its
+blocks, and go on training the deeper one; k growths end at the full depth L.
+
+A growth from n to g·n blocks sets block j of the deeper model to a copy of block
+    j mod n          operator `stack`: the whole stack on top of itself (Gong et al., Du et al.'s G_stack)
+    ⌊j / g⌋          operator `interleave`: each block next to its copies
+(the copies are the fine model's own blocks n … g·n−1 overwritten in place: same modules, new weights).
+Embeddings, final norm and head are shared and carry on. One optimizer and one LR schedule run over the
+whole run: the schedule goes on across a growth, as in Gong et al.'s released scripts (each stage
+resumes the decay where the last ended). At a growth the optimizer state is `reset` (Gong et al.'s
+scripts start each stage's optimizer afresh) or `copy` (each copy gets a copy of its source's state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from mltrain.choice import Choice
+from mltrain.errors import ConfigError
+from mltrain.method.paths import PathPolicy, Stage, SubPath, increasing_fractions, stage_lengths
+from mltrain.model import GPT
+
+
+class GrowthOperator(Choice):
+    stack = "stack"  # block j ← block j mod n: the stack on top of itself
+    interleave = "interleave"  # block j ← block ⌊j/g⌋: each block next to its copies
+
+
+class GrowthState(Choice):
+    reset = "reset"  # the whole optimizer state is cleared at a growth
+    copy = "copy"  # each copied block's parameters get a copy of their source's state
+
+
+@dataclass(frozen=True)
+class Prefix(PathPolicy):
+    """The first `depth` blocks, every step: the shallow model of a stacking stage."""
+
+    depth: int
+
+    def path(self, step: int) -> SubPath:
+        return SubPath(tuple(range(self.depth)))
+
+    def eval_path(self) -> Optional[SubPath]:
+        return self.path(0)  # the model being trained is the shallow one
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Grow the first `depth` blocks to depth × factor blocks by copying them."""
+
+    operator: GrowthOperator
+    depth: int
+    factor: int
+    optimizer_state: GrowthState
+
+    def sources(self) -> list[int]:
+        """For each block of the grown model, the block (of the shallow one) it is a copy of."""
+        n, g = self.depth, self.factor
+        if self.operator == GrowthOperator.stack:
+            return [j % n for j in range(n * g)]
+        return [j // g for j in range(n * g)]
+
+    @torch.no_grad()
+    def apply(self, model: GPT, optimizer: torch.optim.Optimizer) -> None:
+        """Overwrite blocks 0 … depth·factor−1 of `model` in place with copies of the first `depth`
+        (their weights as they were before the growth), and carry the optimizer state as configured."""
+        blocks = model.blocks
+        weights = [{k: v.clone() for k, v in blocks[i].state_dict().items()} for i in range(self.depth)]
+        states = [[_clone_state(optimizer.state.get(p)) for p in blocks[i].parameters()] for i in range(self.depth)]
+        for j, i in enumerate(self.sources()):
+            blocks[j].load_state_dict(weights[i])  # copy_ into the existing parameters: optimizer and DDP keep them
+        if self.optimizer_state == GrowthState.reset:
+            optimizer.state.clear()
+            return
+        for j, i in enumerate(self.sources()):
+            for p, state in zip(blocks[j].parameters(), states[i]):
+                optimizer.state.pop(p, None)
+                if state is not None:
+                    optimizer.state[p] = _clone_state(state)
+
+
+def _clone_state(state: Optional[dict]) -> Optional[dict]:
+    if not state:
+        return None
+    return {k: v.clone() if torch.is_tensor(v) else v for k, v in state.items()}
+
+
+def stages(cfg: Any, total_steps: int) -> list[Stage]:
+    """One stage per depth: the shallow model up to the first growth, …, the full model to the end."""
+    c, n_layer = cfg.stacking, cfg.model.n_layer
+    depth = n_layer // c.factor ** len(c.grow_at)
+    out = []
+    for s, steps in enumerate(stage_lengths(list(c.grow_at), total_steps)):
+        growth = None
+        if s > 0:
+            growth = Growth(GrowthOperator(c.operator), depth, c.factor, GrowthState(c.optimizer_state))
+            depth *= c.factor
+        out.append(Stage(steps, Prefix(depth) if depth < n_layer else None, growth))
+    return out
+
+
+def check_config(cfg: Any, total_steps: int) -> None:
+    c, n_layer = cfg.stacking, cfg.model.n_layer
+    grow_at = list(c.grow_at)
+    if c.factor < 2:
+        raise ConfigError(f"stacking.factor={c.factor} must be >= 2 (the depth multiplies by it at each growth)")
+    if not grow_at:
+        raise ConfigError("stacking.grow_at=[] has no growth: give the fractions of train.max_steps where the "
+                          "model grows")
+    if not increasing_fractions(grow_at):
+        raise ConfigError(f"stacking.grow_at={grow_at} must be increasing fractions of train.max_steps in (0, 1)")
+    growth = c.factor ** len(grow_at)
+    if n_layer % growth:
+        raise ConfigError(f"model.n_layer={n_layer} is not divisible by stacking.factor^len(stacking.grow_at)="
+                          f"{c.factor}^{len(grow_at)}={growth}: the growths must start from a whole number of blocks")
+    steps = stage_lengths(grow_at, total_steps)
+    if min(steps) < 1:
+        raise ConfigError(f"stacking.grow_at={grow_at} gives stages of {steps} steps in train.max_steps x train.budget "
+                          f"= {total_steps} steps: every stage needs at least one")
