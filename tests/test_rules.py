@@ -17,7 +17,7 @@ from mltrain.config import bookkeeping_override_keys
 from mltrain.errors import first_line
 from mltrain.method.kinds import RunKind, coarse_name, model_name
 from mltrain.method.plan import run_kind
-from mltrain.runs.keys import BOOKKEEPING_KEYS, override_key, seed_of
+from mltrain.runs.keys import BOOKKEEPING_KEYS, METHOD_KEYS, override_key, seed_of
 from mltrain.runs.names import run_label
 from mltrain.training.resume import config_differences
 
@@ -74,6 +74,8 @@ def test_an_override_names_its_key_one_way():
 @pytest.mark.parametrize("overrides,kind", [
     ([], RunKind.single), (["experiment=multilevel"], RunKind.multilevel), (["coarsening=evenodd"], RunKind.multilevel),
     (["experiment=schedule_control"], RunKind.schedule_control), (["experiment=single", "coarsening=none"], RunKind.single),
+    (["experiment=stacking"], RunKind.stacking), (["experiment=layer_drop"], RunKind.layer_drop),
+    (["experiment=raptr"], RunKind.raptr),
 ])
 def test_run_kind_is_a_run_kind(overrides, kind):
     got = run_kind(compose_config(*overrides))
@@ -98,3 +100,16 @@ def test_compare_imports_neither_torch_nor_wandb():
             "heavy = sorted(m for m in ('torch', 'wandb') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_every_run_kind_says_which_method_sections_it_reads():
+    assert set(METHOD_KEYS) == set(RunKind)
+
+
+@pytest.mark.parametrize("kind,kept,dropped", [
+    (RunKind.single, [], ["multilevel.n_cycles=8", "coarsening=evenodd", "layer_drop.gamma=0.1", "raptr.fix_first=false"]),
+    (RunKind.multilevel, ["multilevel.n_cycles=8", "coarsening=evenodd"], ["stacking.factor=4", "layer_drop.gamma=0.1"]),
+    (RunKind.layer_drop, ["layer_drop.gamma=0.1"], ["multilevel.n_cycles=8", "stacking.factor=4", "raptr.fix_first=false"]),
+])
+def test_a_label_leaves_out_the_sections_of_other_methods(kind, kept, dropped):
+    assert run_label(["optim.lr=0.1", *kept, *dropped], kind) == ",".join(sorted(["optim.lr=0.1", *kept]))

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
+from mltrain.method.kinds import RunKind
+
 BOOKKEEPING_KEYS = (
     "hydra",
     "logger",
@@ -31,8 +33,25 @@ BOOKKEEPING_KEYS = (
     "data.prepare_if_missing",
 )
 SEED_KEY = "seed"  # changes the computation, but a seed is a replicate of a configuration, not another one
-# Keys that cannot change a single-level run (no coarsening): left out of its label.
-SINGLE_LEVEL_FREE_KEYS = ("multilevel", "coarsening")
+# The config sections each method reads beyond the common ones. A run's label leaves out the sections
+# of the other methods: they cannot change what it computes (a study's common `multilevel.n_cycles=8`
+# does not split its layer-dropping runs into another configuration).
+METHOD_KEYS = {
+    RunKind.single: (),
+    RunKind.multilevel: ("multilevel", "coarsening"),
+    RunKind.schedule_control: ("multilevel", "coarsening"),
+    RunKind.stacking: ("stacking",),
+    RunKind.layer_drop: ("layer_drop",),
+    RunKind.raptr: ("raptr",),
+}
+
+
+def unread_keys(run_kind: Optional[str]) -> tuple[str, ...]:
+    """The method sections a run of `run_kind` does not read (none for a kind this version does not know)."""
+    if run_kind not in METHOD_KEYS:
+        return ()
+    own = METHOD_KEYS[RunKind(run_kind)]
+    return tuple(dict.fromkeys(k for keys in METHOD_KEYS.values() for k in keys if k not in own))
 
 
 def override_key(override: str) -> str:

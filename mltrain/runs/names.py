@@ -6,8 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Iterable, Optional
 
-from mltrain.method.kinds import RunKind
-from mltrain.runs.keys import BOOKKEEPING_KEYS, SEED_KEY, SINGLE_LEVEL_FREE_KEYS, matches, override_key, seed_of
+from mltrain.runs.keys import BOOKKEEPING_KEYS, SEED_KEY, matches, override_key, seed_of, unread_keys
 
 MAX_DIRNAME = 200
 
@@ -27,7 +26,7 @@ def short_dirname(name: str) -> str:
 
 
 def _label_parts(overrides: Iterable[str], run_kind: Optional[str]) -> list[str]:
-    drop = (SEED_KEY, *BOOKKEEPING_KEYS, *(SINGLE_LEVEL_FREE_KEYS if run_kind == RunKind.single else ()))
+    drop = (SEED_KEY, *BOOKKEEPING_KEYS, *unread_keys(run_kind))
     kept = {str(o).strip() for o in overrides if str(o).strip()}
     kept = {o for o in kept if not matches(override_key(o), drop)}
     return sorted(kept, key=lambda o: (override_key(o), o))
@@ -37,7 +36,8 @@ def run_label(overrides: Iterable[str], run_kind: Optional[str]) -> str:
     """Configuration label shared by all seeds of one configuration (the W&B group).
 
     The overrides minus `seed=...` and the keys that do not change what a run computes
-    (runs/keys.py: BOOKKEEPING_KEYS), minus `multilevel.*`/`coarsening*` when run_kind == "single";
+    (runs/keys.py: BOOKKEEPING_KEYS), minus the sections of the methods `run_kind` does not read
+    (`multilevel.*`/`coarsening*` for a single-level run, say: runs/keys.py METHOD_KEYS);
     sorted by key, joined with ","; "default" when nothing is left.
     """
     parts = _label_parts(overrides, run_kind)
