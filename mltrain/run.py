@@ -236,7 +236,7 @@ def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Opt
     origin = provenance(device)
     config_dict = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
     tracker = Tracker(run_dir, cfg.logger, config_dict, name=run_name(overrides, kind, seed=cfg.seed),
-                      group=run_label(overrides, kind), job_type=kind,
+                      group=run_label(overrides, kind), job_type=cfg.logger.job_type or kind,
                       resume=resumed if previous is not None else None) if world.is_main else None
     cadence = Cadence(t.checkpoint_interval, fine_step_flops, resumed.get("last_checkpoint_flops", 0.0))
     status, stop_line = "finished", None
