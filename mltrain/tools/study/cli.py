@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 
 from mltrain.errors import ConfigError, MltrainError, report
 from mltrain.tools.study import schema
+from mltrain.tools.study.compose import one_line
 
 PROG = "mltrain-study"
 
@@ -42,8 +43,7 @@ def compose_study(overrides: Sequence[str]) -> Any:
             cfg = compose("mltrain_study", overrides=list(overrides))
         cfg.dir  # noqa: B018 - resolves now, so a bad interpolation is a composition error
     except Exception as err:  # noqa: BLE001 - Hydra's and OmegaConf's errors: a missing study, a typo
-        text = str(err).strip()
-        raise ConfigError(text.splitlines()[0] if text else type(err).__name__) from None
+        raise ConfigError(one_line(err)) from None
     return cfg
 
 

@@ -28,9 +28,11 @@ from mltrain.tools.study.plan import SEED, Run, Sweep, arm_overrides
 # itself sets per sweep (bookkeeping) is left out by mltrain.training.resume.config_differences already.
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+def one_line(err: BaseException) -> str:
+    """An error of Hydra or OmegaConf in one line: its first line, and its cause's when it has one
+    (`Could not override 'seed'.` + `Key 'seed' not in 'StudyConfig'`)."""
+    lines = [str(e).strip().splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e).strip()]
+    return ": ".join(line.rstrip(".") for line in lines) if lines else type(err).__name__
 
 
 class Composer:
@@ -58,7 +60,7 @@ class Composer:
         try:
             return compose("config", overrides=list(overrides))
         except Exception as err:  # noqa: BLE001 - Hydra's composition errors: a missing preset, a typo
-            raise ConfigError(f"{where}: {_first_line(err)}") from None
+            raise ConfigError(f"{where}: {one_line(err)}") from None
 
 
 @dataclass

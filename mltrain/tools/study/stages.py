@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
@@ -50,12 +52,35 @@ class Study:
     progress: Optional[Progress] = None
     launched: int = 0  # sweeps launched by this invocation
     failures: dict[str, str] = field(default_factory=dict)  # run name -> why it did not end
-    notes: list[str] = field(default_factory=list)
+    interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
 
     def cost(self, run: Run) -> float:
         """A run's planned fine-step FLOPs, up to a constant: parameters x tokens."""
         size = self.sizes[run.sweep.scale]
         return size.n_params * size.tokens_per_step * size.max_steps * budget_of(run)
+
+
+class Interrupts:
+    """While inside: Ctrl-C (SIGINT) stops the study, as Python's own handler would, and is also
+    remembered, so one that lands where Python cannot raise (a finaliser) still stops the study after
+    the sweep. A run that is training handles it first (mltrain stops it after its step, with a
+    checkpoint) and hands it on here."""
+
+    def __init__(self) -> None:
+        self.requested, self._previous = False, None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> "Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
@@ -80,7 +105,8 @@ def run(study: Study, command: str) -> int:
     cfg, layout = study.cfg, study.layout
     try:
         # One study per folder at a time; what the sweeps print goes to study.log, the study's lines here.
-        with rundir.claim(layout.root, what="dir", earlier=lambda _: None), output_to(layout.log) as console:
+        with rundir.claim(layout.root, what="dir", earlier=lambda _: None), output_to(layout.log) as console, \
+                study.interrupts:
             write_json(layout.root / "study.json", OmegaConf.to_container(cfg, resolve=True), indent=2)
             study.progress = _progress(study, study.out or console)
             results = [_scale(study, scale) for scale in cfg.ladder]
@@ -155,7 +181,7 @@ def _launch(study: Study, sweep: Sweep) -> None:
     with Watcher(pending, on_end) as watcher:
         code = multirun(sweep.overrides(study.cfg, study.sizes[sweep.scale].tags), dict(study.cfg.launcher.env))
         study.launched += 1
-    if code in STOPPED:
+    if code in STOPPED or study.interrupts.requested:
         raise KeyboardInterrupt
     with open(log, "rb") as f:
         f.seek(offset)
