@@ -358,3 +358,22 @@ def test_a_study_changed_since_its_runs_is_refused_before_any_run(smoke_study, c
     code, _, err = run_main("study=smoke", f"dir={smoke_study[0]}", "common=['scale=smoke','train.eval_interval=4',"
                             "'train.eval_batches=3','multilevel.eval_every_cycle=false','device=cpu']", capsys=capsys)
     assert code == 2 and "holds a run made with other settings than this study's (train.eval_batches (2 there, 3 here))" in err
+
+
+def test_readme_study_commands_compose_and_pass_the_checks():
+    from test_readme import readme_commands
+
+    commands = readme_commands("mltrain-study")
+    assert {a[0] for a in commands} >= {"study=smoke", "study=cpu_ladder"} and any("--status" in a for a in commands)
+    for args in commands:
+        schema.check(compose_study([a for a in args if not a.startswith("--")]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder"])
+def test_every_setting_of_the_big_studies_composes_and_validates(name, request, tmp_path):
+    if name == "paper_ladder":
+        request.getfixturevalue("gpt2_cache")
+    study = stages.prepare(compose_study([f"study={name}", f"dir={tmp_path}"]))
+    assert set(study.labels) == set(study.cfg.ladder) and len(study.kinds) == len(study.cfg.ladder) * len(study.cfg.arms)
+    assert not any(tmp_path.iterdir())  # checking writes nothing

@@ -94,7 +94,7 @@ def ladder_sizes(study: Any, composer: Composer) -> dict[str, ScaleSize]:
     sizes = {}
     for name, scale in study.ladder.items():
         where = f"scale {name}"
-        cfg = composer.compose([*study.common, *scale.overrides], where)
+        cfg = composer.compose([*study.common, *study.extra, *scale.overrides], where)
         try:
             n = parameter_count(cfg)
         except MltrainError as err:

@@ -189,10 +189,11 @@ class Layout:
 
 
 def arm_overrides(study: Any, scale: str, arm: str, max_steps: Optional[int]) -> list[str]:
-    """Every fixed override of the arm's runs at this scale: common < scale < steps < preset < arm."""
+    """Every fixed override of the arm's runs at this scale: common < extra < scale < steps < preset < arm."""
     steps = [f"train.max_steps={max_steps}"] if max_steps is not None else []
     a = study.arms[arm]
-    return merged(study.common, study.ladder[scale].overrides, steps, [f"experiment={a.experiment}"], a.overrides)
+    return merged(study.common, study.extra, study.ladder[scale].overrides, steps, [f"experiment={a.experiment}"],
+                  a.overrides)
 
 
 def _sweep(study: Any, layout: Layout, scale: str, stage: str, arm: str, max_steps: Optional[int],

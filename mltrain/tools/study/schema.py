@@ -66,6 +66,8 @@ class StudyConfig:
     name: str = MISSING
     dir: str = "studies/${name}"  # the study's runs and reports
     common: List[str] = field(default_factory=list)  # overrides of every run
+    # more overrides of every run, after common: for the command line, e.g. "extra=['logger=wandb']"
+    extra: List[str] = field(default_factory=list)
     arms: Dict[str, ArmConfig] = field(default_factory=dict)
     selection_seeds: List[int] = field(default_factory=lambda: [0])  # each arm's setting is chosen here
     seeds: List[int] = field(default_factory=lambda: [1, 2, 3, 4])  # ... and measured here

@@ -197,8 +197,10 @@ def _launch(study: Study, sweep: Sweep) -> None:
 
 
 def _compare(paths: list[Path], **kwargs: Any) -> dict:
-    from mltrain.tools.compare import compare_dirs
-
+    try:
+        from mltrain.tools.compare import compare_dirs
+    except ImportError as err:  # an mltrain-compare without the tuned verdict
+        raise MltrainError(f"mltrain-compare cannot choose or judge here ({err})") from None
     return compare_dirs([str(p) for p in paths], **kwargs)
 
 
