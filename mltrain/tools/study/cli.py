@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mltrain.errors import ConfigError, MltrainError, report
+from mltrain.errors import ConfigError, tool_main
 from mltrain.tools.study import schema
 from mltrain.tools.study.compose import one_line
 
@@ -48,22 +48,20 @@ def compose_study(overrides: Sequence[str]) -> Any:
 
 
 def main(argv: Optional[Sequence[str]] = None, out: Any = None) -> int:
+    """The exit status of `mltrain-study <argv>`; the study's own lines go to `out` (None: the console)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return tool_main(PROG, _parser(), lambda args: _run(args, argv, out), argv)
+
+
+def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
     from mltrain.tools.study import stages
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    cfg = compose_study(args.overrides)
+    schema.check(cfg)
+    if args.status:
+        return _status(cfg, out or sys.stdout)
     try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, message already printed)
-        return int(e.code or 0)
-    try:
-        cfg = compose_study(args.overrides)
-        schema.check(cfg)
-        if args.status:
-            return _status(cfg, out or sys.stdout)
-        study = stages.prepare(cfg, out)  # out None: the console, also while the sweeps' output is captured
-    except MltrainError as err:
-        report(PROG, str(err))
-        return 2
+        study = stages.prepare(cfg, out)  # bad input: MltrainError, one line before any run
     except KeyboardInterrupt:
         print(f"{PROG}: stopped before any run started", file=out or sys.stdout, flush=True)
         return 130

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TextIO
 
 from mltrain.tools.study.compose import run_status
