@@ -14,18 +14,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.tools.study.plan import SEED, Run, Sweep, arm_overrides
-
-# Keys a run may have differently from the study's config without being another run: what the study
-# itself sets per sweep (bookkeeping) is left out by mltrain.training.resume.config_differences already.
 
 
 def one_line(err: BaseException) -> str:
@@ -156,14 +151,6 @@ def check_earlier_runs(runs: Iterable[Run], configs: dict[tuple, Any]) -> None:
                 f"{run.dir} holds a run made with other settings than this study's ({'; '.join(diffs[:3])}"
                 f"{'; ...' if len(diffs) > 3 else ''}): choose another dir= for the study, or move that run away"
             )
-
-
-def run_status(run_dir: Path) -> Optional[dict]:
-    """The run's summary.json (None when it has none, or an unreadable one: the run did not end)."""
-    try:
-        return json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def arm_kind(cfg: Any) -> str:

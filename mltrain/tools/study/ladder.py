@@ -234,6 +234,7 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.axhline(1.0, color="0.6", lw=1, ls=":", label="M = 1 (no saving)")
@@ -254,6 +255,8 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
         ax.plot([], [], "o--", color=color, label=f"{trend['arm']} ({trend['verdict']})")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(ScalarFormatter())  # 1.2, not 1.2 x 10^0
     ax.set_xlabel("model parameters N")
     ax.set_ylabel("compute multiplier M (95% interval)")
     ax.set_title(f"{report['study']}: multiplier vs model size (hollow: beyond the frontier's data)", fontsize=9)

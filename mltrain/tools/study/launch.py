@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import Any, Iterator, TextIO
 
 # mltrain's exit statuses: a run stopped by SIGINT, SIGTERM or SIGUSR1 (it wrote a checkpoint first)
 STOPPED = (130, 143, 138)
@@ -102,3 +104,26 @@ def multirun(overrides: list[str], env: dict[str, str]) -> int:
             return code if isinstance(code, int) else (0 if code is None else 1)
         finally:
             sys.argv = saved_argv
+
+
+class Interrupts:
+    """While inside: Ctrl-C (SIGINT) stops the study, as Python's own handler would, and is also
+    remembered, so one that lands where Python cannot raise (a finaliser) still stops the study after
+    the sweep. A run that is training handles it first (mltrain stops it after its step, with a
+    checkpoint) and hands it on here."""
+
+    def __init__(self) -> None:
+        self.requested, self._previous = False, None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> "Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

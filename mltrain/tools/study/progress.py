@@ -9,15 +9,24 @@ a run of the largest scale counts for what it costs.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TextIO
 
-from mltrain.tools.study.compose import run_status
 from mltrain.tools.study.plan import BUDGET, EVAL, TUNE, Choice, Layout, Run, evaluation_sweeps, tuning_sweeps
 
 ENDED = ("finished", "diverged")
+
+
+def run_status(run_dir: Path) -> Optional[dict]:
+    """The run's summary.json (None when it has none, or an unreadable one: the run did not end)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def ended(summary: Optional[dict]) -> bool:

@@ -19,9 +19,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import signal
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
@@ -32,10 +30,10 @@ from mltrain.errors import ConfigError, MltrainError
 from mltrain.runs import rundir
 from mltrain.runs.atomic import write_json
 from mltrain.tools.study import compose, ladder
-from mltrain.tools.study.launch import STOPPED, multirun, output_to
+from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
                                       possible_evaluation_runs, setting_text, tuning_sweeps)
-from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason
+from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
 from mltrain.tools.study.schema import BUDGET, frontier_arm, tuned_keys
 
 
@@ -58,29 +56,6 @@ class Study:
         """A run's planned fine-step FLOPs, up to a constant: parameters x tokens."""
         size = self.sizes[run.sweep.scale]
         return size.n_params * size.tokens_per_step * size.max_steps * budget_of(run)
-
-
-class Interrupts:
-    """While inside: Ctrl-C (SIGINT) stops the study, as Python's own handler would, and is also
-    remembered, so one that lands where Python cannot raise (a finaliser) still stops the study after
-    the sweep. A run that is training handles it first (mltrain stops it after its step, with a
-    checkpoint) and hands it on here."""
-
-    def __init__(self) -> None:
-        self.requested, self._previous = False, None
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        raise KeyboardInterrupt
-
-    def __enter__(self) -> "Interrupts":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
 
 
 def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
@@ -137,12 +112,12 @@ def _progress(study: Study, out: TextIO) -> Progress:
         choices = read_choices(study.layout, scale)
         if choices:
             ended_eval = [r for s in evaluation_sweeps(cfg, study.layout, scale, choices) for r in s.runs()
-                          if ended(compose.run_status(r.dir))]
+                          if ended(run_status(r.dir))]
             done += len(ended_eval)
             cost_left -= sum(study.cost(r) for r in ended_eval)
         total += len(runs) + evaluation_run_count(cfg)
         for r in runs:
-            if ended(compose.run_status(r.dir)):
+            if ended(run_status(r.dir)):
                 done += 1
             else:
                 cost_left += study.cost(r)
@@ -167,7 +142,7 @@ def _scale(study: Study, scale: str) -> ladder.ScaleResult:
 
 def _launch(study: Study, sweep: Sweep) -> None:
     """Launch the sweep unless every run of it has ended; report each run that ends or fails."""
-    pending = [r for r in sweep.runs() if not ended(compose.run_status(r.dir))]
+    pending = [r for r in sweep.runs() if not ended(run_status(r.dir))]
     if not pending:
         return
     log = study.layout.log
@@ -275,7 +250,7 @@ def _missing(study: Study, runs: list[Run]) -> list[str]:
     """Every run of the scale that did not end finished, with why."""
     missing = []
     for run in runs:
-        summary = compose.run_status(run.dir)
+        summary = run_status(run.dir)
         if summary is not None and summary.get("status", "finished") == "finished":
             continue
         why = study.failures.get(run.name)
