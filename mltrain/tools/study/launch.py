@@ -75,11 +75,13 @@ def output_to(log_path: Path) -> Iterator[TextIO]:
     with open(log_path, "ab") as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
+    # Python's own streams too, where they are not file descriptors 1 and 2 (a test's captured output)
+    text = open(log_path, "a", encoding="utf-8", buffering=1)
     try:
-        yield console
+        with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+            yield console
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
+        text.close()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for fd in saved:
