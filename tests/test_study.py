@@ -199,6 +199,15 @@ def test_scatter_beyond_the_intervals_widens_the_slope_interval():
     assert tight["slope_hi"] - tight["slope_lo"] > 0.1  # far wider than the 0.1% intervals alone allow
 
 
+def test_an_arm_is_found_in_the_verdict_by_its_label_however_it_is_spelt():
+    entries = [{"label": "experiment=single,model.n_embd=32", "run_kind": "single"},
+               {"label": "device=cpu,experiment=multilevel,logger.tags=[a,b],train.resume=true", "run_kind": "multilevel"}]
+    assert ladder.find_arm(entries, "experiment=single,model.n_embd=32", "single") is entries[0]
+    # compare may keep the bookkeeping keys mltrain's own labels leave out: the same arm all the same
+    assert ladder.find_arm(entries, "device=cpu,experiment=multilevel", "multilevel") is entries[1]
+    assert ladder.find_arm(entries, "experiment=multilevel", "multilevel") is None
+
+
 def test_ladder_report_files_table_prediction_and_what_is_missing(tmp_path):
     results = [scale_result("s0", 100_000, multiplier(1.2)), scale_result("s1", 200_000, multiplier(1.1)),
                scale_result("s2", 400_000, None)]

@@ -29,6 +29,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from mltrain.tools.study.plan import label_parts
+
 FLAT_SLOPE = 0.05
 Z95 = 1.959963984540054
 
@@ -42,16 +44,24 @@ class ScaleResult:
     max_steps: int
     tokens_per_param: float
     labels: dict[str, str]  # arm -> the label mltrain-compare gives it
+    kinds: dict[str, str] = field(default_factory=dict)  # arm -> its runs' kind
     comparison: Optional[dict] = None  # compare_dirs' dict; None when there is no verdict
     why_no_verdict: Optional[str] = None
     missing: list[str] = field(default_factory=list)  # runs that did not end: "name: why"
 
     def arm(self, arm: str) -> Optional[dict]:
-        """The comparison's entry for a study arm (matched by label; a lone arm by itself)."""
-        arms = (self.comparison or {}).get("arms", [])
-        label = self.labels.get(arm)
-        found = [a for a in arms if a.get("label") == label]
-        return found[0] if found else None
+        """The comparison's entry for a study arm."""
+        return find_arm((self.comparison or {}).get("arms", []), self.labels.get(arm, ""), self.kinds.get(arm, ""))
+
+
+def find_arm(entries: list[dict], label: str, kind: str) -> Optional[dict]:
+    """The entry of mltrain-compare's `arms` with this label: the same text, or the same overrides once
+    the keys mltrain's labels leave out are left out of both."""
+    same = [e for e in entries if e.get("label") == label]
+    if not same:
+        parts = label_parts(label, kind)
+        same = [e for e in entries if label_parts(str(e.get("label", "")), e.get("run_kind", kind)) == parts]
+    return same[0] if len(same) == 1 else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,6 +86,26 @@ def merged(*groups: Iterable[str]) -> list[str]:
     return list(by_key.values())
 
 
+def label_parts(label: str, kind: str) -> frozenset:
+    """A configuration label (overrides joined by ',') as a set of overrides, without the keys that
+    mltrain's own labels leave out (bookkeeping; multilevel/coarsening keys of a single-level run): two
+    spellings of one arm's label compare equal."""
+    from mltrain.runs.tracking import BOOKKEEPING_KEYS, SINGLE_IRRELEVANT_KEYS
+
+    drop = BOOKKEEPING_KEYS + (SINGLE_IRRELEVANT_KEYS if kind == "single" else ())
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(label + ","):  # commas inside [...] or {...} belong to a value
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(label[start:i])
+            start = i + 1
+    keys = [(p, p.split("=", 1)[0].lstrip("+~").replace("/", ".")) for p in parts if p and p != "default"]
+    return frozenset(p for p, k in keys if not any(k == d or k.startswith(d + ".") for d in drop))
+
+
 def quoted(text: str) -> str:
     """A path as a Hydra override value (quoted, so spaces and special characters survive)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -204,9 +204,10 @@ def _choose(study: Study, scale: str) -> dict[str, Choice]:
         try:
             found = _compare([study.layout.sweep(scale, TUNE, name)], out=None, select_seeds=list(cfg.selection_seeds),
                              tune=keys, plot=False)
-            label = compose.arm_label(cfg, scale, name, study.sizes[scale].max_steps, study.kinds[(scale, name)], keys)
+            kind = study.kinds[(scale, name)]
+            label = compose.arm_label(cfg, scale, name, study.sizes[scale].max_steps, kind, keys)
             arms = found.get("arms", [])
-            entry = arms[0] if len(arms) == 1 else next((a for a in arms if a.get("label") == label), None)
+            entry = arms[0] if len(arms) == 1 else ladder.find_arm(arms, label, kind)
             if entry is None:
                 raise ConfigError(f"no arm labelled {label!r} among {[a.get('label') for a in arms]}")
             by_budget = {_on_grid(arm, BUDGET, b): {k: _on_grid(arm, k, v) for k, v in s.items()}
@@ -234,7 +235,8 @@ def read_choices(layout: Layout, scale: str) -> Optional[dict[str, Choice]]:
 
 def _verdict(study: Study, scale: str) -> ladder.ScaleResult:
     cfg, size = study.cfg, study.sizes[scale]
-    result = ladder.ScaleResult(scale, size.n_params, size.max_steps, size.tokens_per_param, study.labels[scale])
+    result = ladder.ScaleResult(scale, size.n_params, size.max_steps, size.tokens_per_param, study.labels[scale],
+                                {arm: study.kinds[(scale, arm)] for arm in cfg.arms})
     paths = [p for p in (study.layout.sweep(scale, stage, arm) for stage in (TUNE, EVAL) for arm in cfg.arms) if p.exists()]
     tune = list(dict.fromkeys(k for arm in cfg.arms.values() for k in tuned_keys(arm)))
     try:
