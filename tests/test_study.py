@@ -84,6 +84,7 @@ def test_max_steps_follow_tokens_per_parameter():
      "scale d16, arm multilevel, optim.lr=0.03: model.n_layer=3 is not divisible"),  # evenodd cannot halve 3 blocks
     (["arms.multilevel.grid={optim.lr:[0.03,-1.0]}"], "optim.lr=-1.0 must be > 0"),
     (["study=nope"], "nope"),
+    (["arms.single.experiment=multilevel"], "arm single sweeps train.budget, the frontier's axis, but its runs are not single-level"),
 ])
 def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys):
     own = tmp_path / "conf" / "study"

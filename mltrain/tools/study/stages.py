@@ -67,6 +67,10 @@ def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
         tuning = [s for scale in cfg.ladder for s in tuning_sweeps(cfg, layout, scale, sizes[scale].max_steps)]
         configs = compose.check_settings(cfg, tuning, sizes, composer)
     kinds = compose.arm_kinds(configs)
+    frontier = frontier_arm(cfg)
+    if any(kind != "single" for (_, arm), kind in kinds.items() if arm == frontier):
+        raise ConfigError(f"arm {frontier} sweeps {BUDGET}, the frontier's axis, but its runs are not single-level "
+                          f"(experiment={cfg.arms[frontier].experiment}): only the single-level arm makes the frontier")
     labels = compose.check_labels(cfg, sizes, kinds)
     earlier = [r for s in tuning for r in s.runs()]
     earlier += [r for scale in cfg.ladder for r in possible_evaluation_runs(cfg, layout, scale) if r.dir.exists()]
