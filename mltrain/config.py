@@ -224,6 +224,7 @@ class LoggerConfig:
     mode: LoggerMode = LoggerMode.online  # online falls back to offline, see logger/wandb.yaml
     group: Optional[str] = None  # null: derived from the overrides minus the seed
     run_name: Optional[str] = None  # null: derived from the overrides
+    job_type: Optional[str] = None  # null: the run kind (single, multilevel, ...); mltrain-study: its stage
     tags: List[str] = field(default_factory=list)
 
 

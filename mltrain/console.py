@@ -1,4 +1,5 @@
-"""The tools' console entry points (`mltrain-compare`, `mltrain-prepare`, `mltrain-sample`, `mltrain-export`).
+"""The tools' console entry points (`mltrain-compare`, `mltrain-prepare`, `mltrain-sample`, `mltrain-export`,
+`mltrain-study`).
 
 Each imports its tool only when called, and this module imports nothing of mltrain at all, so a tool
 pays only for what it uses: `mltrain-compare` starts without torch or wandb. Training's own entry point
@@ -36,5 +37,11 @@ def sample_main(argv: list[str] | None = None) -> None:
 
 def export_main(argv: list[str] | None = None) -> None:
     from mltrain.tools.export import main
+
+    sys.exit(main(argv))
+
+
+def study_main(argv: list[str] | None = None) -> None:
+    from mltrain.tools.study.cli import main
 
     sys.exit(main(argv))

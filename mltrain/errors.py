@@ -65,18 +65,17 @@ def report(prog: str, message: str, kind: str = "error") -> None:
                 pass
 
 
-def tool_main(prog: str, parser: argparse.ArgumentParser, action: Callable[[argparse.Namespace], None],
+def tool_main(prog: str, parser: argparse.ArgumentParser, action: Callable[[argparse.Namespace], Optional[int]],
               argv: Optional[Sequence[str]] = None) -> int:
     """The body of a small argparse console tool (`mltrain-sample`, `mltrain-export`): parse `argv`, run
     `action(args)`, and turn bad input (MltrainError) into the one error line; returns the exit status
-    (2 for bad input or a usage error, 0 for --help or success)."""
+    (2 for bad input or a usage error, 0 for --help, else what `action` returns: None counts as 0)."""
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2, message already printed)
         return int(e.code or 0)
     try:
-        action(args)
+        return int(action(args) or 0)
     except MltrainError as err:
         report(prog, str(err))
         return 2
-    return 0

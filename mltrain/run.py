@@ -303,7 +303,8 @@ def open_tracker(session: Session, run_dir: Path, record: dict, origin: dict, re
     cfg = session.cfg
     config = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
     return Tracker(run_dir, cfg.logger, config, name=run_name(_overrides(), record["run_kind"], seed=cfg.seed),
-                   group=record["label"], job_type=record["run_kind"], resume=resumed or None, record=record)
+                   group=record["label"], job_type=cfg.logger.job_type or record["run_kind"], resume=resumed or None,
+                   record=record)
 
 
 # ---------------------------------------------------------------------------------------------

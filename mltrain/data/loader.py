@@ -169,9 +169,20 @@ def _load_shards(c: Any, tok: Tokenizer) -> TokenSplits:
 _LOADERS = {Source.embedded: _load_embedded, Source.text: _load_text, Source.shards: _load_shards}
 
 
+# The embedded corpus of each data config this process has loaded: its content (Python's own docs)
+# cannot change while the process lives, so the jobs of a sweep in one process (Hydra's basic launcher,
+# a joblib worker, mltrain-study) tokenize and hash it once. Text files and shards are looked at again.
+_EMBEDDED_LOADED: dict[str, TokenSplits] = {}
+
+
 def load_tokens(cfg: Any) -> TokenSplits:
     """Train/validation token arrays for `cfg` (the `data` config). DataError on bad or missing data."""
     c = data_config(cfg)
+    key = repr(c)
+    if Source(c.source) == Source.embedded and key in _EMBEDDED_LOADED:
+        return _EMBEDDED_LOADED[key]
     splits = _LOADERS[Source(c.source)](c, get_tokenizer(c.tokenizer))
+    if Source(c.source) == Source.embedded:
+        _EMBEDDED_LOADED[key] = splits
     log.debug("data: %s", splits.description)  # the caller logs splits.description
     return splits

@@ -1,0 +1,83 @@
+"""`mltrain-study`: the command line. Hydra composes the study (conf/mltrain_study.yaml, a study from
+conf/study/, overrides), schema.check and stages.prepare refuse bad input in one line, then either the
+status view or the stages run.
+
+    mltrain-study study=smoke
+    mltrain-study study=cpu_ladder seeds=[1,2,3,4] launcher.n_jobs=2
+    mltrain-study study=cpu_ladder --status
+
+Exit status: 0 every run finished and every report was written; 1 some run failed or a scale has no
+verdict (the ladder report says what is missing); 2 bad input (one `mltrain-study: error:` line,
+before any run); 130 stopped by Ctrl-C (one line: run the same command to continue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from mltrain.errors import ConfigError, tool_main
+from mltrain.tools.study import schema
+from mltrain.tools.study.compose import one_line
+
+PROG = "mltrain-study"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Run a study: tune every arm, evaluate, compare per scale, "
+                                "and report whether the saving survives scale.")
+    p.add_argument("overrides", nargs="*", help="study=<name> (conf/study/) and overrides of its keys, Hydra syntax")
+    p.add_argument("--status", action="store_true", help="print what is done per scale, stage and arm; run nothing")
+    return p
+
+
+def compose_study(overrides: Sequence[str]) -> Any:
+    """The study config; ConfigError (one line) when it does not compose against the schema."""
+    from hydra import compose, initialize_config_module
+
+    schema.register()
+    try:
+        with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+            cfg = compose("mltrain_study", overrides=list(overrides))
+        cfg.dir  # noqa: B018 - resolves now, so a bad interpolation is a composition error
+    except Exception as err:  # noqa: BLE001 - Hydra's and OmegaConf's errors: a missing study, a typo
+        raise ConfigError(one_line(err)) from None
+    return cfg
+
+
+def main(argv: Optional[Sequence[str]] = None, out: Any = None) -> int:
+    """The exit status of `mltrain-study <argv>`; the study's own lines go to `out` (None: the console)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return tool_main(PROG, _parser(), lambda args: _run(args, argv, out), argv)
+
+
+def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
+    from mltrain.tools.study import stages
+
+    cfg = compose_study(args.overrides)
+    schema.check(cfg)
+    if args.status:
+        return _status(cfg, out or sys.stdout)
+    try:
+        study = stages.prepare(cfg, out)  # bad input: MltrainError, one line before any run
+    except KeyboardInterrupt:
+        print(f"{PROG}: stopped before any run started", file=out or sys.stdout, flush=True)
+        return 130
+    return stages.run(study, stages.command_line(argv))
+
+
+def _status(cfg: Any, out: Any) -> int:
+    from mltrain.tools.study.plan import Layout
+    from mltrain.tools.study.progress import status_lines
+    from mltrain.tools.study.stages import read_choices
+
+    layout = Layout(Path(cfg.dir).resolve())
+    choices = {scale: read_choices(layout, scale) for scale in cfg.ladder}
+    print("\n".join(status_lines(cfg, layout, choices)), file=out, flush=True)
+    return 0
+
+
+def study_main() -> None:
+    sys.exit(main())

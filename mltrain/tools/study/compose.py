@@ -1,0 +1,195 @@
+"""Every run's config, composed and checked before the first run starts.
+
+* `Composer`: mltrain's own config tree (conf/config.yaml) composed with Hydra's compose API, the
+  overrides a run's `mltrain -m` line gives it. A preset or key that does not exist, a wrong type:
+  Hydra's message, as one line naming the scale and arm.
+* `ladder_sizes`: each scale's parameter count (the model built on PyTorch's meta device: no memory)
+  and its train.max_steps = tokens_per_param x parameters / (batch x context).
+* `check_settings`: each arm's every setting at every scale, composed and run through
+  `mltrain.config.validate` (ranges, a depth the coarsening cannot divide, ...). Seeds change nothing
+  a check looks at, so one seed per setting is composed.
+* `check_earlier_runs`: a folder of the study that holds a run made with other settings (the study's
+  config changed since) is refused, naming the keys, rather than counted as done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from omegaconf import OmegaConf
+
+from mltrain.errors import ConfigError, MltrainError
+from mltrain.tools.study.plan import SEED, Run, Sweep, arm_overrides
+
+
+def one_line(err: BaseException) -> str:
+    """An error of Hydra or OmegaConf in one line: its first line, and its cause's when it has one
+    (`Could not override 'seed'.` + `Key 'seed' not in 'StudyConfig'`)."""
+    lines = [str(e).strip().splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e).strip()]
+    return ": ".join(line.rstrip(".") for line in lines) if lines else type(err).__name__
+
+
+class Composer:
+    """Composes mltrain run configs in this process (one Hydra initialisation for all of them)."""
+
+    def __init__(self) -> None:
+        from hydra import initialize_config_module
+
+        from mltrain.config import register_configs
+
+        register_configs()
+        self._context = initialize_config_module(config_module="mltrain.conf", version_base="1.3")
+
+    def __enter__(self) -> "Composer":
+        self._context.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._context.__exit__(*exc)
+
+    def compose(self, overrides: list[str], where: str) -> Any:
+        """The config `mltrain <overrides>` runs with; ConfigError naming `where` when it cannot exist."""
+        from hydra import compose
+
+        try:
+            return compose("config", overrides=list(overrides))
+        except Exception as err:  # noqa: BLE001 - Hydra's composition errors: a missing preset, a typo
+            raise ConfigError(f"{where}: {one_line(err)}") from None
+
+
+@dataclass
+class ScaleSize:
+    n_params: int
+    max_steps: int
+    tokens_per_step: int  # train.batch_size x model.block_size
+    tags: tuple[str, ...] = ()  # logger.tags the runs have already (the study adds its name)
+
+    @property
+    def tokens_per_param(self) -> float:
+        return self.max_steps * self.tokens_per_step / self.n_params
+
+
+def parameter_count(cfg: Any) -> int:
+    """Parameters of the model `cfg` describes, its vocabulary from the tokenizer (nothing allocated)."""
+    from mltrain.data.tokenizers import get_tokenizer
+    from mltrain.run import model_config
+    from mltrain.training.memory import parameter_count as count
+
+    return count(model_config(cfg, get_tokenizer(cfg.data.tokenizer).n_vocab))[0]
+
+
+def steps_for(tokens_per_param: float, n_params: int, tokens_per_step: int) -> int:
+    """train.max_steps that give `tokens_per_param` tokens per parameter (at least 1)."""
+    return max(1, round(tokens_per_param * n_params / tokens_per_step))
+
+
+def ladder_sizes(study: Any, composer: Composer) -> dict[str, ScaleSize]:
+    """Each scale's size and steps, from the common settings and the scale's overrides."""
+    sizes = {}
+    for name, scale in study.ladder.items():
+        where = f"scale {name}"
+        cfg = composer.compose([*study.common, *study.extra, *scale.overrides], where)
+        try:
+            n = parameter_count(cfg)
+        except MltrainError as err:
+            raise ConfigError(f"{where}: {err}") from None
+        per_step = int(cfg.train.batch_size) * int(cfg.model.block_size)
+        ratio = scale.tokens_per_param if scale.tokens_per_param is not None else study.tokens_per_param
+        steps = scale.max_steps if scale.max_steps is not None else steps_for(ratio, n, per_step)
+        sizes[name] = ScaleSize(n, int(steps), per_step, tuple(cfg.logger.tags))
+    return sizes
+
+
+def setting_key(arm: str, setting: dict[str, str]) -> tuple:
+    return (arm, tuple(sorted(setting.items())))
+
+
+def check_settings(study: Any, sweeps: Iterable[Sweep], sizes: dict[str, ScaleSize], composer: Composer) -> dict[tuple, Any]:
+    """Compose and validate every setting of these (tuning) sweeps, with every override its runs get:
+    {(scale, arm, setting): config}."""
+    from mltrain.config import validate
+
+    configs = {}
+    for sweep in sweeps:
+        seen = set()
+        for run in sweep.runs():
+            key = (sweep.scale, *setting_key(sweep.arm, run.setting))
+            if key in seen:
+                continue
+            seen.add(key)
+            where = f"scale {sweep.scale}, arm {sweep.arm}" + "".join(f", {k}={v}" for k, v in run.setting.items())
+            cfg = composer.compose(sweep.job_overrides(run, study, sizes[sweep.scale].tags), where)
+            try:
+                validate(cfg)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: {err}") from None
+            configs[key] = cfg
+    return configs
+
+
+def check_seeds(study: Any) -> None:
+    for seed in [*study.selection_seeds, *study.seeds]:
+        if not 0 <= seed < 2**32:
+            raise ConfigError(f"seed {seed} must be in [0, 2**32)")
+
+
+def check_earlier_runs(runs: Iterable[Run], configs: dict[tuple, Any]) -> None:
+    """ConfigError for the first run folder that holds a run of other settings than the study's."""
+    from mltrain.training.resume import config_differences
+
+    for run in runs:
+        saved = run.dir / ".hydra" / "config.yaml"
+        cfg = configs.get((run.sweep.scale, *setting_key(run.sweep.arm, run.setting)))
+        if cfg is None or not saved.exists():
+            continue
+        expected = OmegaConf.to_container(cfg, resolve=False)
+        expected[SEED] = run.seed
+        diffs = config_differences(OmegaConf.load(saved), expected)
+        if diffs:
+            raise ConfigError(
+                f"{run.dir} holds a run made with other settings than this study's ({'; '.join(diffs[:3])}"
+                f"{'; ...' if len(diffs) > 3 else ''}): choose another dir= for the study, or move that run away"
+            )
+
+
+def arm_kind(cfg: Any) -> str:
+    """The run kind of a composed config, as summary.json will say it."""
+    from mltrain.method.plan import run_kind
+
+    return str(run_kind(cfg))
+
+
+def arm_label(study: Any, scale: str, arm: str, max_steps: int, kind: str, tuned: Iterable[str]) -> str:
+    """The arm's label as mltrain-compare names it: its runs' overrides minus seed, budget and the
+    tuned keys, as mltrain.runs.names.run_label writes a run's label."""
+    from mltrain.runs.names import run_label
+    from mltrain.tools.study.plan import key_of
+    from mltrain.tools.study.schema import BUDGET
+
+    dropped = {BUDGET, SEED, *tuned}
+    return run_label([o for o in arm_overrides(study, scale, arm, max_steps) if key_of(o) not in dropped], kind)
+
+
+def arm_kinds(configs: dict[tuple, Any]) -> dict[tuple[str, str], str]:
+    """(scale, arm) -> the run kind of its runs."""
+    return {(scale, arm): arm_kind(cfg) for (scale, arm, _), cfg in configs.items()}
+
+
+def check_labels(study: Any, sizes: dict[str, ScaleSize], kinds: dict[tuple[str, str], str]) -> dict[str, dict[str, str]]:
+    """Each arm's label at each scale in the verdict (every arm's tuned keys left out); ConfigError
+    when two arms would share one, which mltrain-compare could not tell apart."""
+    from mltrain.tools.study.schema import tuned_keys
+
+    tuned = {k for arm in study.arms.values() for k in tuned_keys(arm)}
+    labels: dict[str, dict[str, str]] = {}
+    for scale in study.ladder:
+        seen: dict[str, str] = {}
+        for arm in study.arms:
+            label = arm_label(study, scale, arm, sizes[scale].max_steps, kinds[(scale, arm)], tuned)
+            if label in seen:
+                raise ConfigError(f"arms {seen[label]} and {arm} differ only in tuned keys (label {label!r}): "
+                                  "mltrain-compare could not tell them apart; give one of them a fixed override of its own")
+            seen[label] = arm
+            labels.setdefault(scale, {})[arm] = label
+    return labels

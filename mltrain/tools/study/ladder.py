@@ -1,0 +1,293 @@
+"""Stage 4, the ladder report: does an arm's saving survive scale?
+
+From each scale's verdict (mltrain-compare's comparison dict) it writes `ladder.md`, `ladder.json` and
+`ladder.png`: per scale and arm the tuned settings, the compute multiplier M and the saving 1 - 1/M
+with their intervals, tokens per parameter; the multiplier against model size; and per arm the trend.
+
+The trend is the slope b of log M = a + b log N over the scales (N: the model's parameters), fitted
+by weighted least squares (scipy's curve_fit) with each scale's own 95% interval as its error. When
+the scales scatter about the line more than their intervals allow (reduced chi-square > 1) the slope's
+error is widened by that scatter (the Birge ratio) and the interval uses Student's t with n - 2
+degrees of freedom; otherwise the normal quantile. In one sentence:
+
+* flat: the whole interval lies within +-FLAT_SLOPE (M changes by less than ~3.5% per doubling of N);
+* growing / shrinking: the interval lies above / below zero;
+* cannot tell: anything else (an interval that crosses zero without being narrow, fewer than two
+  scales with a multiplier, or scales without intervals that are too few to estimate the scatter).
+
+A prediction at a larger size (`predict_params`) is the fitted line carried beyond the ladder, with its
+interval, and is always printed as an extrapolation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from mltrain.tools.study.plan import label_parts
+
+FLAT_SLOPE = 0.05
+Z95 = 1.959963984540054
+
+
+@dataclass
+class ScaleResult:
+    """One rung of the ladder, as stage 3 left it."""
+
+    name: str
+    n_params: int
+    max_steps: int
+    tokens_per_param: float
+    labels: dict[str, str]  # arm -> the label mltrain-compare gives it
+    kinds: dict[str, str] = field(default_factory=dict)  # arm -> its runs' kind
+    comparison: Optional[dict] = None  # compare_dirs' dict; None when there is no verdict
+    why_no_verdict: Optional[str] = None
+    missing: list[str] = field(default_factory=list)  # runs that did not end: "name: why"
+
+    def arm(self, arm: str) -> Optional[dict]:
+        """The comparison's entry for a study arm."""
+        return find_arm((self.comparison or {}).get("arms", []), self.labels.get(arm, ""), self.kinds.get(arm, ""))
+
+
+def find_arm(entries: list[dict], label: str, kind: str) -> Optional[dict]:
+    """The entry of mltrain-compare's `arms` with this label: the same text, or the same overrides once
+    the keys mltrain's labels leave out are left out of both."""
+    same = [e for e in entries if e.get("label") == label]
+    if not same:
+        parts = label_parts(label, kind)
+        same = [e for e in entries if label_parts(str(e.get("label", "")), e.get("run_kind", kind)) == parts]
+    return same[0] if len(same) == 1 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The trend
+
+
+def _sigma(m: dict) -> Optional[float]:
+    lo, hi = m.get("M_lo"), m.get("M_hi")
+    if lo is None or hi is None or not lo > 0 or not hi > 0:
+        return None
+    return max((math.log(hi) - math.log(lo)) / (2 * Z95), 1e-12)
+
+
+def fit_trend(points: list[tuple[float, dict]]) -> dict:
+    """Slope of log M against log N from (N, multiplier dict) points (see the module docstring)."""
+    from scipy import optimize, stats
+
+    usable = [(n, m) for n, m in points if m.get("available") and (m.get("M") or 0) > 0]
+    out: dict[str, Any] = {"n_scales": len(usable)}
+    if len(usable) < 2:
+        return {**out, "verdict": "cannot tell", "why": f"a multiplier at {len(usable)} scale(s); a trend needs 2"}
+    x = np.log([n for n, _ in usable])
+    y = np.log([m["M"] for _, m in usable])
+    sigmas = [_sigma(m) for _, m in usable]
+    weighted = all(s is not None for s in sigmas)
+    if not weighted and len(usable) < 3:
+        return {**out, "verdict": "cannot tell", "why": "no intervals, and too few scales to estimate the scatter"}
+    line = lambda t, a, b: a + b * t  # noqa: E731
+    popt, cov = optimize.curve_fit(line, x, y, sigma=sigmas if weighted else None, absolute_sigma=weighted)
+    dof = len(usable) - 2
+    scale, quantile, method = 1.0, Z95, "weighted by the scales' intervals"
+    if weighted and dof > 0:
+        chi2 = float(np.sum(((y - line(x, *popt)) / np.array(sigmas)) ** 2)) / dof
+        if chi2 > 1:
+            scale, quantile = math.sqrt(chi2), float(stats.t.ppf(0.975, dof))
+            method += f", widened by their scatter (reduced chi-square {chi2:.2f}, t with {dof} df)"
+    elif not weighted:
+        quantile, method = float(stats.t.ppf(0.975, dof)), f"unweighted (some scales lack intervals), t with {dof} df"
+    cov = np.asarray(cov) * scale**2
+    b, half = float(popt[1]), quantile * math.sqrt(cov[1, 1])
+    out.update(slope=b, slope_lo=b - half, slope_hi=b + half, intercept=float(popt[0]), cov=cov.tolist(),
+               quantile=quantile, method=method, n_min=float(np.exp(x.min())), n_max=float(np.exp(x.max())))
+    out["verdict"] = trend_word(b - half, b + half)
+    return out
+
+
+def trend_word(lo: float, hi: float) -> str:
+    if -FLAT_SLOPE <= lo and hi <= FLAT_SLOPE:
+        return "flat"
+    if lo > 0:
+        return "growing"
+    if hi < 0:
+        return "shrinking"
+    return "cannot tell"
+
+
+def predict(trend: dict, n_params: float) -> Optional[dict]:
+    """M at `n_params` on the fitted line, with its interval (an extrapolation beyond the ladder)."""
+    if "slope" not in trend:
+        return None
+    t = math.log(n_params)
+    cov = np.array(trend["cov"])
+    y = trend["intercept"] + trend["slope"] * t
+    half = trend["quantile"] * math.sqrt(float(np.array([1, t]) @ cov @ np.array([1, t])))
+    return {"n_params": n_params, "M": math.exp(y), "M_lo": math.exp(y - half), "M_hi": math.exp(y + half),
+            "beyond_largest": n_params / trend["n_max"]}
+
+
+def trend_sentence(arm: str, trend: dict) -> str:
+    if "slope" not in trend:
+        return f"{arm}: cannot tell how the compute multiplier changes with scale ({trend['why']})."
+    span = f"over {trend['n_scales']} scales ({_params(trend['n_min'])} to {_params(trend['n_max'])} parameters)"
+    slope = f"slope of log M against log N {trend['slope']:+.3f} [{trend['slope_lo']:+.3f}, {trend['slope_hi']:+.3f}]"
+    if trend["verdict"] == "cannot tell":
+        return f"{arm}: cannot tell whether the compute multiplier changes with scale: {slope} {span}."
+    return f"{arm}: the compute multiplier is {trend['verdict']} with scale: {slope} {span}."
+
+
+def _params(n: float) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+
+def _multiplier_text(m: Optional[dict]) -> tuple[str, str]:
+    if not m:
+        return "—", "—"
+    if not m.get("available"):
+        return f"unavailable ({m.get('why') or 'no reason given'})", "—"
+    mark = " †" if m.get("extrapolated") else ""
+    lo_hi = lambda lo, hi, f: f" [{f(lo)}, {f(hi)}]" if lo is not None and hi is not None else ""  # noqa: E731
+    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    return (f"{m['M']:.3f}{lo_hi(m.get('M_lo'), m.get('M_hi'), lambda v: f'{v:.3f}')}{mark}",
+            f"{pct(m['saving'])}{lo_hi(m.get('saving_lo'), m.get('saving_hi'), pct)}" if m.get("saving") is not None else "—")
+
+
+def _settings_text(entry: Optional[dict]) -> str:
+    if not entry:
+        return "—"
+    if entry.get("selected_by_budget"):
+        return "; ".join(f"budget {b}: " + ", ".join(f"{k}={v}" for k, v in s.items())
+                         for b, s in sorted(entry["selected_by_budget"].items(), key=lambda kv: float(kv[0])))
+    return ", ".join(f"{k}={v}" for k, v in (entry.get("selected") or {}).items()) or "—"
+
+
+def ladder_report(study: str, arms: list[str], frontier: str, results: list[ScaleResult],
+                  predict_params: list[float]) -> dict:
+    """The ladder's numbers (what ladder.json holds)."""
+    scales = []
+    for r in results:
+        rows = []
+        for arm in arms:
+            entry = r.arm(arm)
+            rows.append({"arm": arm, "label": r.labels.get(arm), "found": entry is not None,
+                         **({k: entry.get(k) for k in ("settings_tried", "selected", "selected_by_budget",
+                                                       "final_val_loss", "multiplier", "saving_interpolated",
+                                                       "saving_wallclock", "eval_seeds")} if entry else {})})
+        scales.append({"scale": r.name, "n_params": r.n_params, "max_steps": r.max_steps,
+                       "tokens_per_param": r.tokens_per_param, "arms": rows,
+                       "verdict": None if r.comparison is None else "comparison.json",
+                       "why_no_verdict": r.why_no_verdict, "warnings": (r.comparison or {}).get("warnings", []),
+                       "optimistic": (r.comparison or {}).get("optimistic"), "missing_runs": r.missing})
+    trends = []
+    for arm in arms:
+        if arm == frontier:
+            continue
+        points = [(r.n_params, (r.arm(arm) or {}).get("multiplier") or {}) for r in results]
+        trend = fit_trend(points)
+        trend["sentence"] = trend_sentence(arm, trend)
+        trend["predictions"] = [p for p in (predict(trend, n) for n in predict_params) if p]
+        trends.append({"arm": arm, **trend})
+    return {"study": study, "frontier_arm": frontier, "flat_slope": FLAT_SLOPE, "scales": scales, "trends": trends}
+
+
+def render_markdown(report: dict) -> str:
+    lines = [f"# Study {report['study']}: does the saving survive scale?", "",
+             f"Per scale, each arm tuned on the selection seeds and measured on the evaluation seeds against "
+             f"the tuned single-level frontier (arm `{report['frontier_arm']}`); the numbers are "
+             "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
+             "FLOPs for the same held-out loss over the run's FLOPs); saving = 1 - 1/M; 95% intervals.", "",
+             "## Trend", ""]
+    for t in report["trends"]:
+        lines.append(f"- {t['sentence']}")
+        for p in t["predictions"]:
+            lines.append(f"  - Extrapolation, not a measurement: at {_params(p['n_params'])} parameters "
+                         f"({p['beyond_largest']:.3g}x the largest scale) the fitted line gives M = {p['M']:.3f} "
+                         f"[{p['M_lo']:.3f}, {p['M_hi']:.3f}], if the trend held that far.")
+    lines += ["", "## Per scale", "",
+              "| scale | parameters | tokens/param | steps | arm | tuned settings | M [95%] | saving [95%] | eval seeds |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for s in report["scales"]:
+        for i, row in enumerate(s["arms"]):
+            head = (f"{s['scale']} | {s['n_params']:,} | {s['tokens_per_param']:.1f} | {s['max_steps']:,}" if i == 0
+                    else " | | | ")
+            m, saving = _multiplier_text(row.get("multiplier")) if row["arm"] != report["frontier_arm"] else ("the frontier", "—")
+            if not row["found"]:
+                m, saving = "no result", "—"
+            seeds = len(row.get("eval_seeds") or [])
+            lines.append(f"| {head} | {row['arm']} | {_settings_text(row)} | {m} | {saving} | {seeds or '—'} |")
+    lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md)."]
+    notes = [(s["scale"], w) for s in report["scales"] for w in s["warnings"]]
+    if notes:
+        lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]
+    missing = [f"- {s['scale']}: no verdict ({s['why_no_verdict']})" for s in report["scales"] if s["why_no_verdict"]]
+    missing += [f"- {s['scale']}/{row['arm']}: not in the verdict" for s in report["scales"]
+                for row in s["arms"] if not row["found"] and not s["why_no_verdict"]]
+    missing += [f"- {m}" for s in report["scales"] for m in s["missing_runs"]]
+    lines += ["", "## Missing", ""] + (missing or ["Nothing: every run ended and every scale has its verdict."])
+    return "\n".join(lines) + "\n"
+
+
+def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
+    """The multiplier against model size, per arm, with intervals and the fitted trend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.axhline(1.0, color="0.6", lw=1, ls=":", label="M = 1 (no saving)")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, trend in enumerate(report["trends"]):
+        color = colors[i % len(colors)]
+        shift = 1.0 + 0.03 * (i - (len(report["trends"]) - 1) / 2)  # arms side by side, not on top
+        for s in report["scales"]:
+            m = next((r.get("multiplier") for r in s["arms"] if r["arm"] == trend["arm"]), None) or {}
+            if not m.get("available") or not m.get("M"):
+                continue
+            lo, hi = m.get("M_lo", m["M"]), m.get("M_hi", m["M"])
+            ax.errorbar([s["n_params"] * shift], [m["M"]], yerr=[[m["M"] - lo], [hi - m["M"]]], fmt="o",
+                        color=color, mfc="white" if m.get("extrapolated") else color, capsize=3)
+        if "slope" in trend:
+            n = np.geomspace(trend["n_min"], trend["n_max"], 20)
+            ax.plot(n, np.exp(trend["intercept"] + trend["slope"] * np.log(n)), color=color, ls="--", lw=1)
+        ax.plot([], [], "o--", color=color, label=f"{trend['arm']} ({trend['verdict']})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(ScalarFormatter())  # 1.2, not 1.2 x 10^0
+    ax.set_xlabel("model parameters N")
+    ax.set_ylabel("compute multiplier M (95% interval)")
+    ax.set_title(f"{report['study']}: multiplier vs model size (hollow: beyond the frontier's data)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def write_ladder(report: dict, base: Path) -> None:
+    """ladder.md, ladder.json and ladder.png next to each other (`base` without a suffix)."""
+    from mltrain.runs.atomic import write_json
+
+    base.parent.mkdir(parents=True, exist_ok=True)
+    plot_ladder(report, base.with_suffix(".png"))
+    base.with_suffix(".md").write_text(render_markdown(report), encoding="utf-8")
+    write_json(base.with_suffix(".json"), report)
+
+
+def load_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

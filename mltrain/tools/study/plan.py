@@ -1,0 +1,282 @@
+"""What a study runs and where: its sweeps, their runs, their folders and their `mltrain -m` lines.
+
+    <dir>/<scale>/tune/<arm>/<grid values>,seed=S      stage 1: every setting on the selection seeds
+    <dir>/<scale>/eval/<arm>/<chosen values>,seed=S    stage 2: the chosen setting on the evaluation
+                                                        seeds; the single-level arm: each budget at the
+                                                        setting chosen for that budget (the frontier)
+    <dir>/<scale>/selection.json                       the settings stage 1 chose
+    <dir>/<scale>/verdict/comparison.{md,json,png}     stage 3: mltrain-compare on the scale
+    <dir>/ladder.{md,json,png}                         stage 4: across scales
+    <dir>/study.log                                    what the sweeps printed (each run also has its own)
+
+A sweep is one `mltrain -m` line (a Cartesian product, as Hydra's sweeper makes it). Its runs' folders
+are named by the swept keys only (the fixed ones go into Hydra's `override_dirname.exclude_keys`), so
+a folder says which setting and seed it holds, and the study knows every folder before launching.
+Overrides are written as Hydra writes them back (`1e-3` -> `0.001`), so the names predicted here are
+the names Hydra gives. Torch-free.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from mltrain.errors import ConfigError
+from mltrain.runs.names import short_dirname
+from mltrain.tools.study.schema import BUDGET, SEED, frontier_arm, tuned_keys
+
+TUNE, EVAL = "tune", "eval"  # the stages that launch runs; also the runs' W&B job_type
+BOOKKEEPING = ("train.resume=true", "train.progress=false")
+
+_parser = OverridesParser.create()
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides, as Hydra writes them
+
+
+def parse(override: str) -> Any:
+    """Hydra's parsed override; ConfigError (one line) for a malformed one."""
+    try:
+        return _parser.parse_overrides([override])[0]
+    except Exception as err:  # noqa: BLE001 - Hydra's OverrideParseException and friends
+        raise ConfigError(f"cannot parse override {override!r}: {str(err).splitlines()[0]}") from None
+
+
+def key_of(override: str) -> str:
+    return parse(override).key_or_group
+
+
+def canonical(override: str) -> str:
+    """`key=value` as Hydra's sweeper hands it to a job (and as the job's folder name spells it)."""
+    o = parse(override)
+    if o.is_sweep_override():
+        raise ConfigError(f"{override!r}: a sweep in a fixed override; put the values in an arm's grid")
+    return f"{o.get_key_element()}={o.get_value_element_as_str()}"  # as Hydra's BasicSweeper writes it
+
+
+def value_text(value: Any) -> str:
+    """A YAML value as override text (before canonical() spells it Hydra's way)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def setting_text(key: str, value: Any) -> str:
+    """The canonical value text of `key=value` (the part after '=')."""
+    return canonical(f"{key}={value_text(value)}").split("=", 1)[1]
+
+
+def merged(*groups: Iterable[str]) -> list[str]:
+    """Overrides in order, canonical, one per key: a later group's value wins (as it would in Hydra)."""
+    by_key: dict[str, str] = {}
+    for group in groups:
+        for o in group:
+            c = canonical(o)
+            by_key.pop(key_of(c), None)  # re-inserted last: the order says which group set it
+            by_key[key_of(c)] = c
+    return list(by_key.values())
+
+
+def label_parts(label: str, kind: str) -> frozenset:
+    """A configuration label (overrides joined by ',') as a set of overrides, without the keys that
+    mltrain's own labels leave out (bookkeeping; the sections of methods the run does not use): two
+    spellings of one arm's label compare equal."""
+    from mltrain.runs.keys import BOOKKEEPING_KEYS, matches, override_key, unread_keys
+
+    drop = (*BOOKKEEPING_KEYS, *unread_keys(kind))
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(label + ","):  # commas inside [...] or {...} belong to a value
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(label[start:i])
+            start = i + 1
+    return frozenset(p for p in parts if p and p != "default" and not matches(override_key(p), drop))
+
+
+def quoted(text: str) -> str:
+    """A path as a Hydra override value (quoted, so spaces and special characters survive)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeps and runs
+
+
+@dataclass(frozen=True)
+class Run:
+    sweep: "Sweep"
+    values: tuple[tuple[str, str], ...]  # the swept keys' values (seed included), canonical text
+
+    @property
+    def dirname_full(self) -> str:
+        """Hydra's override_dirname of the job: its swept overrides, sorted, joined by ','."""
+        return ",".join(sorted(f"{k}={v}" for k, v in self.values))
+
+    @property
+    def dir(self) -> Path:
+        return self.sweep.dir / short_dirname(self.dirname_full)
+
+    @property
+    def setting(self) -> dict[str, str]:
+        """The values of the tuned keys and the budget (everything swept but the seed)."""
+        return {k: v for k, v in self.values if k != SEED}
+
+    @property
+    def seed(self) -> int:
+        return int(dict(self.values)[SEED])
+
+    @property
+    def name(self) -> str:
+        return f"{self.sweep.scale}/{self.sweep.stage}/{self.sweep.arm}/{self.dir.name}"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    scale: str
+    stage: str  # TUNE or EVAL
+    arm: str
+    dir: Path  # hydra.sweep.dir; several sweeps may share one (the frontier's budgets)
+    fixed: tuple[str, ...]  # canonical overrides every run of the sweep has
+    swept: tuple[tuple[str, tuple[str, ...]], ...]  # key -> canonical values, seed last
+
+    def runs(self) -> list[Run]:
+        keys = [k for k, _ in self.swept]
+        return [Run(self, tuple(zip(keys, combo))) for combo in itertools.product(*(v for _, v in self.swept))]
+
+    def _bookkeeping(self, study: Any, tags: Iterable[str]) -> list[str]:
+        """What the study adds to every run: resume, no progress bar, and its W&B tag, group, job type."""
+        return [*BOOKKEEPING, f"logger.tags=[{','.join(dict.fromkeys([*tags, study.name]))}]",
+                f"logger.group={self.scale}/{self.arm}", f"logger.job_type={self.stage}"]
+
+    def job_overrides(self, run: Run, study: Any, tags: Iterable[str] = ()) -> list[str]:
+        """The overrides one run of this sweep gets from Hydra (what the study composes to check it)."""
+        return [*self.fixed, *(f"{k}={v}" for k, v in run.values), *self._bookkeeping(study, tags)]
+
+    def overrides(self, study: Any, tags: Iterable[str] = ()) -> list[str]:
+        """The `mltrain -m` arguments of this sweep."""
+        task = [*self.fixed, *(f"{k}={','.join(v)}" for k, v in self.swept), *self._bookkeeping(study, tags)]
+        named = {k for k, _ in self.swept}
+        excluded = sorted({key_of(o) for o in task} - named)  # folders are named by the swept keys only
+        launcher = study.launcher
+        return [
+            *task,
+            f"hydra/launcher={launcher.name}",
+            *([f"hydra.launcher.n_jobs={launcher.n_jobs}"] if launcher.n_jobs is not None else []),
+            *launcher.overrides,
+            f"hydra.sweep.dir={quoted(str(self.dir))}",
+            f"hydra.job.config.override_dirname.exclude_keys=[{','.join(excluded)}]",
+        ]
+
+
+@dataclass
+class Layout:
+    """The study's folders and files (see the module docstring)."""
+
+    root: Path
+
+    def scale(self, scale: str) -> Path:
+        return self.root / scale
+
+    def sweep(self, scale: str, stage: str, arm: str) -> Path:
+        return self.root / scale / stage / arm
+
+    def selection(self, scale: str) -> Path:
+        return self.root / scale / "selection.json"
+
+    def verdict(self, scale: str) -> Path:
+        return self.root / scale / "verdict"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "study.log"  # what the sweeps printed
+
+    @property
+    def ladder(self) -> Path:
+        return self.root / "ladder"  # ladder.md, ladder.json, ladder.png
+
+
+def arm_overrides(study: Any, scale: str, arm: str, max_steps: Optional[int]) -> list[str]:
+    """Every fixed override of the arm's runs at this scale: common < extra < scale < steps < preset < arm."""
+    steps = [f"train.max_steps={max_steps}"] if max_steps is not None else []
+    a = study.arms[arm]
+    return merged(study.common, study.extra, study.ladder[scale].overrides, steps, [f"experiment={a.experiment}"],
+                  a.overrides)
+
+
+def _sweep(study: Any, layout: Layout, scale: str, stage: str, arm: str, max_steps: Optional[int],
+           values: dict[str, list[str]], seeds: Iterable[int]) -> Sweep:
+    fixed = [o for o in arm_overrides(study, scale, arm, max_steps) if key_of(o) not in values]
+    swept = tuple((k, tuple(v)) for k, v in values.items()) + ((SEED, tuple(str(s) for s in seeds)),)
+    return Sweep(scale, stage, arm, layout.sweep(scale, stage, arm), tuple(fixed), swept)
+
+
+def grid_values(arm: Any) -> dict[str, list[str]]:
+    """The arm's grid as canonical value texts, key by key (train.budget last)."""
+    keys = [*tuned_keys(arm), *([BUDGET] if BUDGET in arm.grid else [])]
+    return {k: [setting_text(k, v) for v in arm.grid[k]] for k in keys}
+
+
+def tuning_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int] = None) -> list[Sweep]:
+    """Stage 1: one sweep per arm, its whole grid on the selection seeds."""
+    return [_sweep(study, layout, scale, TUNE, arm, max_steps, grid_values(study.arms[arm]), study.selection_seeds)
+            for arm in study.arms]
+
+
+@dataclass
+class Choice:
+    """What stage 1 chose for one arm: a setting (tuned key -> canonical value), and for the frontier
+    arm one per budget."""
+
+    setting: dict[str, str] = field(default_factory=dict)
+    by_budget: dict[str, dict[str, str]] = field(default_factory=dict)  # budget text -> setting
+
+
+def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str, Choice],
+                      max_steps: Optional[int] = None) -> list[Sweep]:
+    """Stage 2: each arm's chosen setting on the evaluation seeds; the frontier arm's budgets, grouped
+    by the setting chosen for them (one sweep per distinct setting). Arms stage 1 chose nothing for
+    are left out (the report says so)."""
+    sweeps = []
+    frontier = frontier_arm(study)
+    for arm, choice in choices.items():
+        if arm != frontier:
+            if choice.setting:
+                sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps,
+                                     {k: [v] for k, v in choice.setting.items()}, study.seeds))
+            continue
+        groups: dict[tuple, list[str]] = {}
+        for budget, setting in choice.by_budget.items():
+            groups.setdefault(tuple(sorted(setting.items())), []).append(budget)
+        for setting, budgets in groups.items():
+            values = {**{k: [v] for k, v in setting}, BUDGET: budgets}
+            sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps, values, study.seeds))
+    return sweeps
+
+
+def possible_evaluation_runs(study: Any, layout: Layout, scale: str) -> list[Run]:
+    """Every run stage 2 could launch whatever stage 1 chooses: each grid point on the evaluation
+    seeds (what a check of earlier runs on disk must cover before anything starts)."""
+    runs = []
+    for sweep in tuning_sweeps(study, layout, scale):
+        swept = tuple((k, v) if k != SEED else (k, tuple(str(s) for s in study.seeds)) for k, v in sweep.swept)
+        runs += Sweep(scale, EVAL, sweep.arm, layout.sweep(scale, EVAL, sweep.arm), sweep.fixed, swept).runs()
+    return runs
+
+
+def evaluation_run_count(study: Any) -> int:
+    """Runs stage 2 launches at one scale (known before stage 1 has chosen anything)."""
+    frontier = frontier_arm(study)
+    per_seed = sum(len(a.grid[BUDGET]) if name == frontier else 1 for name, a in study.arms.items())
+    return per_seed * len(study.seeds)

@@ -1,0 +1,196 @@
+"""What a person follows: one line per run that ends, and the `--status` view of a study's folders.
+
+A run has ended when its summary.json says `finished` or `diverged` (mltrain leaves both as they are
+on a resume); `interrupted`, or a folder without a summary, is a run to resume. The lines come from
+watching the runs' folders, so they read the same whatever launcher ran the runs (here, on workers,
+on a cluster). The ETA weighs each run by its planned fine-step FLOPs (parameters x tokens), so
+a run of the largest scale counts for what it costs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, TextIO
+
+from mltrain.tools.study.plan import BUDGET, EVAL, TUNE, Choice, Layout, Run, evaluation_sweeps, tuning_sweeps
+
+ENDED = ("finished", "diverged")
+
+
+def run_status(run_dir: Path) -> Optional[dict]:
+    """The run's summary.json (None when it has none, or an unreadable one: the run did not end)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def ended(summary: Optional[dict]) -> bool:
+    return summary is not None and summary.get("status", "finished") in ENDED
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _loss(summary: dict) -> str:
+    val = summary.get("final_val_loss")
+    return f"val loss {val:.4f}" if isinstance(val, (int, float)) else "no val loss"
+
+
+class Progress:
+    """Counts runs and their cost; prints a line for every run that ends or fails."""
+
+    def __init__(self, out: TextIO, total: int, done: int, cost_left: float):
+        self.out, self.total, self.done = out, total, done
+        self.cost_left, self.cost_done, self.start = cost_left, 0.0, time.monotonic()
+        self._lock = threading.Lock()
+
+    def _eta(self) -> str:
+        if self.cost_done <= 0:
+            return "ETA after the first run"
+        rate = (time.monotonic() - self.start) / self.cost_done
+        return f"ETA {_duration(rate * max(self.cost_left, 0.0))}"
+
+    def settle(self, run: Run, cost: float, what: str) -> None:
+        with self._lock:
+            self.done += 1
+            self.cost_done += cost
+            self.cost_left -= cost
+            left = self.total - self.done
+            print(f"[{self.done}/{self.total}] {run.name}: {what} | {left} run{'s' if left != 1 else ''} left, "
+                  f"{self._eta()}", file=self.out, flush=True)
+
+    def ended(self, run: Run, summary: dict, cost: float) -> None:
+        took = summary.get("wall_time_s")
+        status = summary.get("status", "finished")
+        what = _loss(summary) if status == "finished" else f"{status}: {summary.get('status_reason', '')}"
+        self.settle(run, cost, what + (f" ({took:.1f} s)" if isinstance(took, (int, float)) else ""))
+
+    def say(self, line: str) -> None:
+        with self._lock:
+            print(line, file=self.out, flush=True)
+
+
+class Watcher:
+    """Polls the folders of a sweep's pending runs (a thread) and calls `on_end(run, summary)` once
+    for each that ends."""
+
+    def __init__(self, runs: Iterable[Run], on_end: Callable[[Run, dict], None], every: float = 0.25):
+        self.pending = list(runs)
+        self.on_end, self.every = on_end, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def poll(self) -> None:
+        still = []
+        for run in self.pending:
+            summary = run_status(run.dir)
+            if ended(summary):
+                self.on_end(run, summary)
+            else:
+                still.append(run)
+        self.pending = still
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self.poll()
+
+    def __enter__(self) -> "Watcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.poll()  # the runs that ended since the last look
+
+
+def failure_reason(run: Run, log_text: str) -> str:
+    """Why a run did not end: its summary's reason, else the line its own log (written by the process
+    that ran it) or its sweep's output has for it."""
+    summary = run_status(run.dir)
+    if summary is not None and summary.get("status_reason"):
+        return f"{summary.get('status')}: {summary['status_reason']}"
+    for own in sorted(run.dir.glob("*.log")) if run.dir.is_dir() else []:
+        reason = _failed_line(run, own.read_text(errors="replace"))
+        if reason:
+            return reason
+    reason = _failed_line(run, log_text)
+    if reason:
+        return reason
+    if not run.dir.exists():  # the sweep stopped before its jobs: Hydra's (or mltrain's) error comes first
+        said = [line.strip() for line in log_text.splitlines()[1:] if line.strip() and not line.startswith("[")]
+        if said:
+            return f"the sweep did not start: {said[0]}"
+    return "did not end (see the study's log)"
+
+
+def _failed_line(run: Run, log_text: str) -> Optional[str]:
+    """The reason in mltrain's `job #N (<its overrides>) failed: <why>` line for this run, if any."""
+    lines = log_text.splitlines()
+    for i, line in enumerate(lines):
+        if f"({run.dirname_full}) failed" not in line:
+            continue
+        reason = line.split(") failed", 1)[1].lstrip(": ").strip()
+        if reason:
+            return reason
+        tail = []  # a crash: the last line of its traceback
+        for later in lines[i + 1:]:
+            if re.match(r"^\[\d{4}-", later):
+                break
+            if later.strip():
+                tail.append(later.strip())
+        return f"crashed: {tail[-1]}" if tail else "crashed"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# --status
+
+
+def _count(runs: list[Run]) -> str:
+    states = {"finished": 0, "diverged": 0, "to resume": 0, "not started": 0}
+    for run in runs:
+        summary = run_status(run.dir)
+        if summary is not None and summary.get("status", "finished") in ENDED:
+            states[summary.get("status", "finished")] += 1
+        elif summary is not None or run.dir.exists():
+            states["to resume"] += 1
+        else:
+            states["not started"] += 1
+    head = f"{states.pop('finished')}/{len(runs)} finished"
+    return ", ".join([head, *(f"{n} {what}" for what, n in states.items() if n)])
+
+
+def status_lines(study: Any, layout: Layout, choices: dict[str, Optional[dict[str, Choice]]]) -> list[str]:
+    """What is done, per scale, stage and arm; `choices[scale]` is what selection.json records (None:
+    stage 1 has not chosen yet). Reads folders only."""
+    lines = [f"study {study.name} in {layout.root}"]
+    for scale in study.ladder:
+        for sweep in tuning_sweeps(study, layout, scale):
+            lines.append(f"  {scale:<10} {TUNE:<8} {sweep.arm:<18} {_count(sweep.runs())}")
+        chosen = choices.get(scale)
+        for arm in study.arms:
+            if chosen is None or arm not in chosen:
+                lines.append(f"  {scale:<10} {EVAL:<8} {arm:<18} waits for stage 1 to choose its setting")
+                continue
+            runs = [r for s in evaluation_sweeps(study, layout, scale, {arm: chosen[arm]}) for r in s.runs()]
+            lines.append(f"  {scale:<10} {EVAL:<8} {arm:<18} {_count(runs)}")
+        report = layout.verdict(scale) / "comparison.md"
+        lines.append(f"  {scale:<10} {'verdict':<8} {'':<18} {report if report.exists() else 'not yet written'}")
+    ladder = layout.ladder.with_suffix(".md")
+    lines.append(f"  {'ladder':<10} {'':<8} {'':<18} {ladder if ladder.exists() else 'not yet written'}")
+    return lines
+
+
+def budget_of(run: Run) -> float:
+    return float(run.setting.get(BUDGET, 1.0))

@@ -1,0 +1,173 @@
+"""A study's config: the typed schema every `conf/study/<name>.yaml` is merged onto, and the checks a
+type cannot say.
+
+    mltrain-study study=cpu_ladder seeds=[1,2,3,4] launcher.n_jobs=2
+
+The schema is registered in Hydra's ConfigStore as `mltrain_study_schema` (the first default of
+conf/mltrain_study.yaml), so a misspelt key (`seed=[1,2]`, `arms.single.grd=...`) stops the study while
+it is composed, before anything runs. `check()` then says, in one line, what is wrong with a study that
+type-checks: an arm without a grid, arms tuned unequally, seeds used both to select and to measure.
+
+Torch-free: `--status` and the checks run without the training stack.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from mltrain.errors import ConfigError
+
+BUDGET = "train.budget"  # the frontier axis: swept by the single-level arm, never a tuned key
+SEED = "seed"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # arm and scale names become folder names
+
+
+@dataclass
+class ArmConfig:
+    """One method, tuned: a method preset, fixed overrides, and a grid of tuned keys."""
+
+    experiment: str = MISSING  # the method preset, conf/experiment/<name>.yaml
+    overrides: List[str] = field(default_factory=list)  # fixed for every run of the arm
+    # tuned key -> the values tried, e.g. {optim.lr: [0.03, 0.1]}; every combination is one setting.
+    # The single-level arm also lists train.budget: its budgets at the best LR of each make the frontier.
+    grid: Dict[str, List[Any]] = field(default_factory=dict)
+
+
+@dataclass
+class ScaleConfig:
+    """One rung of the ladder: a model size and its token budget."""
+
+    overrides: List[str] = field(default_factory=list)  # the model's size (model.n_embd=...) and the like
+    # train.max_steps = tokens_per_param x parameters / (batch x context); null: the study's ratio
+    tokens_per_param: Optional[float] = None
+    max_steps: Optional[int] = None  # or the steps themselves (then tokens_per_param is left unused)
+
+
+@dataclass
+class LauncherConfig:
+    """Where the runs go: Hydra's launcher for every sweep (mltrain has no scheduler of its own)."""
+
+    name: str = "basic"  # hydra/launcher=<name>: basic (one process), local (joblib workers), slurm, ...
+    n_jobs: Optional[int] = None  # hydra.launcher.n_jobs (parallel workers of `local`); null: the launcher's
+    overrides: List[str] = field(default_factory=list)  # more hydra.launcher.* settings (partition, ...)
+    # The runs' environment, e.g. OMP_NUM_THREADS=1 for parallel CPU workers (in this process too:
+    # torch's intra-op threads follow it while a sweep runs here).
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class StudyConfig:
+    name: str = MISSING
+    dir: str = "studies/${name}"  # the study's runs and reports
+    common: List[str] = field(default_factory=list)  # overrides of every run
+    # more overrides of every run, after common: for the command line, e.g. "extra=['logger=wandb']"
+    extra: List[str] = field(default_factory=list)
+    arms: Dict[str, ArmConfig] = field(default_factory=dict)
+    selection_seeds: List[int] = field(default_factory=lambda: [0])  # each arm's setting is chosen here
+    seeds: List[int] = field(default_factory=lambda: [1, 2, 3, 4])  # ... and measured here
+    tokens_per_param: Optional[float] = None  # the ladder's default token budget
+    ladder: Dict[str, ScaleConfig] = field(default_factory=dict)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    # Sizes (parameters) the ladder report extrapolates each arm's trend to, marked as extrapolation.
+    predict_params: List[float] = field(default_factory=list)
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="mltrain_study_schema", node=StudyConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a type cannot say
+
+
+def tuned_keys(arm: Any) -> list[str]:
+    """The arm's tuned keys: its grid minus the frontier's train.budget."""
+    return [k for k in arm.grid if k != BUDGET]
+
+
+def settings_count(arm: Any) -> int:
+    """How many settings the arm tries: the product of its tuned keys' value counts."""
+    return math.prod(len(arm.grid[k]) for k in tuned_keys(arm))
+
+
+def frontier_arm(study: Any) -> str:
+    """The arm whose grid sweeps train.budget (the single-level frontier); check() makes it unique."""
+    return next(name for name, arm in study.arms.items() if BUDGET in arm.grid)
+
+
+def check(study: Any) -> None:
+    """ConfigError with one line for the first problem of a composed study; touches no file."""
+    if not study.arms:
+        raise ConfigError(f"study {study.name} has no arms")
+    if not study.ladder:
+        raise ConfigError(f"study {study.name} has no ladder (scales)")
+    for what, names in (("arm", study.arms), ("scale", study.ladder)):
+        for name in names:
+            if not _NAME.match(str(name)):
+                raise ConfigError(f"{what} name {name!r}: use letters, digits, '_', '.' or '-' (it names a folder)")
+    _check_seeds(study)
+    for name, arm in study.arms.items():
+        _check_arm(name, arm)
+    frontier = [name for name, arm in study.arms.items() if BUDGET in arm.grid]
+    if len(frontier) != 1:
+        raise ConfigError(
+            f"exactly one arm (the single-level one) must sweep {BUDGET} to make the frontier; "
+            f"found {len(frontier)}{': ' + ', '.join(frontier) if frontier else ''}"
+        )
+    counts = {name: settings_count(arm) for name, arm in study.arms.items()}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{name} {n}" for name, n in counts.items())
+        raise ConfigError(f"the arms are tuned unequally ({listed} settings): give every arm's grid the same "
+                          "number of settings, or the better-tuned arm wins by its tuning")
+    for name, scale in study.ladder.items():
+        _check_scale(name, scale, study.tokens_per_param)
+    if study.launcher.n_jobs is not None and study.launcher.n_jobs < 1:
+        raise ConfigError(f"launcher.n_jobs={study.launcher.n_jobs} must be >= 1")
+    for p in study.predict_params:
+        if not p > 0:
+            raise ConfigError(f"predict_params: {p} must be a positive number of parameters")
+
+
+def _check_seeds(study: Any) -> None:
+    for key in ("selection_seeds", "seeds"):
+        values = list(study[key])
+        if not values:
+            raise ConfigError(f"{key} is empty")
+        if len(set(values)) != len(values):
+            raise ConfigError(f"{key}={values} repeats a seed")
+    both = sorted(set(study.selection_seeds) & set(study.seeds))
+    if both:
+        raise ConfigError(
+            f"seed{'s' if len(both) > 1 else ''} {both} in both selection_seeds and seeds: each arm's setting "
+            "must be chosen on seeds apart from those that measure it"
+        )
+
+
+def _check_arm(name: str, arm: Any) -> None:
+    if not tuned_keys(arm):
+        raise ConfigError(f"arm {name} has no grid: list its tuned keys and their values, e.g. grid: {{optim.lr: [0.03, 0.1]}}")
+    for key, values in arm.grid.items():
+        if not values:
+            raise ConfigError(f"arm {name}: grid key {key} has no values")
+        if len(set(map(str, values))) != len(values):
+            raise ConfigError(f"arm {name}: grid key {key} repeats a value ({list(values)})")
+        if key == SEED:
+            raise ConfigError(f"arm {name}: seed is not a tuned key (the study's selection_seeds and seeds choose it)")
+
+
+def _check_scale(name: str, scale: Any, study_ratio: Optional[float]) -> None:
+    ratio = scale.tokens_per_param if scale.tokens_per_param is not None else study_ratio
+    if scale.max_steps is None and ratio is None:
+        raise ConfigError(f"scale {name} needs max_steps or tokens_per_param (its own or the study's)")
+    if scale.max_steps is not None and scale.max_steps < 1:
+        raise ConfigError(f"scale {name}: max_steps={scale.max_steps} must be >= 1")
+    if scale.max_steps is None and not ratio > 0:
+        raise ConfigError(f"scale {name}: tokens_per_param={ratio} must be > 0")
+    if any(o.split("=", 1)[0].lstrip("+~") == "train.max_steps" for o in scale.overrides):
+        raise ConfigError(f"scale {name}: set its steps with max_steps or tokens_per_param, not train.max_steps in overrides")

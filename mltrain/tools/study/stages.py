@@ -1,0 +1,271 @@
+"""A study, stage by stage, scale by scale.
+
+    check everything (compose and validate every setting, earlier runs on disk)   before any run
+    for each scale:
+      1 tune      one sweep per arm: its grid on the selection seeds
+                  mltrain-compare on each arm's runs chooses its setting (and the frontier's per budget)
+      2 evaluate  the chosen settings on the evaluation seeds; the frontier's budgets at theirs
+      3 verdict   mltrain-compare on the scale: tuned frontier, multiplier, intervals
+    4 ladder      the report across scales
+
+Resumable and idempotent: a sweep all of whose runs have ended (summary.json: finished or diverged)
+is not launched at all; any other is launched whole with train.resume=true, so mltrain skips its
+ended runs, resumes the interrupted ones and starts the rest. The choices and the reports are made
+again from the runs on disk every time, by mltrain-compare (the one place the selection rule lives).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+from omegaconf import OmegaConf
+
+from mltrain.errors import ConfigError, MltrainError
+from mltrain.runs import rundir
+from mltrain.runs.atomic import write_json
+from mltrain.tools.study import compose, ladder
+from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
+from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
+                                      possible_evaluation_runs, setting_text, tuning_sweeps)
+from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
+from mltrain.tools.study.schema import BUDGET, frontier_arm, tuned_keys
+
+
+@dataclass
+class Study:
+    """A checked study and what this invocation has done so far."""
+
+    cfg: Any
+    layout: Layout
+    sizes: dict[str, compose.ScaleSize]
+    kinds: dict[tuple[str, str], str]
+    labels: dict[str, dict[str, str]]
+    out: Optional[TextIO]  # where the study's own lines go; None: the console
+    progress: Optional[Progress] = None
+    launched: int = 0  # sweeps launched by this invocation
+    failures: dict[str, str] = field(default_factory=dict)  # run name -> why it did not end
+    interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
+
+    def cost(self, run: Run) -> float:
+        """A run's planned fine-step FLOPs, up to a constant: parameters x tokens."""
+        size = self.sizes[run.sweep.scale]
+        return size.n_params * size.tokens_per_step * size.max_steps * budget_of(run)
+
+
+def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
+    """Every check, before any run starts: ConfigError (one line) for the first problem."""
+    layout = Layout(Path(cfg.dir).resolve())
+    compose.check_seeds(cfg)
+    with compose.Composer() as composer:
+        sizes = compose.ladder_sizes(cfg, composer)
+        tuning = [s for scale in cfg.ladder for s in tuning_sweeps(cfg, layout, scale, sizes[scale].max_steps)]
+        configs = compose.check_settings(cfg, tuning, sizes, composer)
+    kinds = compose.arm_kinds(configs)
+    frontier = frontier_arm(cfg)
+    if any(kind != "single" for (_, arm), kind in kinds.items() if arm == frontier):
+        raise ConfigError(f"arm {frontier} sweeps {BUDGET}, the frontier's axis, but its runs are not single-level "
+                          f"(experiment={cfg.arms[frontier].experiment}): only the single-level arm makes the frontier")
+    labels = compose.check_labels(cfg, sizes, kinds)
+    earlier = [r for s in tuning for r in s.runs()]
+    earlier += [r for scale in cfg.ladder for r in possible_evaluation_runs(cfg, layout, scale) if r.dir.exists()]
+    compose.check_earlier_runs(earlier, configs)
+    return Study(cfg, layout, sizes, kinds, labels, out)
+
+
+def run(study: Study, command: str) -> int:
+    """Run every stage; 0 when every run ended finished and every scale has its verdict, 1 otherwise,
+    130 after Ctrl-C (one line says how to continue)."""
+    cfg, layout = study.cfg, study.layout
+    try:
+        # One study per folder at a time; what the sweeps print goes to study.log, the study's lines here.
+        with rundir.claim(layout.root, what="dir", earlier=lambda _: None), output_to(layout.log) as console, \
+                study.interrupts:
+            write_json(layout.root / "study.json", OmegaConf.to_container(cfg, resolve=True), indent=2)
+            study.progress = _progress(study, study.out or console)
+            results = [_scale(study, scale) for scale in cfg.ladder]
+            report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params))
+            ladder.write_ladder(report, layout.ladder)
+    except KeyboardInterrupt:
+        print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
+              f"the same command: {command}", file=study.out or sys.stdout, flush=True)
+        return 130
+    out = study.out or sys.stdout
+    for trend in report["trends"]:
+        print(trend["sentence"], file=out)
+    incomplete = sum(len(s["missing_runs"]) for s in report["scales"])
+    no_verdict = [s["scale"] for s in report["scales"] if s["why_no_verdict"]]
+    print(f"mltrain-study: ladder report {layout.ladder.with_suffix('.md')}; {study.launched} sweep(s) launched"
+          + (f"; {incomplete} run(s) did not finish" if incomplete else "")
+          + (f"; no verdict at {', '.join(no_verdict)}" if no_verdict else ""), file=out, flush=True)
+    return 1 if incomplete or no_verdict else 0
+
+
+def _progress(study: Study, out: TextIO) -> Progress:
+    cfg, total, done, cost_left = study.cfg, 0, 0, 0.0
+    for scale in cfg.ladder:
+        runs = [r for s in tuning_sweeps(cfg, study.layout, scale, study.sizes[scale].max_steps) for r in s.runs()]
+        eval_budgets = sum(sum(map(float, a.grid[BUDGET])) if BUDGET in a.grid else 1.0 for a in cfg.arms.values())
+        size = study.sizes[scale]
+        cost_left += eval_budgets * len(cfg.seeds) * size.n_params * size.tokens_per_step * size.max_steps
+        choices = read_choices(study.layout, scale)
+        if choices:
+            ended_eval = [r for s in evaluation_sweeps(cfg, study.layout, scale, choices) for r in s.runs()
+                          if ended(run_status(r.dir))]
+            done += len(ended_eval)
+            cost_left -= sum(study.cost(r) for r in ended_eval)
+        total += len(runs) + evaluation_run_count(cfg)
+        for r in runs:
+            if ended(run_status(r.dir)):
+                done += 1
+            else:
+                cost_left += study.cost(r)
+    return Progress(out, total, done, cost_left)
+
+
+def _scale(study: Study, scale: str) -> ladder.ScaleResult:
+    cfg, size = study.cfg, study.sizes[scale]
+    tuning = tuning_sweeps(cfg, study.layout, scale, size.max_steps)
+    for sweep in tuning:
+        _launch(study, sweep)
+    choices = _choose(study, scale)
+    evaluation = evaluation_sweeps(cfg, study.layout, scale, choices, size.max_steps)
+    for sweep in evaluation:
+        _launch(study, sweep)
+    result = _verdict(study, scale)
+    result.missing = _missing(study, [r for s in (*tuning, *evaluation) for r in s.runs()])
+    result.missing += [f"{scale}/{arm}: stage 1 chose no setting, so it was not evaluated"
+                       for arm in cfg.arms if arm not in choices]
+    return result
+
+
+def _launch(study: Study, sweep: Sweep) -> None:
+    """Launch the sweep unless every run of it has ended; report each run that ends or fails."""
+    pending = [r for r in sweep.runs() if not ended(run_status(r.dir))]
+    if not pending:
+        return
+    log = study.layout.log
+    offset = log.stat().st_size
+
+    def on_end(run: Run, summary: dict) -> None:
+        if summary.get("status") != "finished":
+            study.failures[run.name] = f"{summary.get('status')}: {summary.get('status_reason', '')}"
+        study.progress.ended(run, summary, study.cost(run))
+
+    with Watcher(pending, on_end) as watcher:
+        code = multirun(sweep.overrides(study.cfg, study.sizes[sweep.scale].tags), dict(study.cfg.launcher.env))
+        study.launched += 1
+    if code in STOPPED or study.interrupts.requested:
+        raise KeyboardInterrupt
+    with open(log, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", errors="replace")
+    for run in watcher.pending:
+        why = failure_reason(run, text)
+        study.failures[run.name] = why
+        study.progress.settle(run, study.cost(run), f"FAILED: {why}")
+
+
+# ---------------------------------------------------------------------------------------------
+# mltrain-compare: the choice of stage 1 and the verdict of stage 3
+
+
+def _compare(paths: list[Path], **kwargs: Any) -> dict:
+    try:
+        from mltrain.tools.compare import compare_dirs
+    except ImportError as err:  # an mltrain-compare without the tuned verdict
+        raise MltrainError(f"mltrain-compare cannot choose or judge here ({err})") from None
+    return compare_dirs([str(p) for p in paths], **kwargs)
+
+
+def _on_grid(arm: Any, key: str, value: Any) -> str:
+    """The grid's own text for a value compare chose (compare reads values back from the runs)."""
+    grid = [setting_text(key, v) for v in arm.grid[key]]
+    text = setting_text(key, value)
+    for g in grid:
+        if g == text or _same_number(g, text):
+            return g
+    raise ConfigError(f"mltrain-compare chose {key}={value}, which is not in the grid {grid}")
+
+
+def _same_number(a: str, b: str) -> bool:
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    except ValueError:
+        return False
+
+
+def _choose(study: Study, scale: str) -> dict[str, Choice]:
+    """Stage 1's choice per arm, by mltrain-compare on the arm's tuning runs; written to selection.json."""
+    cfg, choices = study.cfg, {}
+    for name, arm in cfg.arms.items():
+        keys = tuned_keys(arm)
+        try:
+            found = _compare([study.layout.sweep(scale, TUNE, name)], out=None, select_seeds=list(cfg.selection_seeds),
+                             tune=keys, plot=False)
+            kind = study.kinds[(scale, name)]
+            label = compose.arm_label(cfg, scale, name, study.sizes[scale].max_steps, kind, keys)
+            arms = found.get("arms", [])
+            entry = arms[0] if len(arms) == 1 else ladder.find_arm(arms, label, kind)
+            if entry is None:
+                raise ConfigError(f"no arm labelled {label!r} among {[a.get('label') for a in arms]}")
+            by_budget = {_on_grid(arm, BUDGET, b): {k: _on_grid(arm, k, v) for k, v in s.items() if k in keys}
+                         for b, s in (entry.get("selected_by_budget") or {}).items()} if BUDGET in arm.grid else {}
+            setting = {k: _on_grid(arm, k, v) for k, v in (entry.get("selected") or {}).items() if k in keys}
+        except (MltrainError, OSError) as err:
+            study.progress.say(f"mltrain-study: {scale}/{name}: stage 1 chose nothing: {err}")
+            continue
+        if setting or by_budget:
+            choices[name] = Choice(setting, by_budget)
+    write_json(study.layout.selection(scale), {
+        "scale": scale, "selection_seeds": list(cfg.selection_seeds),
+        "arms": {a: {"setting": c.setting, "by_budget": c.by_budget} for a, c in choices.items()}}, indent=2)
+    return choices
+
+
+def read_choices(layout: Layout, scale: str) -> Optional[dict[str, Choice]]:
+    """What selection.json records for a scale (None when stage 1 has not chosen yet)."""
+    try:
+        saved = json.loads(layout.selection(scale).read_text())
+    except (OSError, ValueError):
+        return None
+    return {a: Choice(c.get("setting", {}), c.get("by_budget", {})) for a, c in saved.get("arms", {}).items()}
+
+
+def _verdict(study: Study, scale: str) -> ladder.ScaleResult:
+    cfg, size = study.cfg, study.sizes[scale]
+    result = ladder.ScaleResult(scale, size.n_params, size.max_steps, size.tokens_per_param, study.labels[scale],
+                                {arm: study.kinds[(scale, arm)] for arm in cfg.arms})
+    paths = [p for p in (study.layout.sweep(scale, stage, arm) for stage in (TUNE, EVAL) for arm in cfg.arms) if p.exists()]
+    tune = list(dict.fromkeys(k for arm in cfg.arms.values() for k in tuned_keys(arm)))
+    try:
+        result.comparison = _compare(paths, out=study.layout.verdict(scale), select_seeds=list(cfg.selection_seeds),
+                                     tune=tune, plot=True)
+    except (MltrainError, OSError) as err:
+        result.why_no_verdict = str(err)
+        study.progress.say(f"mltrain-study: {scale}: no verdict: {err}")
+    return result
+
+
+def _missing(study: Study, runs: list[Run]) -> list[str]:
+    """Every run of the scale that did not end finished, with why."""
+    missing = []
+    for run in runs:
+        summary = run_status(run.dir)
+        if summary is not None and summary.get("status", "finished") == "finished":
+            continue
+        why = study.failures.get(run.name)
+        if why is None:
+            why = (f"{summary.get('status')}: {summary.get('status_reason', '')}" if summary
+                   else "started, did not finish" if run.dir.exists() else "not run")
+        missing.append(f"{run.name}: {why}")
+    return missing
+
+
+def command_line(argv: list[str]) -> str:
+    return shlex.join(["mltrain-study", *argv])

@@ -1,0 +1,402 @@
+"""mltrain-study: the shipped studies compose and check; bad input is one line before any run; the
+steps of a scale come from its tokens per parameter; sweeps, folders and the frontier's grouping; the
+status view; the ladder report and its trend sentence on constructed ladders; and, end to end, the
+smoke study, a second invocation that launches nothing, and interrupted studies that resume to the
+same reports."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from mltrain.tools.study import compose, ladder, schema, stages
+from mltrain.tools.study.cli import compose_study, main
+from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, evaluation_sweeps, tuning_sweeps
+
+# The smoke study's d32 scale by hand: token embedding 256x32 (tied head) + positions 16x32 + 2 blocks of
+# (attention 32x96 + 32x32, MLP 32x128 + 128x32) = 8,192 + 512 + 2 x 12,288; no biases, no norm weights.
+SMOKE_D32_PARAMS = 256 * 32 + 16 * 32 + 2 * (32 * 96 + 32 * 32 + 32 * 128 + 128 * 32)
+
+
+def run_main(*argv: str, capsys=None) -> tuple[int, str, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    err = capsys.readouterr().err if capsys is not None else ""
+    return code, out.getvalue(), err
+
+
+# ---------------------------------------------------------------------------------------------
+# Studies compose; their sizes; bad input
+
+
+@pytest.mark.parametrize("name", ["smoke", "cpu_ladder", "paper_ladder"])
+def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(name, request):
+    if name == "paper_ladder":
+        request.getfixturevalue("gpt2_cache")  # its parameter counts need the GPT-2 vocabulary
+    cfg = compose_study([f"study={name}"])
+    schema.check(cfg)
+    counts = {schema.settings_count(a) for a in cfg.arms.values()}
+    assert len(counts) == 1
+    if name != "smoke":
+        assert len(cfg.ladder) >= 3 and counts.pop() >= 4 and len(cfg.seeds) >= 4
+        assert {a.experiment for a in cfg.arms.values()} >= {"single", "multilevel", "schedule_control", "random_control"}
+    layout = Layout(Path("unused"))
+    with compose.Composer() as composer:
+        sizes = compose.ladder_sizes(cfg, composer)
+        for scale in cfg.ladder:  # one setting per arm here; `prepare` (slow test below) composes them all
+            for sweep in tuning_sweeps(cfg, layout, scale, sizes[scale].max_steps):
+                run = sweep.runs()[0]
+                from mltrain.config import validate
+
+                validate(composer.compose(sweep.job_overrides(run, cfg), f"{scale}/{sweep.arm}"))
+    assert sorted(s.n_params for s in sizes.values()) == [s.n_params for s in sizes.values()]  # a ladder, small to large
+    if name == "paper_ladder":
+        assert sizes["gpt22m"].n_params == 22_368_512 and sizes["gpt22m"].max_steps == 16_000
+
+
+def test_max_steps_follow_tokens_per_parameter():
+    studies = [compose_study(["study=smoke", *o]) for o in ([], ["tokens_per_param=2"], ["ladder.d32.max_steps=7"])]
+    with compose.Composer() as composer:
+        sizes, doubled, fixed = (compose.ladder_sizes(s, composer) for s in studies)
+    assert sizes["d32"].n_params == SMOKE_D32_PARAMS == 33_280
+    assert sizes["d32"].tokens_per_step == 4 * 16  # scale=smoke: batch 4 x context 16
+    assert sizes["d32"].max_steps == round(0.1 * SMOKE_D32_PARAMS / 64) == 52
+    assert doubled["d32"].max_steps == round(2 * SMOKE_D32_PARAMS / 64) == 1040
+    assert doubled["d32"].tokens_per_param == pytest.approx(2.0, rel=1e-3)
+    assert fixed["d32"].max_steps == 7 and fixed["d16"].max_steps == sizes["d16"].max_steps
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["arms.multilevel.experiment=nope"], "arm multilevel"),  # an unknown preset
+    (["arms.multilevel.overrides=['optim.lrr=0.1']"], "Could not override 'optim.lrr'"),  # an unknown key of a run
+    (["seed=[3]"], "Key 'seed' not in 'StudyConfig'"),  # an unknown key of the study
+    (["study=nogrid"], "arm extra has no grid"),  # a study of the user's own (tests/conf below)
+    (["arms.multilevel.grid={optim.lr:[0.03,0.1,0.3]}"], "tuned unequally (single 2, multilevel 3 settings)"),
+    (["seeds=[0,1]"], "seed [0] in both selection_seeds and seeds"),
+    (["ladder.d16.overrides=['model.n_embd=16','model.n_head=2','model.n_layer=3']"],
+     "scale d16, arm multilevel, optim.lr=0.03: model.n_layer=3 is not divisible"),  # evenodd cannot halve 3 blocks
+    (["arms.multilevel.grid={optim.lr:[0.03,-1.0]}"], "optim.lr=-1.0 must be > 0"),
+    (["study=nope"], "nope"),
+    (["arms.single.experiment=multilevel"], "arm single sweeps train.budget, the frontier's axis, but its runs are not single-level"),
+])
+def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys):
+    own = tmp_path / "conf" / "study"
+    own.mkdir(parents=True)
+    (own / "nogrid.yaml").write_text("# @package _global_\ndefaults: [smoke]\nname: nogrid\n"
+                                     "arms: {extra: {experiment: multilevel}}\n")
+    code, out, err = run_main("study=smoke", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                              *overrides, capsys=capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("mltrain-study: error: "), err
+    assert says in lines[0]
+    assert not (tmp_path / "study").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeps and folders
+
+
+def test_tuning_sweeps_name_folders_by_the_swept_keys_and_exclude_the_rest(tmp_path):
+    cfg = compose_study(["study=smoke", f"dir={tmp_path}"])
+    layout = Layout(tmp_path)
+    single, multilevel = tuning_sweeps(cfg, layout, "d16", max_steps=16)
+    assert [r.dir.name for r in single.runs()][:2] == ["optim.lr=0.03,seed=0,train.budget=0.5",
+                                                     "optim.lr=0.03,seed=0,train.budget=1.0"]
+    assert len(single.runs()) == 6 and len(multilevel.runs()) == 2
+    args = multilevel.overrides(cfg)
+    assert "optim.lr=0.03,0.3" in args and "seed=0" in args and "train.max_steps=16" in args
+    assert "train.resume=true" in args and "logger.group=d16/multilevel" in args and "logger.job_type=tune" in args
+    assert "logger.tags=[smoke]" in args and "hydra/launcher=basic" in args
+    excluded = next(a for a in args if a.startswith("hydra.job.config.override_dirname.exclude_keys="))
+    assert "train.max_steps" in excluded and "experiment" in excluded and "optim.lr" not in excluded and ",seed" not in excluded
+
+
+def test_the_frontier_evaluates_each_budget_at_its_own_setting_one_sweep_per_setting(tmp_path):
+    cfg = compose_study(["study=smoke", f"dir={tmp_path}"])
+    choices = {"single": Choice({"optim.lr": "0.3"}, {"0.5": {"optim.lr": "0.03"}, "1.0": {"optim.lr": "0.3"},
+                                                      "2.0": {"optim.lr": "0.3"}}),
+               "multilevel": Choice({"optim.lr": "0.03"})}
+    sweeps = evaluation_sweeps(cfg, Layout(tmp_path), "d16", choices, max_steps=16)
+    names = sorted(r.dir.name for s in sweeps for r in s.runs())
+    assert names == sorted([*(f"optim.lr=0.03,seed={s},train.budget=0.5" for s in (1, 2)),
+                            *(f"optim.lr=0.3,seed={s},train.budget={b}" for s in (1, 2) for b in ("1.0", "2.0")),
+                            *(f"optim.lr=0.03,seed={s}" for s in (1, 2))])
+    assert len(sweeps) == 3 and {s.stage for s in sweeps} == {EVAL}
+    assert {s.dir.name for s in sweeps} == {"single", "multilevel"}  # the frontier's sweeps share a folder
+
+
+def test_status_reads_the_folders_and_runs_nothing(tmp_path, capsys):
+    cfg = compose_study(["study=smoke", f"dir={tmp_path}"])
+    layout = Layout(tmp_path)
+    single = tuning_sweeps(cfg, layout, "d16")[0].runs()
+    for run, status in zip(single, ["finished", "finished", "diverged", "interrupted"]):
+        run.dir.mkdir(parents=True)
+        (run.dir / "summary.json").write_text(json.dumps({"status": status}))
+    single[4].dir.mkdir()  # started, killed before a summary
+    code, out, _ = run_main("study=smoke", f"dir={tmp_path}", "--status", capsys=capsys)
+    assert code == 0
+    row = next(line for line in out.splitlines() if "d16" in line and TUNE in line and "single" in line)
+    assert "2/6 finished, 1 diverged, 2 to resume, 1 not started" in row
+    assert "waits for stage 1" in out and "not yet written" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d16"]  # nothing written, no lock taken
+
+
+# ---------------------------------------------------------------------------------------------
+# The ladder report and the trend
+
+
+def multiplier(m: float, spread: float = 0.02) -> dict:
+    return {"available": True, "why": None, "M": m, "M_lo": m * (1 - spread), "M_hi": m * (1 + spread),
+            "saving": 1 - 1 / m, "saving_lo": 1 - 1 / (m * (1 - spread)), "saving_hi": 1 - 1 / (m * (1 + spread)),
+            "extrapolated": False, "beyond_data": None}
+
+
+def scale_result(name: str, n: int, m: dict | None, single_by_budget=None) -> ladder.ScaleResult:
+    labels = {"single": f"experiment=single,{name}", "multilevel": f"experiment=multilevel,{name}"}
+    arms = [{"arm": "single", "label": labels["single"], "run_kind": "single",
+             "selected_by_budget": single_by_budget or {"1.0": {"optim.lr": 0.1}}, "selected": {"optim.lr": 0.1},
+             "eval_seeds": [1, 2, 3, 4]}]
+    if m is not None:
+        arms.append({"arm": "multilevel", "label": labels["multilevel"], "run_kind": "multilevel",
+                     "selected": {"optim.lr": 0.3}, "eval_seeds": [1, 2, 3, 4], "multiplier": m})
+    return ladder.ScaleResult(name, n, 100, 8.0, labels, comparison={"arms": arms, "warnings": ["w"], "optimistic": False})
+
+
+def trend_of(ms: list[float], spread: float = 0.02) -> dict:
+    results = [scale_result(f"s{i}", n, multiplier(m, spread)) for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], ms))]
+    return ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
+
+
+@pytest.mark.parametrize("ms, verdict", [
+    ([1.10, 1.21, 1.33, 1.46], "growing"),  # x1.1 per doubling: slope log2(1.1)/1 = 0.14
+    ([1.30, 1.18, 1.07, 0.97], "shrinking"),
+    ([1.20, 1.205, 1.198, 1.202], "flat"),
+])
+def test_trend_sentence_on_constructed_ladders(ms, verdict):
+    t = trend_of(ms)
+    assert t["verdict"] == verdict and f"is {verdict} with scale" in t["sentence"]
+    if verdict == "growing":
+        assert t["slope"] == pytest.approx(0.1375, abs=0.01)
+
+
+def test_trend_cannot_tell_with_wide_intervals_or_too_few_scales():
+    wide = trend_of([1.1, 1.2, 1.1, 1.2], spread=0.4)
+    assert wide["verdict"] == "cannot tell" and "cannot tell" in wide["sentence"] and wide["slope_lo"] < 0 < wide["slope_hi"]
+    one = ladder.ladder_report("t", ["single", "multilevel"], "single",
+                               [scale_result("a", 1e5, multiplier(1.2)), scale_result("b", 2e5, None)], [])
+    assert one["trends"][0]["verdict"] == "cannot tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+
+
+def test_scatter_beyond_the_intervals_widens_the_slope_interval():
+    tight = trend_of([1.1, 1.3, 1.15, 1.4], spread=0.001)
+    assert "widened by their scatter" in tight["method"]
+    assert tight["slope_hi"] - tight["slope_lo"] > 0.1  # far wider than the 0.1% intervals alone allow
+
+
+def test_an_arm_is_found_in_the_verdict_by_its_label_however_it_is_spelt():
+    entries = [{"label": "experiment=single,model.n_embd=32", "run_kind": "single"},
+               {"label": "device=cpu,experiment=multilevel,logger.tags=[a,b],train.resume=true", "run_kind": "multilevel"}]
+    assert ladder.find_arm(entries, "experiment=single,model.n_embd=32", "single") is entries[0]
+    # compare may keep the bookkeeping keys mltrain's own labels leave out: the same arm all the same
+    assert ladder.find_arm(entries, "experiment=multilevel", "multilevel") is entries[1]
+    assert ladder.find_arm(entries, "experiment=multilevel,optim.momentum=0.5", "multilevel") is None
+
+
+def test_ladder_report_files_table_prediction_and_what_is_missing(tmp_path):
+    results = [scale_result("s0", 100_000, multiplier(1.2)), scale_result("s1", 200_000, multiplier(1.1)),
+               scale_result("s2", 400_000, None)]
+    results[2].why_no_verdict = None
+    results[2].missing = ["s2/eval/multilevel/optim.lr=0.3,seed=1: crashed: RuntimeError: boom"]
+    report = ladder.ladder_report("toy", ["single", "multilevel"], "single", results, [22_368_512])
+    ladder.write_ladder(report, tmp_path / "ladder")
+    md = (tmp_path / "ladder.md").read_text()
+    assert "| s0 | 100,000 | 8.0 | 100 | single | budget 1.0: optim.lr=0.1 | the frontier |" in md
+    assert "| multilevel | optim.lr=0.3 | 1.200 [1.176, 1.224] | 16.7% [15.0%, 18.3%] | 4 |" in md
+    assert "Extrapolation, not a measurement: at 22.4M parameters" in md
+    assert "s2/multilevel: not in the verdict" in md and "crashed: RuntimeError: boom" in md
+    assert (tmp_path / "ladder.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "ladder.json").read_text())
+    assert saved["trends"][0]["verdict"] == "shrinking" and saved["trends"][0]["predictions"][0]["M"] < 1.1
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: the smoke study, launched for real
+
+
+@pytest.fixture
+def verdict(monkeypatch):
+    """mltrain-compare's tuned verdict; the stand-in (tests/study_standin.py) where it is not there yet."""
+    import mltrain.tools.compare as compare
+
+    if not hasattr(compare, "compare_dirs"):
+        import study_standin
+
+        monkeypatch.setattr(compare, "compare_dirs", study_standin.compare_dirs, raising=False)
+    return compare
+
+
+def launches(monkeypatch) -> list:
+    """Counts the sweeps the study launches (each is still launched)."""
+    launched = []
+    real = stages.multirun
+
+    def counting(overrides, env):
+        launched.append(overrides)
+        return real(overrides, env)
+
+    monkeypatch.setattr(stages, "multirun", counting)
+    return launched
+
+
+def summaries(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("summary.json")}
+
+
+def reports(root: Path) -> dict:
+    """What the ladder says per scale and arm, and every scale's selection (what a resume must reproduce)."""
+    saved = json.loads((root / "ladder.json").read_text())
+    keep = ("arm", "found", "selected", "selected_by_budget", "final_val_loss", "multiplier", "eval_seeds")
+    return {"scales": [[{k: a.get(k) for k in keep} for a in s["arms"]] for s in saved["scales"]],
+            "missing": [s["missing_runs"] for s in saved["scales"]],
+            "selection": {p.parent.name: json.loads(p.read_text()) for p in root.glob("*/selection.json")}}
+
+
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory):
+    """The smoke study run once to the end: (its dir, exit status, its lines)."""
+    import mltrain.tools.compare as compare
+
+    root = tmp_path_factory.mktemp("smoke") / "study"
+    patch = pytest.MonkeyPatch()
+    if not hasattr(compare, "compare_dirs"):
+        import study_standin
+
+        patch.setattr(compare, "compare_dirs", study_standin.compare_dirs, raising=False)
+    try:
+        code, out, _ = run_main("study=smoke", f"dir={root}")
+    finally:
+        patch.undo()
+    return root, code, out
+
+
+@pytest.mark.slow
+def test_smoke_study_end_to_end(smoke_study):
+    root, code, out = smoke_study
+    assert code == 0, out
+    lines = out.splitlines()
+    assert sum(line.startswith("[") for line in lines) == 32  # one line per run: 16 per scale
+    assert "[32/32] " in out and "0 runs left" in lines[31]
+    assert "multilevel: " in out and "with scale" in out and "0 run(s) did not finish" not in out
+    saved = json.loads((root / "ladder.json").read_text())
+    assert [s["scale"] for s in saved["scales"]] == ["d16", "d32"]
+    for s in saved["scales"]:
+        assert all(a["found"] for a in s["arms"]) and s["missing_runs"] == []
+        assert (root / s["scale"] / "verdict" / "comparison.json").exists()
+        chosen = json.loads((root / s["scale"] / "selection.json").read_text())["arms"]
+        assert sorted(map(float, chosen["single"]["by_budget"])) == [0.5, 1.0, 2.0] and chosen["multilevel"]["setting"]
+    for name in ("ladder.md", "ladder.png", "study.log"):
+        assert (root / name).exists()
+    runs = list(root.rglob("summary.json"))
+    assert len(runs) == 32 and all(json.loads(p.read_text())["status"] == "finished" for p in runs)
+    job = json.loads(next((root / "d32" / "eval" / "multilevel").glob("*/summary.json")).read_text())
+    assert job["seed"] in (1, 2) and job["fine_steps"] == 52
+
+
+@pytest.mark.slow
+def test_a_second_invocation_starts_no_run_and_rewrites_the_reports(smoke_study, verdict, monkeypatch):
+    root = smoke_study[0]
+    before = summaries(root)
+    launched = launches(monkeypatch)
+    code, out, _ = run_main("study=smoke", f"dir={root}")
+    assert code == 0 and launched == [] and "0 sweep(s) launched" in out
+    assert summaries(root) == before and not any(line.startswith("[") for line in out.splitlines())
+
+
+@pytest.mark.slow
+def test_a_study_with_runs_missing_or_cut_short_resumes_to_the_same_reports(smoke_study, verdict, tmp_path, monkeypatch):
+    root = tmp_path / "study"
+    shutil.copytree(smoke_study[0], root, ignore=shutil.ignore_patterns(".mltrain.lock", "study.log"))
+    shutil.rmtree(root / "d16" / "tune" / "multilevel" / "optim.lr=0.3,seed=0")  # never started
+    cut = next((root / "d32" / "eval" / "single").glob("*seed=2,train.budget=2.0"))
+    (cut / "summary.json").unlink()  # killed after its last checkpoint, before its summary
+    (cut / "model.safetensors").unlink()
+    for report in [root / "ladder.json", *root.glob("*/selection.json"), *root.glob("*/verdict/comparison.json")]:
+        report.unlink()
+    launched = launches(monkeypatch)
+    code, out, _ = run_main("study=smoke", f"dir={root}")
+    assert code == 0, out
+    assert len(launched) == 2  # the sweeps that held the two runs; every other one was finished
+    assert [line.split("]", 1)[1].split(":")[0].strip() for line in out.splitlines() if line.startswith("[")] == [
+        "d16/tune/multilevel/optim.lr=0.3,seed=0", f"d32/eval/single/{cut.name}"]
+    assert reports(root) == reports(smoke_study[0])
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, verdict, tmp_path, monkeypatch):
+    root = tmp_path / "study"
+    argv = ["study=smoke", f"dir={root}", "~ladder.d32"]
+    real_ended = stages.Progress.ended
+    seen = []
+
+    def interrupt_after_a_few(self, run, summary, cost):  # Ctrl-C while the 5th run trains (or just after)
+        real_ended(self, run, summary, cost)
+        seen.append(run)
+        if len(seen) == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(stages.Progress, "ended", interrupt_after_a_few)
+    code, out, _ = run_main(*argv)
+    assert code == 130
+    assert out.splitlines()[-1] == ("mltrain-study: stopped; every finished run is kept and interrupted ones resume: "
+                                    f"continue with the same command: {shlex.join(['mltrain-study', *argv])}")
+    monkeypatch.setattr(stages.Progress, "ended", real_ended)
+    code, out, _ = run_main(*argv)
+    assert code == 0, out
+    again, whole = reports(root), reports(smoke_study[0])
+    assert again["scales"] == whole["scales"][:1] and again["selection"]["d16"] == whole["selection"]["d16"]
+
+
+@pytest.mark.slow
+def test_a_study_changed_since_its_runs_is_refused_before_any_run(smoke_study, capsys):
+    code, _, err = run_main("study=smoke", f"dir={smoke_study[0]}", "common=['scale=smoke','train.eval_interval=4',"
+                            "'train.eval_batches=3','multilevel.eval_every_cycle=false','device=cpu']", capsys=capsys)
+    assert code == 2 and "holds a run made with other settings than this study's (train.eval_batches (2 there, 3 here))" in err
+
+
+def test_readme_study_commands_compose_and_pass_the_checks():
+    from test_readme import readme_commands
+
+    commands = readme_commands("mltrain-study")
+    assert {a[0] for a in commands} >= {"study=smoke", "study=cpu_ladder"} and any("--status" in a for a in commands)
+    for args in commands:
+        schema.check(compose_study([a for a in args if not a.startswith("--")]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder"])
+def test_every_setting_of_the_big_studies_composes_and_validates(name, request, tmp_path):
+    if name == "paper_ladder":
+        request.getfixturevalue("gpt2_cache")
+    study = stages.prepare(compose_study([f"study={name}", f"dir={tmp_path}"]))
+    assert set(study.labels) == set(study.cfg.ladder) and len(study.kinds) == len(study.cfg.ladder) * len(study.cfg.arms)
+    assert not any(tmp_path.iterdir())  # checking writes nothing
+
+
+@pytest.mark.slow
+def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, tmp_path):
+    # Valid config, impossible run: the vocabulary is only checked against the tokenizer's when a run builds.
+    code, out, _ = run_main("study=smoke", f"dir={tmp_path}", "~ladder.d32", "arms.multilevel.overrides=['model.vocab_size=100']")
+    assert code == 1
+    failed = [line for line in out.splitlines() if "FAILED" in line]
+    assert len(failed) == 2 and all("d16/tune/multilevel/" in line for line in failed)
+    assert all("model.vocab_size=100 is smaller than the tokenizer's vocabulary (256)" in line for line in failed)
+    assert sum(" val loss " in line for line in out.splitlines()) == 12  # single-level: 6 tuning, 6 frontier runs
+    md = (tmp_path / "ladder.md").read_text()
+    assert "d16/multilevel: stage 1 chose no setting" in md and "model.vocab_size=100 is smaller" in md
