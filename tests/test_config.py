@@ -23,8 +23,16 @@ def test_default_config_is_the_cpu_demo():
     cfg = make()
     validate(cfg)
     assert cfg.model.n_layer == 4 and cfg.data.source == "embedded" and cfg.data.tokenizer == "bytes"
-    assert cfg.optim.name == "sgd" and cfg.optim.lr == pytest.approx(1.2e-3)
-    assert cfg.coarsening.scheme == "none" and run_kind(cfg) == "single"
+    assert cfg.optim.name == "sgd" and cfg.coarsening.scheme == "none" and run_kind(cfg) == "single"
+
+
+@pytest.mark.parametrize("scale,lr,coarse_lr", [("demo", 0.2, 0.1), ("cpu", 0.2, 0.05), ("paper", 1.2e-3, 1.2e-3)])
+@pytest.mark.parametrize("method", ["multilevel", "schedule_control", "random_control", None])
+def test_the_scale_carries_its_lrs_for_every_method(scale, lr, coarse_lr, method):
+    """The CPU scales carry the LRs their sweeps chose (conf/scale/*.yaml), the paper's scale the paper's;
+    the method presets take them as they are, and `coarsening=evenodd` alone does too."""
+    cfg = make(f"scale={scale}", *([f"experiment={method}"] if method else ["coarsening=evenodd"]))
+    assert cfg.optim.lr == pytest.approx(lr) and cfg.multilevel.coarse_optim.lr == pytest.approx(coarse_lr)
 
 
 def test_gpt22m_selects_the_gpt2_tokenizer_unless_overridden():
