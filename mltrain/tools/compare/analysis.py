@@ -153,50 +153,57 @@ def compare_to(ref: Configuration, conf: Configuration) -> dict:
         ref_run = ref_by_seed.get(run.seed) if run.seed is not None else None
         entry: dict[str, Any] = {"seed": run.seed, "run": run.source, "paired": ref_run is not None}
         for m in METRICS:
-            target, f_ref = own[m][id(ref_run)] if ref_run is not None else mean_ref[m]
-            f, loss = run.curve(m)
-            flops = first_reach(f, loss, target) if target is not None else None
-            saving = 1.0 - flops / f_ref if (flops is not None and f_ref) else None
-            blocks = run.curve(m, blocks=True)
-            flops_b = first_reach(blocks[0], blocks[1], target) if (blocks is not None and target is not None) else None
-            final = run.final(m)
-            e = {
-                "target": target,
-                "reference_flops": f_ref,
-                "flops": flops,
-                "reached": flops is not None,
-                "saving": saving,
-                "saving_blocks": 1.0 - flops_b / f_ref if (flops_b is not None and f_ref) else None,
-                "final_loss": final,
-                "loss_diff": final - target if (final is not None and target is not None) else None,
-            }
-            if target is None:
-                e["note"] = f"reference has no {m} loss"
-            elif loss.size == 0:
-                e["note"] = f"no {m} loss rows"
-            entry[m] = e
+            entry[m] = _against_target(run, m, *(own[m][id(ref_run)] if ref_run is not None else mean_ref[m]))
         out["per_seed"].append(entry)
     for m in METRICS:
-        per = [{"paired": e["paired"], **e[m]} for e in out["per_seed"]]
-        reached = [e for e in per if e["reached"]]
-        saving = _paired_interval(per, "saving", "no saving")
-        if len(reached) < len(per):
-            saving["warnings"].append(
-                f"{len(per) - len(reached)} of {len(per)} seed(s) never reached the target and are left out: "
-                "the mean overstates the saving"
-            )
-        out[m] = {
-            "n_runs": len(per),
-            "n_reached": len(reached),
-            "mean_flops": _mean(e["flops"] for e in reached),
-            "std_flops": _std(e["flops"] for e in reached),
-            "mean_saving": _mean(e["saving"] for e in reached),
-            "std_saving": _std(e["saving"] for e in reached),
-            "saving_interval": saving,
-            "saving_blocks_interval": _paired_interval(per, "saving_blocks", "no saving"),
-            "loss_diff_interval": _paired_interval(per, "loss_diff", "no difference in final loss"),
-        }
+        out[m] = _aggregate([{"paired": e["paired"], **e[m]} for e in out["per_seed"]])
     return out
+
+
+def _against_target(run: Run, m: str, target: Optional[float], f_ref: Optional[float]) -> dict:
+    """One run's FLOPs to reach `target` on metric `m`, and its saving against `f_ref`, the reference's."""
+    f, loss = run.curve(m)
+    flops = first_reach(f, loss, target) if target is not None else None
+    blocks = run.curve(m, blocks=True)
+    flops_b = first_reach(blocks[0], blocks[1], target) if (blocks is not None and target is not None) else None
+    final = run.final(m)
+    e = {
+        "target": target,
+        "reference_flops": f_ref,
+        "flops": flops,
+        "reached": flops is not None,
+        "saving": 1.0 - flops / f_ref if (flops is not None and f_ref) else None,
+        "saving_blocks": 1.0 - flops_b / f_ref if (flops_b is not None and f_ref) else None,
+        "final_loss": final,
+        "loss_diff": final - target if (final is not None and target is not None) else None,
+    }
+    if target is None:
+        e["note"] = f"reference has no {m} loss"
+    elif loss.size == 0:
+        e["note"] = f"no {m} loss rows"
+    return e
+
+
+def _aggregate(per: list[dict]) -> dict:
+    """Means, spreads and paired intervals over the seeds of one metric's per-run entries."""
+    reached = [e for e in per if e["reached"]]
+    saving = _paired_interval(per, "saving", "no saving")
+    if len(reached) < len(per):
+        saving["warnings"].append(
+            f"{len(per) - len(reached)} of {len(per)} seed(s) never reached the target and are left out: "
+            "the mean overstates the saving"
+        )
+    return {
+        "n_runs": len(per),
+        "n_reached": len(reached),
+        "mean_flops": _mean(e["flops"] for e in reached),
+        "std_flops": _std(e["flops"] for e in reached),
+        "mean_saving": _mean(e["saving"] for e in reached),
+        "std_saving": _std(e["saving"] for e in reached),
+        "saving_interval": saving,
+        "saving_blocks_interval": _paired_interval(per, "saving_blocks", "no saving"),
+        "loss_diff_interval": _paired_interval(per, "loss_diff", "no difference in final loss"),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
