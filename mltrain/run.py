@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mltrain.training import distributed
 
 from mltrain.runs import rundir
-from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_checkpoint
+from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_latest
 from mltrain.method.coarsening import Hierarchy, build_scheme
 from mltrain.config import apply_budget, resuming, validate
 from mltrain.data import BatchSampler, load_tokens
@@ -42,7 +42,7 @@ from mltrain.runs.provenance import provenance
 from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
 from mltrain.runs.tracking import Tracker, run_label, run_name
 from mltrain.training.trainer import EVAL_SEED, NonFiniteLoss, Trainer
-from mltrain.runs.weights import save_weights
+from mltrain.runs.weights import remove_weights, save_weights
 
 log = logging.getLogger("mltrain")
 
@@ -216,9 +216,9 @@ def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Opt
     checkpoints = CheckpointFolder(run_dir, keep=t.keep_checkpoints)
     resumed = {}  # the checkpoint's bookkeeping: metrics position, initial val loss, cadence
     if previous is not None:
-        latest = checkpoints.latest()
-        if latest is not None:
-            resumed = load_checkpoint(latest, runner)  # another model/scheme/plan: CheckpointError, nothing changed
+        found = load_latest(checkpoints, runner)  # another run's: CheckpointError; damaged: the next older
+        if found is not None:
+            latest, resumed = found
             log.info("resuming %s from %s (fine step %d of %d)", run_dir, latest.name, trainer.state.fine_steps, t.max_steps)
         else:
             resumed = {"metrics_bytes": 0, "metrics_rows": 0}
@@ -332,7 +332,9 @@ def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Opt
         if device.type == "cuda":
             summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
         if tracker is not None:
-            if status != "diverged":  # non-finite weights are of no use: the last good checkpoint holds good ones
+            if status == "diverged":
+                remove_weights(run_dir)  # those of an earlier stage (before a resume) are not this run's
+            else:  # non-finite weights are of no use: the last good checkpoint holds good ones
                 try:
                     save_weights(run_dir, model, cfg.data.tokenizer)  # before the summary: a finished run always has them
                 except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept

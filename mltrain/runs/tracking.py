@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mltrain.runs import atomic
-from mltrain.errors import ConfigError, StorageError
+from mltrain.errors import StorageError
 from mltrain.runs.names import shorten
+from mltrain.runs.provenance import redact_tree, redacted_argv
 
 log = logging.getLogger("mltrain.runs.tracking")
 
@@ -247,23 +248,17 @@ class Tracker:
                 raise
             raise StorageError(f"cannot write {self.metrics_path} ({err.strerror or err})") from None
         if _get(logger_cfg, "name", "jsonl") == "wandb":
-            self._start_wandb(logger_cfg, _plain(config))
+            self._start_wandb(logger_cfg, redact_tree(_plain(config)))
 
     # -- files ----------------------------------------------------------------------------------
 
     def _open_metrics(self, resume: Mapping[str, int] | None) -> None:
         """A raw append-only descriptor: each row goes down in one os.write, so it is written whole or,
         when the disk is full, cut back off (see _append). `resume`: cut the rows after that position."""
-        exists = self.metrics_path.exists()
-        if resume is not None:
-            size, keep = (self.metrics_path.stat().st_size if exists else 0), int(resume["metrics_bytes"])
-            if size < keep:
-                raise ConfigError(f"{self.metrics_path} has {size} bytes, fewer than the {keep} it had at the last "
-                                  "checkpoint: it was changed since, so the run cannot continue it (nothing was changed)")
-            if exists:
-                os.truncate(self.metrics_path, keep)
+        if resume is not None:  # cut at the checkpoint's row boundary, verified (ConfigError otherwise)
+            atomic.cut_at_row(self.metrics_path, int(resume["metrics_bytes"]), int(resume["metrics_rows"]))
             self.rows = int(resume["metrics_rows"])
-        self._file = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._file = atomic.open_no_follow(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         if resume is None and os.fstat(self._file).st_size > 0:
             with open(self.metrics_path, "rb") as f:
                 data = f.read()
@@ -291,8 +286,8 @@ class Tracker:
             except OSError:
                 kept = "its last row may be torn (read_metrics skips it)"
             raise StorageError(
-                f"cannot write {self.metrics_path} ({err.strerror or err}): the disk or the file-size limit is "
-                f"full; the run stopped and {kept}; no summary.json was written"
+                f"cannot write {self.metrics_path} ({atomic.full_or_denied(err)}); the run stopped and {kept}; "
+                f"no summary.json was written"
             ) from None
         self.rows += 1
 
@@ -399,10 +394,8 @@ class Tracker:
         )
         sync_hint = f"upload later with `wandb sync {self.run_dir / 'wandb'}/offline-run-*`"
         if mode == "online":
-            reason = None
-            if not _has_api_key(wandb):
-                reason = "no W&B API key found (run `wandb login` or set WANDB_API_KEY)"
-            else:
+            reason = _api_key_problem(wandb)
+            if reason is None:
                 try:
                     self._init(wandb, kwargs, "online")
                 except Exception as err:  # noqa: BLE001
@@ -422,7 +415,8 @@ class Tracker:
         settings = {}
         if mode == "online" and "WANDB_INIT_TIMEOUT" not in os.environ:
             settings["init_timeout"] = INIT_TIMEOUT_S
-        run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
+        with redacted_argv():  # W&B records the command line: without secret values
+            run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
         try:
             if self._resuming:
                 self._wandb_skip_below = int(getattr(run, "step", 0) or 0)
@@ -438,14 +432,17 @@ class Tracker:
         self.wandb_run, self.wandb_mode = run, mode
 
 
-def _has_api_key(wandb: Any) -> bool:
-    """True when W&B credentials are configured (env, settings file, netrc). Never prompts."""
+def _api_key_problem(wandb: Any) -> str | None:
+    """Why W&B cannot go online with the credentials configured here (env, settings file, netrc): none
+    found, or W&B refuses the one found (its words, never the key); None when there is one. Never prompts."""
     try:
-        return bool(wandb.login(prompt=False, verify=False))
+        if wandb.login(prompt=False, verify=False):
+            return None
     except TypeError:  # older wandb without `prompt=`: let init decide (it raises without a key)
-        return True
-    except Exception:  # noqa: BLE001
-        return False
+        return None
+    except Exception as err:  # noqa: BLE001
+        return f"W&B rejected the API key configured here ({type(err).__name__}: {first_line(err)})"
+    return "no W&B API key found (run `wandb login` or set WANDB_API_KEY)"
 
 
 def first_line(err: BaseException) -> str:

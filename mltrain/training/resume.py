@@ -27,7 +27,8 @@ from typing import Any, Iterable, Optional
 from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError
-from mltrain.runs.rundir import earlier_run
+from mltrain.runs.provenance import secret_override
+from mltrain.runs.rundir import earlier_run, hydra_value, read_summary, unproven_run
 
 # Keys a resumed run may set differently from the run it continues: where and how results are logged or
 # shown, how often checkpoints are taken, how fast the same computation runs. A key matches itself and
@@ -68,12 +69,10 @@ class PreviousRun:
 
 def previous_run(run_dir: str | Path) -> Optional[PreviousRun]:
     """The run in `run_dir`, or None when it holds none (no metrics, summary or checkpoint)."""
-    import json
-
     run_dir = Path(run_dir)
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
+        summary = read_summary(summary_path)  # cut or not an object: ConfigError naming it
         # a summary without a status predates status keys: such runs always ran to the end
         return PreviousRun(run_dir, summary.get("status", "finished"), summary)
     # what counts as a run is the run-dir claim's rule (metrics, summary or checkpoints)
@@ -125,7 +124,10 @@ def check_resume(run_dir: str | Path, cfg: Any) -> Optional[PreviousRun]:
                 f"{run_dir} holds a run made with another config: {'; '.join(diffs)}. Resume it with its own "
                 f"settings ({run_dir / '.hydra' / 'overrides.yaml'}), or choose another dir (nothing was changed)"
             )
-    return previous_run(run_dir)
+    previous = previous_run(run_dir)
+    if previous is not None and not previous.ended and (problem := unproven_run(run_dir)):
+        raise ConfigError(problem)
+    return previous
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,13 +144,15 @@ def _join(words: list[str]) -> str:
 
 def resume_command(run_dir: str | Path) -> str:
     """The command that continues this run: its own overrides plus train.resume=true and its dir (for a
-    multirun job: the sweep's command, which resumes every unfinished job and skips the finished ones)."""
+    multirun job: the sweep's command, which resumes every unfinished job and skips the finished ones).
+    The dir is quoted for Hydra, then every word for the shell; secret values (an API key set with
+    +hydra.job.env_set...) are left out: the command is printed and recorded, and they are not."""
     run_dir = Path(run_dir).resolve()
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return _join(["mltrain", "train.resume=true", f"hydra.run.dir={run_dir}"]) + "  (plus the run's own overrides)"
+        return _join(["mltrain", "train.resume=true", f"hydra.run.dir={hydra_value(run_dir)}"]) + "  (plus the run's own overrides)"
     hc = HydraConfig.get()
     drop = ("train.resume", "hydra.mode", "hydra.run.dir", "hydra.sweep.dir")
     if hc.mode == RunMode.MULTIRUN:
@@ -158,10 +162,10 @@ def resume_command(run_dir: str | Path) -> str:
         if saved.exists():  # the sweep's own lists (a,b,c), not this job's values
             ovr = OmegaConf.load(saved).hydra.overrides
             task, hydra_overrides = list(ovr.task), list(ovr.hydra)
-        kept = [o for o in [*task, *hydra_overrides] if _key(o) not in drop]
-        return _join(["mltrain", "-m", *kept, "train.resume=true", f"hydra.sweep.dir={sweep}"])
-    kept = [o for o in [*hc.overrides.task, *hc.overrides.hydra] if _key(o) not in drop]
-    return _join(["mltrain", *kept, "train.resume=true", f"hydra.run.dir={run_dir}"])
+        kept = [o for o in [*task, *hydra_overrides] if _key(o) not in drop and not secret_override(o)]
+        return _join(["mltrain", "-m", *kept, "train.resume=true", f"hydra.sweep.dir={hydra_value(sweep)}"])
+    kept = [o for o in [*hc.overrides.task, *hc.overrides.hydra] if _key(o) not in drop and not secret_override(o)]
+    return _join(["mltrain", *kept, "train.resume=true", f"hydra.run.dir={hydra_value(run_dir)}"])
 
 
 # ---------------------------------------------------------------------------------------------
