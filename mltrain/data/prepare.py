@@ -37,6 +37,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -417,8 +418,35 @@ def run_prepare(cfg: PrepareConfig | DictConfig | dict) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"cannot create prepare.out_dir={out} ({err})") from err
-    with _exclusive(out):
-        return _prepare_locked(c, tok, out)
+    with _exclusive(out), _CtrlC() as ctrl_c:
+        return _prepare_locked(c, tok, out, ctrl_c)
+
+
+class _CtrlC:
+    """Ctrl-C while preparing (in the main thread): the first one is remembered and stops the preparation
+    at the next batch or shard, from ordinary code, where KeyboardInterrupt cannot be lost (raised inside
+    a finalizer, Python only prints it and goes on); a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.count, self.previous = 0, None
+
+    def __enter__(self) -> "_CtrlC":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.count:
+            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -429,7 +457,7 @@ def _exclusive(out: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: no lock
         yield
         return
-    with open(out / LOCK_FILE, "a") as f:
+    with os.fdopen(atomic.open_no_follow(out / LOCK_FILE, os.O_RDWR | os.O_CREAT), "r+") as f:  # never through a link
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -441,7 +469,7 @@ def _exclusive(out: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path) -> Path:
+def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path, ctrl_c: Optional["_CtrlC"] = None) -> Path:
     atomic.remove_stale_temps(out)
     state = _load_state(out, _fingerprint(c))
     if state["done"]:
@@ -482,12 +510,16 @@ def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path) -> Path:
         )  # fmt: skip
         atomic.write_json(out / STATE_FILE, state)
         _after_shard(out / name)
+        if ctrl_c is not None:
+            ctrl_c.check()  # a Ctrl-C stops here, every finished shard committed
         index += 1
         buf, fill = np.empty(max(capacity(index), 0), dtype=shards.TOKEN_DTYPE), 0
 
     try:
         last: tuple[_Batch, np.ndarray, int] | None = None
         for batch, tokens, lengths in encoded:
+            if ctrl_c is not None:
+                ctrl_c.check()
             if finished:
                 break
             cum = np.cumsum(lengths)

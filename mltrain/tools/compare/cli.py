@@ -28,6 +28,7 @@ from mltrain.tools.compare.loading import (
 from mltrain.tools.compare.plot import plot
 from mltrain.tools.compare.report import render_markdown
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
+from mltrain.runs.atomic import refuse_links
 from mltrain.runs.tracking import write_json_atomic
 
 log = logging.getLogger("mltrain.tools.compare")
@@ -104,6 +105,7 @@ def run_compare(args: argparse.Namespace, argv: Sequence[str]) -> str:
     for r in excluded:
         log.warning("left out of the comparison: %s: %s (%s)", r.source, r.status, r.reason)
     report = build_report(configs, baseline, args.control)
+    refuse_links(out / f"comparison.{ext}" for ext in ("png", "md", "json"))  # never write through a link
     out.mkdir(parents=True, exist_ok=True)
     report = {
         "command": " ".join(shlex.quote(a) for a in ["mltrain-compare", *argv]),
