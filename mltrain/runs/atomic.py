@@ -73,7 +73,7 @@ def remove_stale_temps(folder: str | os.PathLike) -> int:
 
 
 def link_message(path: str | os.PathLike) -> str:
-    return (f"{path} is a symbolic link; mltrain writes its own files only, never through a link "
+    return (f"{path}: it is a symbolic link, and mltrain writes its own files only, never through a link "
             f"(remove the link or choose another folder; nothing was changed)")
 
 

@@ -125,13 +125,19 @@ def hydra_value(value: str | os.PathLike) -> str:
 
 
 def unproven_run(path: str | os.PathLike) -> Optional[str]:
-    """Why the unfinished run in `path` cannot be resumed under any config: it has neither the config
-    Hydra recorded (`.hydra/config.yaml`) nor a checkpoint (which records its own); None when it has."""
+    """Why the unfinished run in `path` cannot be resumed under any config, or None. Under the CLI every
+    run dir has the config Hydra recorded (`.hydra/config.yaml`), which a resume must match: one without
+    it is not resumed (Hydra would record the new config there before a checkpoint could object).
+    Called from Python (`run(cfg, run_dir)`), a run dir needs it or a checkpoint, which records its own."""
     path = Path(path)
-    if (path / ".hydra" / "config.yaml").exists() or any((path / "checkpoints").glob("step-*.pt")):
+    if (path / ".hydra" / "config.yaml").exists():
         return None
-    return (f"{path} holds a run without .hydra/config.yaml and without a checkpoint: nothing shows which "
-            f"config made it, so it is not resumed under this one; choose another dir (nothing was changed)")
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() and any((path / "checkpoints").glob("step-*.pt")):
+        return None
+    return (f"{path} holds an unfinished run without its .hydra/config.yaml: nothing shows which config "
+            f"made it, so it is not resumed under this one; choose another dir (nothing was changed)")
 
 
 def _holder(lock_path: Path) -> str:

@@ -95,6 +95,7 @@ def read_info(run_dir: str | Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise DataError(f"{run_dir}: no such run directory")
+    _refuse_diverged(run_dir)
     path = run_dir / INFO_FILE
     if not path.is_file() or not (run_dir / WEIGHTS_FILE).is_file():
         raise DataError(
@@ -107,7 +108,6 @@ def read_info(run_dir: str | Path) -> dict[str, Any]:
         raise DataError(f"{path}: cannot read it as JSON ({err})") from err
     if not isinstance(info, dict) or info.get("format") != FORMAT or not isinstance(info.get("model"), dict):
         raise DataError(f"{path} is not an mltrain model description (format {FORMAT!r})")
-    _refuse_diverged(run_dir)
     return info
 
 
@@ -118,10 +118,10 @@ def _refuse_diverged(run_dir: Path) -> None:
     except (OSError, ValueError):
         return  # no summary (a run still going, or weights saved by a script): the weights speak for themselves
     if isinstance(summary, dict) and summary.get("status") == "diverged":
-        raise DataError(
-            f"{run_dir} holds a run that diverged (summary.json): it has no final weights, and its {WEIGHTS_FILE} "
-            f"is from before the run diverged; use a checkpoint in {run_dir / 'checkpoints'} or another run"
-        )
+        stale = (f", and its {WEIGHTS_FILE} is from before the run diverged"
+                 if (run_dir / WEIGHTS_FILE).exists() else "")
+        raise DataError(f"{run_dir} holds a run that diverged (summary.json): it has no final weights{stale}; "
+                        f"use a checkpoint in {run_dir / 'checkpoints'} or another run")
 
 
 _POSITIVE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")

@@ -194,7 +194,8 @@ def lost_peer(err: BaseException) -> Optional[str]:
     if not isinstance(err, getattr(dist, "DistError", ())) and not _PEER_TROUBLE.search(text):
         return None
     world = world_from_env()
-    return (f"rank {world.rank} of {world.size} lost contact with the other ranks ({_first_line(err)}): another "
+    said = re.sub(r"^\[[^\]]*\]\s*", "", _first_line(err)).split(". ")[0]  # gloo's source position off
+    return (f"rank {world.rank} of {world.size} lost contact with the other ranks ({said}): another "
             f"process of this job stopped or cannot be reached, so the run stopped; its last checkpoint is kept "
             f"(resume with train.resume=true)")
 
