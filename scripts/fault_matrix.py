@@ -64,7 +64,7 @@ NO_ROOM = {"RLIMIT_AS": 6 * 2**30}
 _spec = importlib.util.find_spec("mltrain")  # where the installed mltrain lives (not imported here)
 INSTALLED = Path(_spec.origin).resolve().parents[1] if _spec and _spec.origin else None
 TIMEOUT_S = 120  # every case ends in seconds when handled; one still running by then is judged "wrong"
-TIMED_OUT = -9
+TIMED_OUT = -1000  # not a signal's status: a killed process (-9) is something else
 ENTRY = {"mltrain": "train_main", "mltrain-prepare": "prepare_main", "mltrain-compare": "compare_main",
          "mltrain-sample": "sample_main", "mltrain-export": "export_main"}
 
@@ -695,7 +695,7 @@ def foreign(c: list) -> None:
     f = "foreign or damaged state"
     c.append(Case(f, "resume: newest checkpoint from another run (seed)", foreign_checkpoint, needle="another run",
                   check=refused_and_unchanged, **R2))
-    c.append(Case(f, "resume: no .hydra/, checkpoints, another lr", no_hydra(True), needle="optim.lr",
+    c.append(Case(f, "resume: no .hydra/, checkpoints, another lr", no_hydra(True), needle=".hydra",
                   check=refused_and_unchanged, **R2))
     c.append(Case(f, "resume: no .hydra/, no checkpoint", no_hydra(False), needle=".hydra",
                   check=refused_and_unchanged, **R2))
@@ -1245,11 +1245,12 @@ def main() -> None:
                     help="a source tree to measure (repeatable); default: the installed mltrain")
     ap.add_argument("--only", help="run only the classes whose name contains one of these comma-separated texts")
     ap.add_argument("--round", type=int, choices=(1, 2), help="run only round one's (issue 11) or two's (issue 20) classes")
+    ap.add_argument("--case", help="run only the cases whose name contains this text")
     ap.add_argument("--quiet", action="store_true", help="print only the table")
     args = ap.parse_args()
     wanted = [w for w in (args.only or "").split(",") if w]
     selected = [c for c in [*cases(), *round_two_cases()] if (not wanted or any(w in c.cls for w in wanted))
-                and (args.round is None or c.round == args.round)]
+                and (args.round is None or c.round == args.round) and (not args.case or args.case in c.name)]
     trees = [s.split("=", 1) for s in args.src] or [["installed", None]]
     results = {}
     for label, src in trees:

@@ -121,7 +121,7 @@ def _cache_checked(name: str) -> Iterator[None]:
                     raise DataError(
                         f"the cached BPE file {path} (tiktoken's copy of {blobpath}) for encoding '{name}' is "
                         f"damaged: its SHA-256 is not the expected one. Replace it with a good copy, or delete "
-                        f"it to download it again (nothing was changed)")
+                        f"it so that tiktoken fetches it again (nothing was changed)")
         return real(blobpath, expected_hash)
 
     tl.read_file_cached = checked

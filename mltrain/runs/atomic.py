@@ -105,31 +105,37 @@ def full_or_denied(err: OSError) -> str:
     return reason
 
 
-def cut_at_row(path: str | os.PathLike, keep_bytes: int, keep_rows: int) -> None:
+def _rows_problem(fd: int, keep_bytes: int, keep_rows: int) -> str:
+    """How the file open at `fd` fails to begin with `keep_rows` whole lines in `keep_bytes` bytes ("" when
+    it does)."""
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, keep_bytes, 0) if keep_bytes else b""
+    whole = len(head) == keep_bytes and (keep_bytes == 0 or head.endswith(b"\n"))
+    lines = head.count(b"\n")
+    if size < keep_bytes:
+        return f"has {size:,} bytes, fewer than the {keep_bytes:,} it had at the last checkpoint"
+    if not whole or lines != keep_rows:
+        return (f"does not begin with the {keep_rows:,} whole rows it had at the last checkpoint (its first "
+                f"{keep_bytes:,} bytes hold {lines:,} line ends{'' if whole else ', the last row cut'})")
+    return ""
+
+
+def cut_at_row(path: str | os.PathLike, keep_bytes: int, keep_rows: int, check_only: bool = False) -> None:
     """Cut the append-only JSON-lines file `path` back to its first `keep_bytes` bytes, which must be
     exactly `keep_rows` whole lines (what a checkpoint recorded). Anything else means the file is not
-    the one the checkpoint saw: ConfigError, and the file is left as it is."""
+    the one the checkpoint saw: ConfigError, and the file is left as it is. `check_only`: only check."""
     try:
-        fd = open_no_follow(path, os.O_RDWR)
+        fd = open_no_follow(path, os.O_RDONLY if check_only else os.O_RDWR)
     except FileNotFoundError:
         if keep_bytes == 0:
             return
         fd = os.open(os.devnull, os.O_RDONLY)  # no file: the check below refuses with the sizes
     try:
-        size = os.fstat(fd).st_size
-        head = os.pread(fd, keep_bytes, 0) if keep_bytes else b""
-        whole = len(head) == keep_bytes and (keep_bytes == 0 or head.endswith(b"\n"))
-        lines = head.count(b"\n")
-        if size < keep_bytes:
-            found = f"has {size:,} bytes, fewer than the {keep_bytes:,} it had at the last checkpoint"
-        elif not whole or lines != keep_rows:
-            found = (f"does not begin with the {keep_rows:,} whole rows it had at the last checkpoint (its first "
-                     f"{keep_bytes:,} bytes hold {lines:,} line ends{'' if whole else ', the last row cut'})")
-        else:
-            found = ""
-        if found:
-            raise ConfigError(f"{path} {found}: it was changed since, so the run cannot continue it "
+        problem = _rows_problem(fd, keep_bytes, keep_rows)
+        if problem:
+            raise ConfigError(f"{path} {problem}: it was changed since, so the run cannot continue it "
                               f"(nothing was changed)")
-        os.ftruncate(fd, keep_bytes)
+        if not check_only:
+            os.ftruncate(fd, keep_bytes)
     finally:
         os.close(fd)

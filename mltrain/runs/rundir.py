@@ -132,9 +132,9 @@ def unproven_run(path: str | os.PathLike) -> Optional[str]:
     path = Path(path)
     if (path / ".hydra" / "config.yaml").exists():
         return None
-    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.global_hydra import GlobalHydra
 
-    if not HydraConfig.initialized() and any((path / "checkpoints").glob("step-*.pt")):
+    if not GlobalHydra.instance().is_initialized() and any((path / "checkpoints").glob("step-*.pt")):
         return None
     return (f"{path} holds an unfinished run without its .hydra/config.yaml: nothing shows which config "
             f"made it, so it is not resumed under this one; choose another dir (nothing was changed)")

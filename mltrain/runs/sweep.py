@@ -9,15 +9,16 @@
   failed) is recorded and marked done, so Hydra does not re-raise it at the end with a traceback;
   `sweep_failed()` then tells the CLI to exit with status 1. Recorded failures travel back from
   joblib's worker processes inside the job's return value.
-* `watch_sweep_process(config)`: in a joblib worker, a thread that stops the worker (SIGTERM: the run
-  checkpoints and stops; SIGKILL after a grace period) when the sweep's main process is gone, so no
-  worker outlives a killed sweep.
+* `watch_sweep_process(config)`: in a joblib worker, a thread that ends the worker when the sweep's main
+  process is gone (its run first gets SIGTERM: it finishes its step and writes a checkpoint, for at
+  most GRACE_S seconds), so no worker outlives a killed sweep.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Optional
@@ -114,7 +115,7 @@ def check_sweep(config: DictConfig) -> None:
 
 def _shared_dir(config: DictConfig, a: list[str], i: int, b: list[str], j: int, subdir: str, swept: set) -> str:
     differ = sorted({o.split("=", 1)[0] for o in set(a) ^ set(b)})
-    a, b = [o for o in a if o.split("=", 1)[0] in swept], [o for o in b if o.split("=", 1)[0] in swept]
+    a, b = ([o for o in a if o.split("=", 1)[0] in swept] or a), ([o for o in b if o.split("=", 1)[0] in swept] or b)
     why = (f"they differ only in {', '.join(differ)}, which job-dir names leave out "
            f"(hydra.job.config.override_dirname.exclude_keys)" if differ else "they are the same point")
     return (f"sweep points #{i} ({' '.join(a)}) and #{j} ({' '.join(b)}) would share the job dir "
@@ -189,9 +190,22 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def _in_job() -> bool:
+    """Whether this worker's main thread is running a job now (Hydra's run_job is on its stack)."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code.co_name == "run_job":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _watch(main: int) -> None:
     while not _gone(main):
         time.sleep(WATCH_INTERVAL_S)
-    os.kill(os.getpid(), signal.SIGTERM)  # a run in progress finishes its step, checkpoints, and stops
-    time.sleep(GRACE_S)
-    os.kill(os.getpid(), signal.SIGKILL)
+    if _in_job():
+        os.kill(os.getpid(), signal.SIGTERM)  # the run finishes its step, writes a checkpoint, and stops
+        deadline = time.monotonic() + GRACE_S
+        while _in_job() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    os._exit(128 + signal.SIGTERM)  # nobody is left to give this worker a job

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from mltrain.runs.atomic import atomic_open, full_or_denied, refuse_links, remove_stale_temps
+from mltrain.runs.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
 from mltrain.errors import CheckpointError, StorageError
 from mltrain.method.multilevel import MultilevelRunner, Phase
 
@@ -257,6 +257,9 @@ def load_latest(folder: "CheckpointFolder", runner: MultilevelRunner) -> Optiona
             damaged.append(err)
             folder.damaged.add(path)
             continue
+        position = (extra.get("metrics_bytes"), extra.get("metrics_rows"))
+        if all(isinstance(v, int) for v in position):  # the rows it saw are still there, whole: before any log line
+            cut_at_row(folder.path.parent / "metrics.jsonl", *position, check_only=True)
         for err in damaged:
             log.warning("%s; resuming from the older %s instead", err, path.name)
         return path, extra

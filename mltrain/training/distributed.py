@@ -38,6 +38,7 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -168,6 +169,8 @@ def rendezvous(world: World) -> "dist.TCPStore":
     announce.daemon = True
     announce.start()
     try:
+        if not world.is_main:  # reach rank 0 quietly first: torch's client logs a C++ stack on every timeout
+            _reachable(addr, int(port), timeout)
         store = dist.TCPStore(addr, int(port), world.size, is_master=world.is_main,
                               timeout=timedelta(seconds=timeout), wait_for_workers=True)
     except (RuntimeError, OSError, ValueError) as err:
@@ -179,6 +182,19 @@ def rendezvous(world: World) -> "dist.TCPStore":
         announce.cancel()
     store.set_timeout(COLLECTIVE_TIMEOUT)
     return store
+
+
+def _reachable(addr: str, port: int, timeout: float) -> None:
+    """Return once something listens at addr:port; TimeoutError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens at {addr}:{port}: rank 0 has not started") from None
+            time.sleep(0.2)
 
 
 def _first_line(err: BaseException) -> str:
