@@ -376,9 +376,8 @@ def cache_full_check(e: Env, procs: list) -> Optional[str]:
     return "lost" if cache.exists() and [p for p in cache.rglob("*") if p.is_file()] else None
 
 
-def cases() -> list[Case]:
-    c: list[Case] = []
-    # Runs that mix
+def mixing(c: list) -> None:
+    """Runs that mix."""
     mix = "runs that mix"
     c.append(Case(mix, "same hydra.run.dir, two starts at once", lambda e: two_at_once(e, f"hydra.run.dir={e.tmp / 'run'}"),
                   check=same_dir_check))
@@ -395,12 +394,18 @@ def cases() -> list[Case]:
                   setup=live_run_started("sweep"), protect="sweep"))
     c.append(Case(mix, "lock file left by a killed run", lambda e: [e.run("mltrain", *SMOKE, f"hydra.run.dir={e.tmp / 'run'}")],
                   expect="ok", setup=stale_lock))
-    # Keys that vanish
+
+
+def vanishing_keys(c: list) -> None:
+    """Keys that vanish."""
     for o, key in (("+train.max_step=3", "train.max_step"), ("++train.max_step=3", "train.max_step"), ("+foo=1", "foo"),
                    ("+model.n_layers=2", "model.n_layers"), ("+multilevel.coarse_optim.lr_min=0.1", "lr_min"),
                    ("+data.paths=x.txt", "data.paths"), ("+train.eval_every=5", "train.eval_every")):
         c.append(cli_case("keys that vanish", o, *SMOKE, o, "hydra.run.dir={tmp}/run", needle=key))
-    # Values that slip through
+
+
+def slipping_values(c: list) -> None:
+    """Values that slip through."""
     for args, key in ((["optim.lr=inf"], "optim.lr"), (["optim.lr=nan"], "optim.lr"), (["optim.weight_decay=nan"], "optim.weight_decay"),
                       (["train.grad_clip=nan"], "train.grad_clip"), (["train.grad_clip=inf"], "train.grad_clip"),
                       (["optim=adamw", "optim.eps=nan"], "optim.eps"), (["optim=adamw", "optim.eps=0"], "optim.eps"),
@@ -412,7 +417,10 @@ def cases() -> list[Case]:
                       (["optim.momentum=inf"], "optim.momentum"), (["train.max_steps=100000000000000000000"], "train.max_steps"),
                       (["model.vocab_size=0"], "model.vocab_size"), (["seed=-1"], "seed")):
         c.append(cli_case("values that slip through", " ".join(args), *SMOKE, *args, "hydra.run.dir={tmp}/run", needle=f"{key}="))
-    # Tracebacks for ordinary trouble
+
+
+def ordinary_trouble(c: list) -> None:
+    """Tracebacks for ordinary trouble."""
     t = "ordinary trouble"
     c.append(cli_case(t, "hydra.run.dir below a file", *SMOKE, "hydra.run.dir={file}/run", needle="a_file"))
     c.append(cli_case(t, "hydra.run.dir read-only", *SMOKE, "hydra.run.dir={ro}/run", needle="run"))
@@ -434,7 +442,10 @@ def cases() -> list[Case]:
         needle="none.jsonl"))
     c.append(compare_case("compare --out below a file", "{file}/report"))
     c.append(compare_case("compare --out read-only", "{ro}/report"))
-    # Full disk
+
+
+def full_disk(c: list) -> None:
+    """Full disk."""
     d = "full disk"
     c.append(Case(d, "metrics.jsonl at the file-size limit", full_disk_run, needle="metrics.jsonl", check=full_disk_check))
     c.append(Case(d, "final checkpoint and weights at the file-size limit", full_disk_end, needle="checkpoint", check=full_disk_check))
@@ -443,7 +454,10 @@ def cases() -> list[Case]:
         limits={"RLIMIT_FSIZE": 100_000})], needle="cache", check=cache_full_check))
     c.append(prepare_case("prepare: shards at the file-size limit", docs(), "prepare.shard_tokens=20000",
                           limits={"RLIMIT_FSIZE": 30_000}, needle="shard"))
-    # Data that is not text
+
+
+def not_text(c: list) -> None:
+    """Data that is not text."""
     x = "data that is not text"
     c.append(Case(x, "data.path: random bytes", lambda e: [e.run("mltrain", *SMOKE, "data=text", f"data.path={e.tmp / 'data.txt'}",
                                                                   f"hydra.run.dir={e.tmp / 'run'}")],
@@ -454,7 +468,10 @@ def cases() -> list[Case]:
     c.append(Case(x, "shard folder without a validation shard", lambda e: [e.run(
         "mltrain", *SMOKE, "data=shards", f"data.dir={e.tmp / 'shards'}", "data.tokenizer=bytes", f"hydra.run.dir={e.tmp / 'run'}")],
         expect="ok", setup=shards_without_val, check=says_which_val_shard))
-    # Expensive before cheap
+
+
+def expensive_first(c: list) -> None:
+    """Expensive before cheap."""
     o = "expensive before cheap"
     c.append(cli_case(o, "model.block_size=100000000 (data too short)", *SMOKE, "model.block_size=100000000",
                       "hydra.run.dir={tmp}/run", needle="block_size", limits=NO_ROOM))
@@ -464,6 +481,13 @@ def cases() -> list[Case]:
                       needle="batch", limits=NO_ROOM))
     c.append(cli_case(o, "model.vocab_size=10000000000", *SMOKE, "model.vocab_size=10000000000", "hydra.run.dir={tmp}/run",
                       needle="parameters", limits=NO_ROOM))
+
+
+def cases() -> list[Case]:
+    """Round one's cases (issue 11)."""
+    c: list[Case] = []
+    for add in (mixing, vanishing_keys, slipping_values, ordinary_trouble, full_disk, not_text, expensive_first):
+        add(c)
     return c
 
 

@@ -24,7 +24,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import IO, Callable, Optional
 
 from mltrain.errors import ConfigError, StorageError
 from mltrain.runs.atomic import link_message, open_no_follow
@@ -199,6 +199,28 @@ def claim(
 
     refuse_earlier()
     refuse_linked_files(path)
+    f = _locked(path, what)
+    try:
+        refuse_earlier()  # a run that finished between the first check and the lock
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")  # who holds it, for the message a second run gets
+        f.flush()
+    except OSError as err:
+        f.close()
+        if isinstance(err, StorageError):
+            raise
+        raise StorageError(f"cannot write {path / LOCK_FILE}: {_reason(err)}") from None
+    except BaseException:
+        f.close()
+        raise
+    _held[key] = [f, 1]
+    return Claim(key, path)
+
+
+def _locked(path: Path, what: str) -> IO:
+    """`path` created and its lock file open (never through a link) and exclusively locked. StorageError
+    when that cannot be done, ConfigError when another live run holds the lock."""
     lock_path = path / LOCK_FILE
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -221,22 +243,7 @@ def claim(
             f"{what}={path} is in use by another mltrain run ({_holder(lock_path)}); wait for it to "
             f"finish or choose another {what} (nothing was changed)"
         ) from None
-    try:
-        refuse_earlier()  # a run that finished between the first check and the lock
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")  # who holds it, for the message a second run gets
-        f.flush()
-    except OSError as err:
-        f.close()
-        if isinstance(err, StorageError):
-            raise
-        raise StorageError(f"cannot write {lock_path}: {_reason(err)}") from None
-    except BaseException:
-        f.close()
-        raise
-    _held[key] = [f, 1]
-    return Claim(key, path)
+    return f
 
 
 def holds(path: str | os.PathLike) -> bool:

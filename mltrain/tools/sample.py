@@ -148,8 +148,12 @@ def write_samples(args: argparse.Namespace, out: Optional[IO[str]] = None) -> in
 
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's final flush finds no closed pipe to complain about."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture): nothing to flush
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, fd)
     os.close(devnull)
 
 
@@ -163,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             sys.stdout.write("\n")
             sys.stdout.flush()
-        except (BrokenPipeError, ValueError, OSError):
+        except (ValueError, OSError, KeyboardInterrupt):  # a closed pipe, or Ctrl-C pressed again
             _quiet_stdout()
         report(PROG, "stopped by Ctrl-C; the text above is what was generated", kind="interrupted")
         return 130
