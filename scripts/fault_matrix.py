@@ -795,7 +795,8 @@ def sweep_jobs(n_jobs: str) -> Callable[[Env], list]:
 
 
 def sweep_not_blocked(e: Env, procs: list) -> Optional[str]:
-    return "lost" if (e.tmp / "sweep" / "multirun.yaml").exists() else None
+    """A value accepted, or a sweep dir left blocked for the next try (it holds multirun.yaml): wrong."""
+    return "wrong" if procs[-1].returncode == 0 or (e.tmp / "sweep" / "multirun.yaml").exists() else None
 
 
 def killed_sweep_workers(e: Env) -> list:
@@ -833,16 +834,23 @@ def sample_streams_flat(e: Env) -> list:
     run_into(e, "run")
     p = e.start("mltrain-sample", str(e.tmp / "run"), "--max-new-tokens", "1000000000000", new_session=True)
     got, rss = _read_while(p, lambda got, rss: len(rss) >= 8, 30)
+    done = ctrl_c(p)
+    done.stdout = ""  # the text is the tool's output, not a message
+    grew = rss and max(rss) - min(rss) > 50_000
+    done.stderr += f"\n[streamed {len(got)} chars before Ctrl-C; RSS {min(rss or [0])}..{max(rss or [0])} kB]"
+    return [done, bool(got) and not grew]
+
+
+def ctrl_c(p: subprocess.Popen) -> subprocess.CompletedProcess:
+    """Press Ctrl-C in `p` and give it 30 s to end (then it is killed and counted as hung)."""
     p.send_signal(signal.SIGINT)
     try:
         out, err = p.communicate(timeout=30)
+        return subprocess.CompletedProcess(p.args, p.returncode, out or "", err or "")
     except subprocess.TimeoutExpired:
         p.kill()
         out, err = p.communicate()
-        return [subprocess.CompletedProcess(p.args, TIMED_OUT, got, err + "\n[timed out]")]
-    grew = rss and max(rss) - min(rss) > 50_000
-    note = f"\n[streamed {len(got)} chars before Ctrl-C; RSS {min(rss or [0])}..{max(rss or [0])} kB]"
-    return [subprocess.CompletedProcess(p.args, p.returncode, got + (out or ""), err + note), bool(got) and not grew]
+        return subprocess.CompletedProcess(p.args, TIMED_OUT, out or "", (err or "") + "\n[timed out]")
 
 
 def _read_while(p: subprocess.Popen, enough: Callable[[str, list], bool], seconds: float) -> tuple[str, list]:
@@ -1094,14 +1102,9 @@ def sample_ctrl_c(e: Env) -> list:
     run_into(e, "run")
     p = e.start("mltrain-sample", str(e.tmp / "run"), "--max-new-tokens", "100000000", new_session=True)
     _read_while(p, lambda got, rss: len(got) > 20, 30)  # generating (or 30 s gone)
-    p.send_signal(signal.SIGINT)
-    try:
-        out, err = p.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
-        return [subprocess.CompletedProcess(p.args, TIMED_OUT, out, err)]
-    return [subprocess.CompletedProcess(p.args, p.returncode, "", err)]
+    done = ctrl_c(p)
+    done.stdout = ""  # the text is the tool's output, not a message
+    return [done]
 
 
 def sample_args(*args: str) -> Callable[[Env], list]:
