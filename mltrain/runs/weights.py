@@ -141,7 +141,8 @@ def _check_fields(values: dict[str, Any]) -> None:
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
         raise DataError(f"{INFO_FILE}: model.dropout is {dropout!r}, not a number in [0, 1)")
     if values["n_embd"] % values["n_head"]:
-        raise DataError(f"{INFO_FILE}: model.n_embd={values['n_embd']} is not divisible by model.n_head={values['n_head']}")
+        raise DataError(f"{INFO_FILE}: model.n_embd={values['n_embd']} is not divisible by "
+                        f"model.n_head={values['n_head']}")
 
 
 def weight_bytes(cfg: GPTConfig) -> int:

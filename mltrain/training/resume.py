@@ -152,7 +152,8 @@ def resume_command(run_dir: str | Path) -> str:
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return _join(["mltrain", "train.resume=true", f"hydra.run.dir={hydra_value(run_dir)}"]) + "  (plus the run's own overrides)"
+        words = ["mltrain", "train.resume=true", f"hydra.run.dir={hydra_value(run_dir)}"]
+        return _join(words) + "  (plus the run's own overrides)"
     hc = HydraConfig.get()
     drop = ("train.resume", "hydra.mode", "hydra.run.dir", "hydra.sweep.dir")
     if hc.mode == RunMode.MULTIRUN:
