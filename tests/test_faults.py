@@ -627,11 +627,12 @@ def _fault_matrix():
     """scripts/fault_matrix.py as a module: the tests check the process table as its cases do."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("fault_matrix", Path(__file__).resolve().parents[1] / "scripts"
-                                                  / "fault_matrix.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if "fault_matrix" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("fault_matrix", Path(__file__).resolve().parents[1] / "scripts"
+                                                      / "fault_matrix.py")
+        sys.modules["fault_matrix"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["fault_matrix"])
+    return sys.modules["fault_matrix"]
 
 
 def processes_with(marker: str) -> list[int]:
