@@ -1090,7 +1090,8 @@ def lines(c: list) -> None:
 
 def sample_to_head(e: Env) -> list:
     run_into(e, "run")
-    entry = command("mltrain-sample", [str(e.tmp / "run"), "--max-new-tokens", "20000"])
+    # more text than a pipe holds (64 kB): the reader has gone before all of it is written
+    entry = command("mltrain-sample", [str(e.tmp / "run"), "--max-new-tokens", "70000"])
     cmd = " ".join(shlex.quote(a) for a in entry) + " | head -c 50 > /dev/null; echo ${PIPESTATUS[0]} >&2"
     p = subprocess.run(["bash", "-c", cmd], cwd=e.tmp, env=e.env, capture_output=True, text=True, timeout=TIMEOUT_S)
     code = int(p.stderr.strip().splitlines()[-1]) if p.stderr.strip() else -1
