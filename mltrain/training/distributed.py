@@ -159,9 +159,9 @@ def rendezvous(world: World) -> "dist.TCPStore":
     where = f"rank {world.rank} of {world.size}"
     if not addr or not port or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(
-            f"{where} (from the environment) needs MASTER_ADDR and MASTER_PORT (a port number), which are "
-            f"{'unset' if not addr else repr(addr)} and {'unset' if not port else repr(port)}: start the job with "
-            f"torchrun --nproc_per_node={world.size} ..., set both, or unset RANK/WORLD_SIZE to train in one process")
+            f"{where} (from the environment) needs MASTER_ADDR and MASTER_PORT, rank 0's address and port "
+            f"(MASTER_ADDR={addr or 'unset'}, MASTER_PORT={port or 'unset'}): start the job with torchrun "
+            f"--nproc_per_node={world.size} ..., set both, or unset RANK/WORLD_SIZE to train in one process")
     timeout = rendezvous_timeout()
     waiting = (f"{where} at {addr}:{port}: waiting up to {timeout:g} s for all {world.size} ranks to start "
                f"({RENDEZVOUS_TIMEOUT_ENV} sets how long)")
