@@ -21,6 +21,8 @@ from mltrain.console import compare_main, export_main, prepare_main, sample_main
 from mltrain.errors import ConfigError, MltrainError, report
 from mltrain.run import RunDiverged, RunInterrupted, run
 from mltrain.runs import rundir
+from mltrain.runs import sweep as sweeps
+from mltrain.runs.provenance import redact_hydra_records
 from mltrain.training import distributed
 from mltrain.training.resume import check_resume, resume_command, say
 
@@ -76,10 +78,17 @@ class RunGuard(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         try:
+            sweeps.check_sweep(config)  # every point valid, one job dir each, n_jobs bounded: before any write
+            sweeps.mark_sweep_process()
             rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs",
                          allow_earlier=resuming(config.train.resume))
         except MltrainError as err:
             _fail(str(err))
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        redact_hydra_records(config)  # Hydra has just written .hydra/ (and multirun.yaml): no secret values
+        if config.hydra.mode == RunMode.MULTIRUN:
+            sweeps.watch_sweep_process(config)  # a joblib worker ends when its sweep is killed
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or job_return.status != JobStatus.FAILED:
@@ -92,15 +101,24 @@ class RunGuard(Callback):
             log.error("%s failed: %s", job, err)
         else:
             log.error("%s failed", job, exc_info=err)
+            return
+        sweeps.record_failure(job_return, str(err))  # said once: no traceback when the sweep ends
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if sweeps.sweep_failed():
+            sys.exit(1)  # each failed job has said why in its one line
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def _train(cfg: DictConfig) -> float | None:
     try:
-        return run(cfg)
+        with distributed.one_line_when_a_rank_is_lost():
+            return run(cfg)
     except (MltrainError, RunDiverged) as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on
+        if isinstance(err, ConfigError) and not distributed.world_from_env().is_main:
+            sys.exit(2)  # every rank checks the same config: rank 0 says it, once
         if isinstance(err, ConfigError) and resuming(cfg.train.resume):
             say(f"error: {err}")  # the dir holds an earlier run: its log file gets nothing either
             sys.exit(2)
@@ -121,7 +139,10 @@ def _train(cfg: DictConfig) -> float | None:
 def train_main() -> None:
     logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" tracebacks
     # Under torchrun or SLURM tasks: join the ranks before Hydra names the run dir (see distributed.py).
-    distributed.prepare_launch(sys.argv)
+    try:
+        distributed.prepare_launch(sys.argv)
+    except MltrainError as err:
+        _fail(str(err))
     try:
         _train()
         # Rank 0 writes the summary and weights while the others are done: a rank that tore the group

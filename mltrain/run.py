@@ -36,9 +36,9 @@ from mltrain.runs import rundir
 from mltrain.runs.names import run_label, run_name
 from mltrain.runs.provenance import provenance
 from mltrain.runs.tracking import Tracker
-from mltrain.runs.weights import save_weights
+from mltrain.runs.weights import remove_weights, save_weights
 from mltrain.training import distributed
-from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_checkpoint
+from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_latest
 from mltrain.training.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
 from mltrain.training.evaluation import EVAL_SEED, Evaluator
 from mltrain.training.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
@@ -268,11 +268,11 @@ def _drop(row: dict) -> None:
 
 def restore(session: Session, checkpoints: CheckpointFolder, run_dir: Path) -> dict:
     """An unfinished run's newest checkpoint, loaded into `session`; returns its bookkeeping (metrics
-    position, initial val loss, checkpoint cadence). Another model/scheme/plan: CheckpointError, before
-    anything is changed."""
-    latest = checkpoints.latest()
-    if latest is not None:
-        resumed = load_checkpoint(latest, session.runner)
+    position, initial val loss, checkpoint cadence). Another run's: CheckpointError, before anything is
+    changed; a damaged one: the next older (training/checkpoint.py load_latest)."""
+    found = load_latest(checkpoints, session.runner)
+    if found is not None:
+        latest, resumed = found
         log.info("resuming %s from %s (fine step %d of %d)", run_dir, latest.name, session.trainer.state.fine_steps,
                  session.runner.last_fine_step)
     else:
@@ -450,7 +450,9 @@ def write_results(session: Session, tracker: Tracker, summary: dict, run_dir: Pa
     """The weights, then summary.json (a finished run always has both); W&B marks an unfinished run
     failed until a resume finishes it."""
     status = summary["status"]
-    if status != "diverged":  # non-finite weights are of no use: the last good checkpoint holds good ones
+    if status == "diverged":  # non-finite weights are of no use: the last good checkpoint holds good ones
+        remove_weights(run_dir)  # those of an earlier stage (before a resume) are not this run's
+    else:
         try:
             save_weights(run_dir, session.model, session.cfg.data.tokenizer)
         except OSError as err:  # full disk: atomic writes leave no partial file; say what is kept

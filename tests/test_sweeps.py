@@ -59,11 +59,25 @@ def test_long_override_lists_get_a_short_unique_job_dir():
     assert short_dirname("seed=1") == "seed=1"
 
 
-def test_a_failing_job_is_reported_and_the_sweep_goes_on(tmp_path):
+def test_a_failing_job_is_reported_once_and_the_sweep_goes_on(tmp_path):
+    # a context longer than the data: found when the job loads its data, not by checking the config
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *TINY, "model.block_size=100000000,16",
+                           f"hydra.sweep.dir={sweep}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1
+    out = proc.stderr + proc.stdout
+    assert "failed: the train split has" in out and "fewer than block_size + 1 = 100000001" in out
+    assert "Traceback" not in out and "Error executing job" not in out  # said once, when it failed
+    assert set(summaries(sweep)) == {"model.block_size=16,scale=smoke"}
+
+
+def test_a_bad_value_of_a_later_sweep_point_stops_the_sweep_before_its_first_job(tmp_path):
     sweep = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *TINY, "coarsening=evenodd",
-                           "multilevel.delta=2.0,0.5", f"hydra.sweep.dir={sweep}"],
+                           "multilevel.delta=0.5,2.0", f"hydra.sweep.dir={sweep}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 1
-    assert "failed: multilevel.delta=2.0 must be in [0, 1]" in proc.stderr + proc.stdout
-    assert set(summaries(sweep)) == {"coarsening=evenodd,multilevel.delta=0.5,scale=smoke"}
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "mltrain: error: sweep point #1 (multilevel.delta=2.0): multilevel.delta=2.0 must be in [0, 1]; "
+        "no job was started"]
+    assert not sweep.exists()

@@ -77,6 +77,7 @@ class TokenCache:
 
     def build(self, dtype: np.dtype, fill: Callable[[dict[str, TokenWriter]], dict]) -> tuple[dict[str, np.memmap], dict]:
         """Run `fill(writers)` (it writes each split's tokens and returns extra meta), commit, reload."""
+        atomic.refuse_links([self.dir])  # a planted link would send the cache's files elsewhere
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -100,7 +101,7 @@ class TokenCache:
             if isinstance(err, MltrainError):
                 raise
             raise StorageError(
-                f"cannot write the token cache in {self.dir} ({err.strerror or err}); free some space or "
+                f"cannot write the token cache in {self.dir} ({atomic.full_or_denied(err)}); free some space or "
                 f"point data.cache_dir at a writable folder"
             ) from None
         loaded = self.load()

@@ -37,6 +37,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,8 +409,35 @@ def run_prepare(cfg: PrepareConfig | DictConfig | dict) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"cannot create prepare.out_dir={out} ({err})") from err
-    with _exclusive(out):
-        return _prepare_locked(c, tok, out)
+    with _exclusive(out), _CtrlC() as ctrl_c:
+        return _prepare_locked(c, tok, out, ctrl_c)
+
+
+class _CtrlC:
+    """Ctrl-C while preparing (in the main thread): the first one is remembered and stops the preparation
+    at the next batch or shard, from ordinary code, where KeyboardInterrupt cannot be lost (raised inside
+    a finalizer, Python only prints it and goes on); a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.count, self.previous = 0, None
+
+    def __enter__(self) -> "_CtrlC":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.count:
+            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -420,7 +448,7 @@ def _exclusive(out: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: no lock
         yield
         return
-    with open(out / LOCK_FILE, "a") as f:
+    with os.fdopen(atomic.open_no_follow(out / LOCK_FILE, os.O_RDWR | os.O_CREAT), "r+") as f:  # never through a link
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -432,7 +460,7 @@ def _exclusive(out: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path) -> Path:
+def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path, ctrl_c: Optional["_CtrlC"] = None) -> Path:
     atomic.remove_stale_temps(out)
     state = _load_state(out, _fingerprint(c))
     if state["done"]:
@@ -440,7 +468,7 @@ def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path) -> Path:
         return out
 
     ds, what = open_dataset(c)
-    writer = _ShardWriter(c, out, state)
+    writer = _ShardWriter(c, out, state, ctrl_c)
     log.info(
         "tokenizing %s with %s in %d worker(s) into %s%s", what, tok.name, c.workers, out,
         f" (resuming at shard {writer.index}, {writer.written:,} tokens done)" if writer.index else "",
@@ -477,8 +505,8 @@ class _ShardWriter:
     """The shard being filled (`buf[:fill]`, shard number `index`) and its commit: the shard file, then the
     state file that records it and where the document stream stands, so a rerun resumes after it."""
 
-    def __init__(self, c: PrepareConfig, out: Path, state: dict):
-        self.c, self.out, self.state = c, out, state
+    def __init__(self, c: PrepareConfig, out: Path, state: dict, ctrl_c: Optional["_CtrlC"] = None):
+        self.c, self.out, self.state, self.ctrl_c = c, out, state, ctrl_c
         self.index, self.written = len(state["shards"]), state["tokens"]
         self.buf, self.fill = np.empty(self.capacity(self.index), dtype=shards.TOKEN_DTYPE), 0
 
@@ -489,6 +517,11 @@ class _ShardWriter:
     @property
     def done(self) -> bool:
         return len(self.buf) == 0  # prepare.max_tokens reached
+
+    def check_stop(self) -> None:
+        """KeyboardInterrupt if Ctrl-C was pressed (see _CtrlC)."""
+        if self.ctrl_c is not None:
+            self.ctrl_c.check()
 
     def put(self, tokens: np.ndarray, off: int) -> int:
         """Copy tokens from `off` on into the shard, as many as fit; returns how many."""
@@ -510,6 +543,7 @@ class _ShardWriter:
         )  # fmt: skip
         atomic.write_json(self.out / STATE_FILE, state)
         _after_shard(self.out / name)
+        self.check_stop()  # a Ctrl-C stops here, every finished shard committed
         self.index += 1
         self.buf, self.fill = np.empty(max(self.capacity(self.index), 0), dtype=shards.TOKEN_DTYPE), 0
 
@@ -521,6 +555,7 @@ def _fill_shards(encoded: Iterator[tuple[_Batch, np.ndarray, np.ndarray]], write
     written by this run."""
     new_tokens, last, finished = 0, None, writer.done
     for batch, tokens, lengths in encoded:
+        writer.check_stop()
         if finished:
             break
         cum = np.cumsum(lengths)

@@ -11,9 +11,13 @@ import it in fresh processes.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
 import signal
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -41,6 +45,16 @@ class Tokenizer:
         if self._encoding is None:
             return bytes(ids).decode("utf-8", errors="replace")
         return self._encoding.decode(ids)
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes one token stands for (b"" for an id the tokenizer does not have), so text can be
+        decoded as it is generated, a character split across tokens included."""
+        if self._encoding is None:
+            return bytes([token]) if 0 <= token < 256 else b""
+        try:
+            return self._encoding.decode_single_token_bytes(token)
+        except KeyError:
+            return b""
 
     @property
     def dtype(self) -> np.dtype:
@@ -88,6 +102,35 @@ def _offline_fix(name: str, key: str, bytes_alternative: bool) -> str:
     return f"{fix}, or use {key}=bytes (no download needed)." if bytes_alternative else f"{fix}."
 
 
+@contextlib.contextmanager
+def _cache_checked(name: str) -> Iterator[None]:
+    """While tiktoken loads `name`: a cached BPE file that fails its checksum raises DataError naming it.
+    tiktoken itself would delete such a file and download it again, which offline reads as a failed
+    download (and loses the file a user put there)."""
+    import tiktoken.load as tl
+
+    real = tl.read_file_cached
+
+    def checked(blobpath: str, expected_hash: str | None = None) -> bytes:
+        folder = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+        folder = os.path.join(tempfile.gettempdir(), "data-gym-cache") if folder is None else folder
+        path = os.path.join(folder, hashlib.sha1(blobpath.encode()).hexdigest())
+        if folder and expected_hash and os.path.isfile(path):
+            with open(path, "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != expected_hash:
+                    raise DataError(
+                        f"the cached BPE file {path} (tiktoken's copy of {blobpath}) for encoding '{name}' is "
+                        f"damaged: its SHA-256 is not the expected one. Replace it with a good copy, or delete "
+                        f"it so that tiktoken fetches it again (nothing was changed)")
+        return real(blobpath, expected_hash)
+
+    tl.read_file_cached = checked
+    try:
+        yield
+    finally:
+        tl.read_file_cached = real
+
+
 def get_tokenizer(name: str, key: str = "data.tokenizer", bytes_alternative: bool = True) -> Tokenizer:
     """`bytes` or a tiktoken encoding name. `key` is the config key named in error messages;
     `bytes_alternative=False` when switching to bytes is no fix (a trained model's own tokenizer)."""
@@ -101,7 +144,8 @@ def get_tokenizer(name: str, key: str = "data.tokenizer", bytes_alternative: boo
             f"{key}={name!r} is not a known tokenizer; use 'bytes' or a tiktoken encoding: {', '.join(known)}"
         )
     try:
-        enc = tiktoken.get_encoding(name)
+        with _cache_checked(name):
+            enc = tiktoken.get_encoding(name)
     except (OSError, ImportError) as err:  # requests' ConnectionError/Timeout are OSErrors
         raise DataError(
             f"tiktoken could not download the BPE files for encoding '{name}' (offline?): "

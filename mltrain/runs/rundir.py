@@ -20,14 +20,21 @@ import atexit
 import contextlib
 import errno
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import IO, Callable, Optional
 
 from mltrain.errors import ConfigError, StorageError
+from mltrain.runs.atomic import link_message, open_no_follow
 
 LOCK_FILE = ".mltrain.lock"
 RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what a run writes once it has started training
+# Everything mltrain or Hydra writes into a run or sweep dir, by name (a `*.log` file too): none of them
+# may be a symbolic link, and neither may anything inside the folders among them that mltrain owns.
+WRITTEN_NAMES = (LOCK_FILE, *RUN_FILES, "model.safetensors", "model.json", "wandb", ".hydra", "multirun.yaml",
+                 ".gpu_locks")
+OWN_FOLDERS = (".hydra", "checkpoints", ".gpu_locks")
 
 _held: dict[str, list] = {}  # realpath -> [open lock file, nesting count]
 _chosen: dict[str, str] = {}  # unique_dir: absolute base -> the directory this process claimed
@@ -53,6 +60,67 @@ def earlier_sweep(path: str | os.PathLike) -> Optional[Path]:
             if found is not None:
                 return found
     return None
+
+
+def linked_file(path: str | os.PathLike, depth: int = 1) -> Optional[Path]:
+    """The first file mltrain or Hydra would write in the run dir `path` that is a symbolic link, or
+    None; with depth 2 (a sweep dir) its job dirs are looked at too."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    for entry in sorted(path.iterdir()):
+        if entry.name in WRITTEN_NAMES or entry.suffix == ".log":
+            if entry.is_symlink():
+                return entry
+            if entry.name in OWN_FOLDERS and entry.is_dir():
+                inner = next((p for p in sorted(entry.iterdir()) if p.is_symlink()), None)
+                if inner is not None:
+                    return inner
+        elif depth > 1 and entry.is_dir() and not entry.is_symlink():
+            found = linked_file(entry, depth - 1)
+            if found is not None:
+                return found
+    return None
+
+
+def refuse_linked_files(path: str | os.PathLike, depth: int = 2) -> None:
+    """StorageError naming a symbolic link where mltrain or Hydra would write (see linked_file)."""
+    try:
+        found = linked_file(path, depth)
+    except OSError:
+        return  # an unreadable folder: the claim that follows says so
+    if found is not None:
+        raise StorageError(link_message(found))
+
+
+_HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_./\-+:@%]+")
+
+
+def hydra_value(value: str | os.PathLike) -> str:
+    """`value` as a Hydra override value that parses back to itself: as it is when it is plain, else
+    single-quoted, with the characters Hydra treats specially inside quotes escaped (a comma, a space,
+    parentheses or non-ASCII letters would otherwise be read as a sweep, a function or a syntax error)."""
+    text = str(value)
+    if _HYDRA_PLAIN.fullmatch(text) and not text[0].isdigit():
+        return text
+    escaped = re.sub(r"(\\+)(?='|$)", r"\1\1", text)  # backslashes before a quote or at the end double
+    return "'" + escaped.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
+def unproven_run(path: str | os.PathLike) -> Optional[str]:
+    """Why the unfinished run in `path` cannot be resumed under any config, or None. Under the CLI every
+    run dir has the config Hydra recorded (`.hydra/config.yaml`), which a resume must match: one without
+    it is not resumed (Hydra would record the new config there before a checkpoint could object).
+    Called from Python (`run(cfg, run_dir)`), a run dir needs it or a checkpoint, which records its own."""
+    path = Path(path)
+    if (path / ".hydra" / "config.yaml").exists():
+        return None
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not GlobalHydra.instance().is_initialized() and any((path / "checkpoints").glob("step-*.pt")):
+        return None
+    return (f"{path} holds an unfinished run without its .hydra/config.yaml: nothing shows which config "
+            f"made it, so it is not resumed under this one; choose another dir (nothing was changed)")
 
 
 def _holder(lock_path: Path) -> str:
@@ -113,11 +181,36 @@ def claim(
             )
 
     refuse_earlier()
+    refuse_linked_files(path)
+    f = _locked(path, what)
+    try:
+        refuse_earlier()  # a run that finished between the first check and the lock
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")  # who holds it, for the message a second run gets
+        f.flush()
+    except OSError as err:
+        f.close()
+        if isinstance(err, StorageError):
+            raise
+        raise StorageError(f"cannot write {path / LOCK_FILE}: {_reason(err)}") from None
+    except BaseException:
+        f.close()
+        raise
+    _held[key] = [f, 1]
+    return Claim(key, path)
+
+
+def _locked(path: Path, what: str) -> IO:
+    """`path` created and its lock file open (never through a link) and exclusively locked. StorageError
+    when that cannot be done, ConfigError when another live run holds the lock."""
     lock_path = path / LOCK_FILE
     try:
         path.mkdir(parents=True, exist_ok=True)
-        f = open(lock_path, "a+")
+        f = os.fdopen(open_no_follow(lock_path, os.O_RDWR | os.O_CREAT), "r+")
     except OSError as err:
+        if isinstance(err, StorageError):
+            raise
         raise StorageError(f"cannot create {what}={path}: {_reason(err)}") from None
     try:
         import fcntl
@@ -133,22 +226,7 @@ def claim(
             f"{what}={path} is in use by another mltrain run ({_holder(lock_path)}); wait for it to "
             f"finish or choose another {what} (nothing was changed)"
         ) from None
-    try:
-        refuse_earlier()  # a run that finished between the first check and the lock
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")  # who holds it, for the message a second run gets
-        f.flush()
-    except OSError as err:
-        f.close()
-        if isinstance(err, StorageError):
-            raise
-        raise StorageError(f"cannot write {lock_path}: {_reason(err)}") from None
-    except BaseException:
-        f.close()
-        raise
-    _held[key] = [f, 1]
-    return Claim(key, path)
+    return f
 
 
 def holds(path: str | os.PathLike) -> bool:

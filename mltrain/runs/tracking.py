@@ -34,8 +34,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from mltrain.errors import ConfigError, StorageError
+from mltrain.errors import StorageError
+from mltrain.runs import atomic
 from mltrain.runs.files import METRICS, RUN_RECORD, SUMMARY, json_default, write_json_atomic, write_run_record
+from mltrain.runs.provenance import redact_tree
 from mltrain.runs.wandb_mirror import WandbMirror, setting
 
 log = logging.getLogger("mltrain.runs.tracking")
@@ -104,7 +106,7 @@ class Tracker:
             raise StorageError(f"cannot write {path} ({err.strerror or err})") from None
         self.wandb: Optional[WandbMirror] = None
         if setting(logger_cfg, "name", "jsonl") == "wandb":
-            self.wandb = WandbMirror.start(self.run_dir, logger_cfg, _plain(config), name=self.name,
+            self.wandb = WandbMirror.start(self.run_dir, logger_cfg, redact_tree(_plain(config)), name=self.name,
                                            group=self.group, job_type=self.job_type, resuming=resume is not None)
 
     @property
@@ -120,16 +122,10 @@ class Tracker:
     def _open_metrics(self, resume: Mapping[str, int] | None) -> None:
         """A raw append-only descriptor: each row goes down in one os.write, so it is written whole or,
         when the disk is full, cut back off (see _append). `resume`: cut the rows after that position."""
-        exists = self.metrics_path.exists()
-        if resume is not None:
-            size, keep = (self.metrics_path.stat().st_size if exists else 0), int(resume["metrics_bytes"])
-            if size < keep:
-                raise ConfigError(f"{self.metrics_path} has {size} bytes, fewer than the {keep} it had at the last "
-                                  "checkpoint: it was changed since, so the run cannot continue it (nothing was changed)")
-            if exists:
-                os.truncate(self.metrics_path, keep)
+        if resume is not None:  # cut at the checkpoint's row boundary, verified (ConfigError otherwise)
+            atomic.cut_at_row(self.metrics_path, int(resume["metrics_bytes"]), int(resume["metrics_rows"]))
             self.rows = int(resume["metrics_rows"])
-        self._file = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._file = atomic.open_no_follow(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         if resume is None and os.fstat(self._file).st_size > 0:
             with open(self.metrics_path, "rb") as f:
                 data = f.read()
@@ -157,8 +153,8 @@ class Tracker:
             except OSError:
                 kept = "its last row may be torn (read_metrics skips it)"
             raise StorageError(
-                f"cannot write {self.metrics_path} ({err.strerror or err}): the disk or the file-size limit is "
-                f"full; the run stopped and {kept}; no summary.json was written"
+                f"cannot write {self.metrics_path} ({atomic.full_or_denied(err)}); the run stopped and {kept}; "
+                f"no summary.json was written"
             ) from None
         self.rows += 1
 

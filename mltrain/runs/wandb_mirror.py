@@ -21,6 +21,7 @@ from typing import Any, Mapping, Optional
 from mltrain.errors import first_line
 from mltrain.runs import atomic
 from mltrain.runs.names import shorten
+from mltrain.runs.provenance import redacted_argv
 
 log = logging.getLogger("mltrain.runs.tracking")
 
@@ -94,9 +95,8 @@ class WandbMirror:
 
     def _start_online(self, wandb: Any, kwargs: dict) -> bool:
         """Start online; False (with one warning: offline follows) without a key or when init fails."""
-        if not _has_api_key(wandb):
-            reason = "no W&B API key found (run `wandb login` or set WANDB_API_KEY)"
-        else:
+        reason = _api_key_problem(wandb)
+        if reason is None:
             try:
                 self._init(wandb, kwargs, "online")
                 return True
@@ -110,7 +110,8 @@ class WandbMirror:
         settings = {}
         if mode == "online" and "WANDB_INIT_TIMEOUT" not in os.environ:
             settings["init_timeout"] = INIT_TIMEOUT_S
-        run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
+        with redacted_argv():  # W&B records the command line: without secret values
+            run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
         try:
             if self.resuming:
                 self.skip_below = int(getattr(run, "step", 0) or 0)
@@ -165,11 +166,14 @@ class WandbMirror:
                 pass
 
 
-def _has_api_key(wandb: Any) -> bool:
-    """True when W&B credentials are configured (env, settings file, netrc). Never prompts."""
+def _api_key_problem(wandb: Any) -> str | None:
+    """Why W&B cannot go online with the credentials configured here (env, settings file, netrc): none
+    found, or W&B refuses the one found (its words, never the key); None when there is one. Never prompts."""
     try:
-        return bool(wandb.login(prompt=False, verify=False))
+        if wandb.login(prompt=False, verify=False):
+            return None
     except TypeError:  # older wandb without `prompt=`: let init decide (it raises without a key)
-        return True
-    except Exception:  # noqa: BLE001
-        return False
+        return None
+    except Exception as err:  # noqa: BLE001
+        return f"W&B rejected the API key configured here ({type(err).__name__}: {first_line(err)})"
+    return "no W&B API key found (run `wandb login` or set WANDB_API_KEY)"

@@ -5,18 +5,25 @@
 
 The head is tied to the token embedding (one matrix, `lm_head.weight is wte.weight`), so the file stores it
 once, as `wte.weight`; loading ties it again. Tensors are stored as the model holds them (fp32: bf16 is
-only an autocast dtype during training), so a save/load round trip is bit-exact. Both files are written
+only an autocast dtype during training), so a save/load round trip is bit-exact, and equal weights give
+equal files, byte for byte (the header's metadata is written in sorted order). Both files are written
 atomically; a reader needs both, and `model.json` is written last, so its presence means a complete pair.
+
+A reader trusts nothing in `model.json`: every field is checked (types, ranges, n_embd divisible by
+n_head) and the model's size against the memory there is, before anything is allocated. A run that
+diverged has no final weights (a resumed run that diverges removes those of its earlier stage), and a
+run dir whose summary.json says it diverged is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from safetensors import SafetensorError
@@ -56,9 +63,31 @@ def save_weights(run_dir: str | Path, model: GPT, tokenizer: str) -> Path:
         if name not in TIED
     }
     blob = save_safetensors(tensors, metadata={"format": "pt", "producer": FORMAT, "tokenizer": tokenizer})
-    write_bytes(run_dir / WEIGHTS_FILE, blob)
+    write_bytes(run_dir / WEIGHTS_FILE, canonical_safetensors(blob))
     write_json(run_dir / INFO_FILE, model_info(model, tokenizer))
     return run_dir / WEIGHTS_FILE
+
+
+def canonical_safetensors(blob: bytes) -> bytes:
+    """`blob` (safetensors' bytes) with the header's metadata in sorted key order: the library writes it
+    from a hash map, whose order changes from process to process, so equal tensors gave unequal files.
+    The header keeps its length (the same JSON, reordered), so the tensor data does not move."""
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8 : 8 + n])
+    if isinstance(header.get("__metadata__"), dict):
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(text) > n:  # pragma: no cover - the same content cannot grow
+        return blob
+    return blob[:8] + text.ljust(n, b" ") + blob[8 + n :]
+
+
+def remove_weights(run_dir: str | Path) -> None:
+    """Delete the run dir's final weights (model.json first: a reader needs both): a run that diverged
+    after a resume must not leave those of its earlier stage, which would pass for its final model."""
+    for name in (INFO_FILE, WEIGHTS_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (Path(run_dir) / name).unlink()
 
 
 def read_info(run_dir: str | Path) -> dict[str, Any]:
@@ -66,6 +95,7 @@ def read_info(run_dir: str | Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise DataError(f"{run_dir}: no such run directory")
+    _refuse_diverged(run_dir)
     path = run_dir / INFO_FILE
     if not path.is_file() or not (run_dir / WEIGHTS_FILE).is_file():
         raise DataError(
@@ -73,12 +103,68 @@ def read_info(run_dir: str | Path) -> dict[str, Any]:
             "is this a run dir, and did the run finish?)"
         )
     try:
-        info = json.loads(path.read_text())
+        info = json.loads(path.read_bytes())
     except (OSError, ValueError) as err:
         raise DataError(f"{path}: cannot read it as JSON ({err})") from err
     if not isinstance(info, dict) or info.get("format") != FORMAT or not isinstance(info.get("model"), dict):
         raise DataError(f"{path} is not an mltrain model description (format {FORMAT!r})")
     return info
+
+
+def _refuse_diverged(run_dir: Path) -> None:
+    """DataError when summary.json says the run diverged: its weights (if any) are of an earlier stage."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_bytes())
+    except (OSError, ValueError):
+        return  # no summary (a run still going, or weights saved by a script): the weights speak for themselves
+    if isinstance(summary, dict) and summary.get("status") == "diverged":
+        stale = (f", and its {WEIGHTS_FILE} is from before the run diverged"
+                 if (run_dir / WEIGHTS_FILE).exists() else "")
+        raise DataError(f"{run_dir} holds a run that diverged (summary.json): it has no final weights{stale}; "
+                        f"use a checkpoint in {run_dir / 'checkpoints'} or another run")
+
+
+_POSITIVE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
+_FLAGS = ("bias", "norm_affine")
+
+
+def _check_fields(values: dict[str, Any]) -> None:
+    """DataError naming the first field of `model.json` that no model can have (before anything is built)."""
+    for name in _POSITIVE:
+        v = values.get(name)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**40:
+            raise DataError(f"{INFO_FILE}: model.{name} is {v!r}, not a whole number in [1, 2**40)")
+    for name in _FLAGS:
+        if name in values and not isinstance(values[name], bool):
+            raise DataError(f"{INFO_FILE}: model.{name} is {values[name]!r}, not true or false")
+    dropout = values.get("dropout", 0.0)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise DataError(f"{INFO_FILE}: model.dropout is {dropout!r}, not a number in [0, 1)")
+    if values["n_embd"] % values["n_head"]:
+        raise DataError(f"{INFO_FILE}: model.n_embd={values['n_embd']} is not divisible by "
+                        f"model.n_head={values['n_head']}")
+
+
+def weight_bytes(cfg: GPTConfig) -> int:
+    """fp32 bytes of the model's parameters (tied head counted once), from its shape alone."""
+    d = cfg.n_embd
+    norms = (2 if cfg.bias else 1) * d if cfg.norm_affine else 0  # per norm: weight (and bias)
+    per_block = 12 * d * d + (9 * d if cfg.bias else 0) + 2 * norms
+    return 4 * (cfg.vocab_size * d + cfg.block_size * d + cfg.n_layer * per_block + norms)
+
+
+def check_room(cfg: GPTConfig, copies: float, device: Any, what: str) -> None:
+    """DataError when `copies` times the model's weights cannot fit in the memory free on `device`."""
+    from mltrain.training.memory import available_bytes
+
+    need = int(weight_bytes(cfg) * copies)
+    free: Optional[int] = available_bytes(torch.device(device))
+    if free is not None and need > free:
+        raise DataError(
+            f"{INFO_FILE} describes a model of {weight_bytes(cfg) / 1e9:,.1f} GB of weights ({cfg.n_layer} blocks, "
+            f"d={cfg.n_embd}, vocab {cfg.vocab_size}): {what} needs at least {need / 1e9:,.1f} GB, more than the "
+            f"{free / 1e9:,.1f} GB available; is {INFO_FILE} the one the run wrote?"
+        )
 
 
 def model_config(info: dict[str, Any]) -> GPTConfig:
@@ -90,8 +176,7 @@ def model_config(info: dict[str, Any]) -> GPTConfig:
     if unknown:
         raise DataError(f"{INFO_FILE} has model fields this mltrain does not know: {', '.join(unknown)}")
     values = dict(info["model"])
-    if not isinstance(values.get("vocab_size"), int):
-        raise DataError(f"{INFO_FILE}: model.vocab_size is {values.get('vocab_size')!r}, not a number of tokens")
+    _check_fields(values)
     try:
         for name, value in values.items():
             if isinstance(types[name], type) and issubclass(types[name], Enum):
@@ -101,11 +186,17 @@ def model_config(info: dict[str, Any]) -> GPTConfig:
         raise DataError(f"{INFO_FILE}: {err}") from err
 
 
-def load_weights(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, dict[str, Any]]:
-    """The run's final model (eval mode, on `device`) and its `model.json` contents."""
+def load_weights(run_dir: str | Path, device: str | torch.device = "cpu",
+                 copies: float = 1.5) -> tuple[GPT, dict[str, Any]]:
+    """The run's final model (eval mode, on `device`) and its `model.json` contents. `copies`: how many
+    times the weights' size the caller needs free (checked before the model is built)."""
     run_dir = Path(run_dir)
     info = read_info(run_dir)
-    model = GPT(model_config(info))
+    config = model_config(info)
+    check_room(config, copies, "cpu", "loading it")  # the model is built on the CPU first
+    if torch.device(device).type != "cpu":
+        check_room(config, 1.0, device, f"moving it to {device}")
+    model = GPT(config)
     try:
         tensors = load_safetensors((run_dir / WEIGHTS_FILE).read_bytes())
     except (OSError, SafetensorError) as err:

@@ -17,6 +17,7 @@ RMSNorm has no GPT-2 counterpart: such a model is refused with one line, before 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -25,8 +26,8 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save as save_safetensors
 
-from mltrain.runs.atomic import write_bytes, write_json
-from mltrain.errors import ConfigError, tool_main
+from mltrain.runs.atomic import full_or_denied, write_bytes, write_json
+from mltrain.errors import ConfigError, MltrainError, StorageError, tool_main
 from mltrain.model import GPT, GPTConfig, Norm
 from mltrain.runs.weights import load_weights, model_config, read_info
 
@@ -119,13 +120,31 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
         if (out / name).exists():
             raise ConfigError(f"{out / name} exists: {out} holds an earlier export; choose another folder "
                               "(nothing was changed)")
-    model, info = load_weights(run_dir)
+    model, info = load_weights(run_dir, copies=3)  # the model, the exported tensors, the file's bytes
     tensors = hf_state_dict(model)
-    # HF refuses safetensors files without format=pt in their metadata.
-    write_bytes(out / HF_WEIGHTS, save_safetensors(tensors, metadata={"format": "pt"}))
     config = {**hf_config(model.config, info.get("eot_token")), "mltrain_tokenizer": info["tokenizer"]}
-    write_json(out / HF_CONFIG, config, indent=2)  # written last: its presence marks a complete export
+    # HF refuses safetensors files without format=pt in their metadata.
+    _write_export(out, save_safetensors(tensors, metadata={"format": "pt"}), config)
     return out
+
+
+def _write_export(out: Path, weights: bytes, config: dict[str, Any]) -> None:
+    """Both files, the config last (its presence marks a complete export); on a failed write (read-only,
+    full disk, file-size limit) StorageError, and nothing of the export is left behind."""
+    made = [d for d in (out, *out.parents) if not d.exists()]
+    try:
+        write_bytes(out / HF_WEIGHTS, weights)
+        write_json(out / HF_CONFIG, config, indent=2)
+    except OSError as err:
+        if isinstance(err, MltrainError):
+            raise
+        with contextlib.suppress(OSError):
+            (out / HF_WEIGHTS).unlink()  # written, but without its config it is no export
+        for folder in made:  # the folders this export created, innermost first (only if empty)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        where = err.filename or out
+        raise StorageError(f"cannot write {where} ({full_or_denied(err)}); nothing was exported") from None
 
 
 def _parser() -> argparse.ArgumentParser:

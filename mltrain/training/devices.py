@@ -25,6 +25,7 @@ import torch
 
 from mltrain.training.distributed import World
 from mltrain.errors import ConfigError
+from mltrain.runs.atomic import open_no_follow
 
 log = logging.getLogger("mltrain")
 
@@ -114,7 +115,7 @@ def claim_sweep_gpu(lock_dir: Path, job_num: int) -> Optional[str]:
         return None
     lock_dir.mkdir(parents=True, exist_ok=True)
     for gpu in pool:
-        fd = os.open(lock_dir / f"gpu-{gpu}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fd = open_no_follow(lock_dir / f"gpu-{gpu}.lock", os.O_CREAT | os.O_RDWR, 0o644)  # never through a link
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

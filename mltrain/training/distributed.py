@@ -35,13 +35,18 @@ for `${mltrain_now:...}` in the run-dir pattern and keeps ranks > 0 from writing
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
+import socket
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 import torch
 import torch.distributed as dist
@@ -49,6 +54,19 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from mltrain.config import START_TIME_ENV
+from mltrain.errors import ConfigError, MltrainError
+
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)  # one step, an evaluation or rank 0's checkpoint may take long
+RENDEZVOUS_TIMEOUT_ENV = "MLTRAIN_RENDEZVOUS_TIMEOUT_S"
+RENDEZVOUS_TIMEOUT_S = 120.0  # ranks started together meet in seconds; missing ones are said in minutes
+ANNOUNCE_AFTER_S = 5.0
+# What gloo and NCCL say when the other side of a connection is gone.
+_PEER_TROUBLE = re.compile(r"gloo|nccl|connection (closed|reset|refused)|closed by peer|broken pipe|"
+                           r"timed out|socket", re.IGNORECASE)
+
+
+class RanksLost(MltrainError):
+    """Another rank of the job is gone: the run stopped (its last checkpoint is kept)."""
 
 
 @dataclass(frozen=True)
@@ -68,13 +86,29 @@ class World:
         return self.rank == 0
 
 
+def _count(env: Mapping[str, str], name: str, default: str = "0") -> int:
+    value = env.get(name, default) or default
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r} in the environment is not a whole number (it should be set by "
+                          "torchrun or SLURM; unset it to train in one process)") from None
+
+
 def world_from_env(env: Mapping[str, str] = os.environ) -> World:
-    """The launcher's ranks: torchrun's variables first (also `srun torchrun ...`), then SLURM's."""
+    """The launcher's ranks: torchrun's variables first (also `srun torchrun ...`), then SLURM's.
+    ConfigError for values that cannot be ranks (not numbers, a rank outside [0, world size))."""
     if "RANK" in env and "WORLD_SIZE" in env:
-        return World(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]))
-    if int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_PROCID" in env:
-        return World(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), int(env["SLURM_NTASKS"]))
-    return World()
+        names = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+    elif _count(env, "SLURM_NTASKS", "1") > 1 and "SLURM_PROCID" in env:
+        names = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
+    else:
+        return World()
+    rank, local, size = (_count(env, name) for name in names)
+    if size < 1 or not 0 <= rank < size or local < 0:
+        raise ConfigError(f"{names[0]}={rank} and {names[2]}={size} in the environment do not describe a rank of a "
+                          f"job (the rank must be in [0, {names[2]})); unset them to train in one process")
+    return World(rank, local, size)
 
 
 def _slurm_rendezvous(env: dict) -> None:
@@ -91,13 +125,108 @@ def _slurm_rendezvous(env: dict) -> None:
 
 def init(world: World) -> None:
     """Join the process group (idempotent). CPU tensors go through gloo, CUDA tensors through NCCL, so a
-    `device=cpu` run under torchrun works on a GPU machine too."""
+    `device=cpu` run under torchrun works on a GPU machine too. Under torchrun, torchrun has gathered the
+    ranks already; otherwise (SLURM tasks, or rank variables set by hand) `rendezvous` waits for them,
+    saying so, for a bounded time."""
     if not world.distributed or dist.is_initialized():
         return
     if "RANK" not in os.environ:
         _slurm_rendezvous(os.environ)  # type: ignore[arg-type]
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend, rank=world.rank, world_size=world.size, timeout=timedelta(minutes=30))
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun: its store, its rendezvous
+        dist.init_process_group(backend, rank=world.rank, world_size=world.size, timeout=COLLECTIVE_TIMEOUT)
+        return
+    store = rendezvous(world)
+    dist.init_process_group(backend, store=store, rank=world.rank, world_size=world.size, timeout=COLLECTIVE_TIMEOUT)
+
+
+def rendezvous_timeout() -> float:
+    """Seconds a rank waits for the others to start: MLTRAIN_RENDEZVOUS_TIMEOUT_S, else 120."""
+    value = os.environ.get(RENDEZVOUS_TIMEOUT_ENV, "")
+    try:
+        seconds = float(value) if value else RENDEZVOUS_TIMEOUT_S
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 1e7:
+        raise ConfigError(f"{RENDEZVOUS_TIMEOUT_ENV}={value!r} must be a number of seconds > 0")
+    return seconds
+
+
+def rendezvous(world: World) -> "dist.TCPStore":
+    """The job's key-value store at MASTER_ADDR:MASTER_PORT (rank 0 serves it) once every rank has joined.
+    After a few seconds of waiting each rank says what it waits for; after `rendezvous_timeout()` seconds
+    ConfigError says what was missing, instead of a silent half-hour wait for ranks nobody started."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    where = f"rank {world.rank} of {world.size}"
+    if not addr or not port or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"{where} (from the environment) needs MASTER_ADDR and MASTER_PORT, rank 0's address and port "
+            f"(MASTER_ADDR={addr or 'unset'}, MASTER_PORT={port or 'unset'}): start the job with torchrun "
+            f"--nproc_per_node={world.size} ..., set both, or unset RANK/WORLD_SIZE to train in one process")
+    timeout = rendezvous_timeout()
+    waiting = (f"{where} at {addr}:{port}: waiting up to {timeout:g} s for all {world.size} ranks to start "
+               f"({RENDEZVOUS_TIMEOUT_ENV} sets how long)")
+    announce = threading.Timer(ANNOUNCE_AFTER_S, lambda: print(waiting, file=sys.stderr, flush=True))
+    announce.daemon = True
+    announce.start()
+    try:
+        if not world.is_main:  # reach rank 0 quietly first: torch's client logs a C++ stack on every timeout
+            _reachable(addr, int(port), timeout)
+        store = dist.TCPStore(addr, int(port), world.size, is_master=world.is_main,
+                              timeout=timedelta(seconds=timeout), wait_for_workers=True)
+    except (RuntimeError, OSError, ValueError) as err:
+        raise ConfigError(
+            f"{where}: the {world.size} ranks did not all meet at {addr}:{port} within {timeout:g} s "
+            f"({_first_line(err)}); start every rank (torchrun --nproc_per_node={world.size} ... starts them "
+            f"together), raise {RENDEZVOUS_TIMEOUT_ENV}, or unset RANK/WORLD_SIZE to train in one process") from None
+    finally:
+        announce.cancel()
+    store.set_timeout(COLLECTIVE_TIMEOUT)
+    return store
+
+
+def _reachable(addr: str, port: int, timeout: float) -> None:
+    """Return once something listens at addr:port; TimeoutError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens at {addr}:{port}: rank 0 has not started") from None
+            time.sleep(0.2)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
+def lost_peer(err: BaseException) -> Optional[str]:
+    """The one line for a collective that failed because another rank of the job is gone (killed, crashed,
+    its machine unreachable), or None when `err` is something else."""
+    if not dist.is_available() or not dist.is_initialized() or isinstance(err, MltrainError):
+        return None
+    text = str(err)
+    if not isinstance(err, getattr(dist, "DistError", ())) and not _PEER_TROUBLE.search(text):
+        return None
+    world = world_from_env()
+    said = re.sub(r"^\[[^\]]*\]\s*", "", _first_line(err)).split(". ")[0]  # gloo's source position off
+    return (f"rank {world.rank} of {world.size} lost contact with the other ranks ({said}): another "
+            f"process of this job stopped or cannot be reached, so the run stopped; its last checkpoint is kept "
+            f"(resume with train.resume=true)")
+
+
+@contextlib.contextmanager
+def one_line_when_a_rank_is_lost() -> Iterator[None]:
+    """Turn a collective's failure after another rank died into RanksLost (one line, no gloo traceback)."""
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 - only what lost_peer recognises is turned into one line
+        line = lost_peer(err)
+        if line is None:
+            raise
+        raise RanksLost(line) from None
 
 
 def shutdown() -> None:

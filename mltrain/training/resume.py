@@ -27,9 +27,10 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError
-from mltrain.runs.files import read_summary
+from mltrain.runs.files import SUMMARY, read_summary
 from mltrain.runs.keys import is_bookkeeping, override_key
-from mltrain.runs.rundir import earlier_run
+from mltrain.runs.provenance import secret_override
+from mltrain.runs.rundir import earlier_run, hydra_value, unproven_run
 
 ENDED = ("finished", "diverged")  # statuses that leave nothing to resume
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)  # stop after the current step
@@ -56,12 +57,23 @@ class PreviousRun:
 def previous_run(run_dir: str | Path) -> Optional[PreviousRun]:
     """The run in `run_dir`, or None when it holds none (no metrics, summary or checkpoint)."""
     run_dir = Path(run_dir)
-    summary = read_summary(run_dir)
+    summary = _summary(run_dir)
     if summary is not None:
         # no `status`: summaries without one are written only by runs that ran to the end
         return PreviousRun(run_dir, summary.get("status", "finished"), summary)
     # what counts as a run is the run-dir claim's rule (metrics, summary or checkpoints)
     return PreviousRun(run_dir, None) if earlier_run(run_dir) is not None else None
+
+
+def _summary(run_dir: Path) -> Optional[dict]:
+    """The run's summary.json (None: none); ConfigError naming the file when it is cut, edited or not an
+    object (it is written atomically, so this is damage, not a run killed while writing it)."""
+    try:
+        return read_summary(run_dir)
+    except (OSError, ValueError) as err:
+        detail = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{run_dir / SUMMARY} is unreadable ({detail}): cannot tell how its run ended; move it "
+                          f"away to resume the run, or choose another dir (nothing was changed)") from None
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -105,7 +117,10 @@ def check_resume(run_dir: str | Path, cfg: Any) -> Optional[PreviousRun]:
                 f"{run_dir} holds a run made with another config: {'; '.join(diffs)}. Resume it with its own "
                 f"settings ({run_dir / '.hydra' / 'overrides.yaml'}), or choose another dir (nothing was changed)"
             )
-    return previous_run(run_dir)
+    previous = previous_run(run_dir)
+    if previous is not None and not previous.ended and (problem := unproven_run(run_dir)):
+        raise ConfigError(problem)
+    return previous
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,13 +133,16 @@ def _join(words: list[str]) -> str:
 
 def resume_command(run_dir: str | Path) -> str:
     """The command that continues this run: its own overrides plus train.resume=true and its dir (for a
-    multirun job: the sweep's command, which resumes every unfinished job and skips the finished ones)."""
+    multirun job: the sweep's command, which resumes every unfinished job and skips the finished ones).
+    The dir is quoted for Hydra, then every word for the shell; secret values (an API key set with
+    +hydra.job.env_set...) are left out: the command is printed and recorded, and they are not."""
     run_dir = Path(run_dir).resolve()
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return _join(["mltrain", "train.resume=true", f"hydra.run.dir={run_dir}"]) + "  (plus the run's own overrides)"
+        words = ["mltrain", "train.resume=true", f"hydra.run.dir={hydra_value(run_dir)}"]
+        return _join(words) + "  (plus the run's own overrides)"
     hc = HydraConfig.get()
     drop = ("train.resume", "hydra.mode", "hydra.run.dir", "hydra.sweep.dir")
     if hc.mode == RunMode.MULTIRUN:
@@ -134,10 +152,10 @@ def resume_command(run_dir: str | Path) -> str:
         if saved.exists():  # the sweep's own lists (a,b,c), not this job's values
             ovr = OmegaConf.load(saved).hydra.overrides
             task, hydra_overrides = list(ovr.task), list(ovr.hydra)
-        kept = [o for o in [*task, *hydra_overrides] if override_key(o) not in drop]
-        return _join(["mltrain", "-m", *kept, "train.resume=true", f"hydra.sweep.dir={sweep}"])
-    kept = [o for o in [*hc.overrides.task, *hc.overrides.hydra] if override_key(o) not in drop]
-    return _join(["mltrain", *kept, "train.resume=true", f"hydra.run.dir={run_dir}"])
+        kept = [o for o in [*task, *hydra_overrides] if override_key(o) not in drop and not secret_override(o)]
+        return _join(["mltrain", "-m", *kept, "train.resume=true", f"hydra.sweep.dir={hydra_value(sweep)}"])
+    kept = [o for o in [*hc.overrides.task, *hc.overrides.hydra] if override_key(o) not in drop and not secret_override(o)]
+    return _join(["mltrain", *kept, "train.resume=true", f"hydra.run.dir={hydra_value(run_dir)}"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mltrain.method.kinds import RunKind
+from mltrain.runs.atomic import refuse_links
 from mltrain.runs.files import write_json_atomic
 from mltrain.tools.compare import frontier as frontiers
 from mltrain.tools.compare.analysis import build_report, choose_baseline, exclude_mismatched
@@ -129,6 +130,7 @@ def _write(report: dict, out: Path, configs: list[Configuration], baseline, plot
     from mltrain.tools.compare.plot import plot as draw
     from mltrain.tools.compare.report import render_markdown
 
+    refuse_links(out / f"comparison.{ext}" for ext in ("png", "md", "json"))  # never write through a link
     out.mkdir(parents=True, exist_ok=True)
     if plot:
         draw(configs, baseline, report, out / "comparison.png", logx, dpi=dpi)
