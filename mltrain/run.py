@@ -29,7 +29,7 @@ from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
 from mltrain.method.coarsening import Hierarchy, build_scheme
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
-from mltrain.method.plan import planned_steps, run_kind
+from mltrain.method.plan import planned_steps
 from mltrain.method.runner import PlanRunner, Samplers
 from mltrain.model import GPT, GPTConfig
 from mltrain.runs import rundir

@@ -37,7 +37,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mltrain.runs import atomic
 from mltrain.data import shards
+from mltrain.interrupts import CtrlC
 from mltrain.errors import DataError, MltrainError, first_line, report
 from mltrain.data.text import datasets_local_only
 from mltrain.data.tokenizers import Tokenizer, encode_batch_before, get_tokenizer, init_worker
@@ -409,35 +409,8 @@ def run_prepare(cfg: PrepareConfig | DictConfig | dict) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"cannot create prepare.out_dir={out} ({err})") from err
-    with _exclusive(out), _CtrlC() as ctrl_c:
+    with _exclusive(out), CtrlC(defer=True) as ctrl_c:  # the first Ctrl-C stops after a committed shard
         return _prepare_locked(c, tok, out, ctrl_c)
-
-
-class _CtrlC:
-    """Ctrl-C while preparing (in the main thread): the first one is remembered and stops the preparation
-    at the next batch or shard, from ordinary code, where KeyboardInterrupt cannot be lost (raised inside
-    a finalizer, Python only prints it and goes on); a second one stops at once."""
-
-    def __init__(self) -> None:
-        self.count, self.previous = 0, None
-
-    def __enter__(self) -> "_CtrlC":
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.count += 1
-        if self.count > 1:
-            raise KeyboardInterrupt
-
-    def check(self) -> None:
-        if self.count:
-            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -460,7 +433,7 @@ def _exclusive(out: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path, ctrl_c: Optional["_CtrlC"] = None) -> Path:
+def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path, ctrl_c: Optional[CtrlC] = None) -> Path:
     atomic.remove_stale_temps(out)
     state = _load_state(out, _fingerprint(c))
     if state["done"]:
@@ -505,7 +478,7 @@ class _ShardWriter:
     """The shard being filled (`buf[:fill]`, shard number `index`) and its commit: the shard file, then the
     state file that records it and where the document stream stands, so a rerun resumes after it."""
 
-    def __init__(self, c: PrepareConfig, out: Path, state: dict, ctrl_c: Optional["_CtrlC"] = None):
+    def __init__(self, c: PrepareConfig, out: Path, state: dict, ctrl_c: Optional[CtrlC] = None):
         self.c, self.out, self.state, self.ctrl_c = c, out, state, ctrl_c
         self.index, self.written = len(state["shards"]), state["tokens"]
         self.buf, self.fill = np.empty(self.capacity(self.index), dtype=shards.TOKEN_DTYPE), 0
@@ -519,7 +492,7 @@ class _ShardWriter:
         return len(self.buf) == 0  # prepare.max_tokens reached
 
     def check_stop(self) -> None:
-        """KeyboardInterrupt if Ctrl-C was pressed (see _CtrlC)."""
+        """KeyboardInterrupt if Ctrl-C was pressed (mltrain/interrupts.py)."""
         if self.ctrl_c is not None:
             self.ctrl_c.check()
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Iterator, TextIO
+
+from mltrain.interrupts import CtrlC
 
 # mltrain's exit statuses: a run stopped by SIGINT, SIGTERM or SIGUSR1 (it wrote a checkpoint first)
 STOPPED = (130, 143, 138)
@@ -108,24 +108,9 @@ def multirun(overrides: list[str], env: dict[str, str]) -> int:
             sys.argv = saved_argv
 
 
-class Interrupts:
+def Interrupts() -> CtrlC:
     """While inside: Ctrl-C (SIGINT) stops the study, as Python's own handler would, and is also
-    remembered, so one that lands where Python cannot raise (a finaliser) still stops the study after
-    the sweep. A run that is training handles it first (mltrain stops it after its step, with a
-    checkpoint) and hands it on here."""
-
-    def __init__(self) -> None:
-        self.requested, self._previous = False, None
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        raise KeyboardInterrupt
-
-    def __enter__(self) -> "Interrupts":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+    remembered (`requested`), so one that lands where Python cannot raise (a finaliser) still stops the
+    study after the sweep. A run that is training handles it first (mltrain stops it after its step,
+    with a checkpoint) and hands it on here."""
+    return CtrlC(defer=False)
