@@ -21,17 +21,11 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from mltrain.method.kinds import RunKind
+from mltrain.runs.keys import matches, override_key, unread_keys
 from mltrain.tools.compare.loading import BUDGET_KEY, Configuration, Run
 
 TUNED_KEYS = ("optim.lr", "multilevel.coarse_optim.lr", "schedule.warmup_steps", "optim.weight_decay")
-# Keys a single-level run ignores (its label leaves them out too).
-SINGLE_IRRELEVANT = ("multilevel", "coarsening")
 NOT_SET = "default"  # a tuned key no override and no config file gives a value for
-
-
-def override_key(part: str) -> str:
-    """`+a.b=1` -> `a.b`; `hydra/launcher=x` -> `hydra.launcher`."""
-    return part.split("=", 1)[0].strip().lstrip("+~").split("@", 1)[0].replace("/", ".")
 
 
 def label_parts(label: str) -> dict[str, str]:
@@ -90,7 +84,9 @@ def _config_value(run: Run, key: str) -> Any:
 
 
 def relevant(kind: str, key: str) -> bool:
-    return not (kind == RunKind.single and any(key == p or key.startswith(p + ".") for p in SINGLE_IRRELEVANT))
+    """Whether a run of `kind` reads `key` (a tuned key of another method's section is not its setting:
+    runs/keys.py METHOD_KEYS, the rule the run's own label follows)."""
+    return not matches(key, unread_keys(kind))
 
 
 def setting_of(run: Run, tuned: Sequence[str]) -> dict[str, Any]:
