@@ -316,3 +316,18 @@ def test_compare_dirs_on_one_arm_alone_picks_its_best_setting(tmp_path):
     assert report["baseline"] is None and report["outputs"] == {"png": None, "md": None, "json": None}
     assert not list(tmp_path.glob("comparison.*"))  # out=None writes nothing
     assert json.loads(json.dumps(report)) == report  # plain JSON
+
+
+@pytest.mark.parametrize("best,edge", [(0.1, None), (1.0, "highest"), (0.01, "lowest")])
+def test_a_kept_value_at_the_end_of_its_grid_is_called_possibly_under_tuned(tmp_path, best, edge):
+    frontier_runs(tmp_path / "runs", range(2), lambda s, lr, b: abs(math.log10(lr / 0.1)) / 10, lrs=(0.03, 0.1, 0.3))
+    for s in range(2):
+        for clr in (0.01, 0.1, 1.0):
+            multilevel(tmp_path / "runs", s, clr, 3e13, 2.0 - abs(math.log10(clr / best)) / 2)  # best: most efficient
+    report = compare_dirs([tmp_path / "runs"], select_seeds=[0], plot=False)
+    found = [w for w in report["warnings"] if "multilevel.coarse_optim.lr" in w and "under-tuned" in w]
+    if edge is None:
+        assert not found, found
+    else:
+        assert len(found) == 1 and f"kept multilevel.coarse_optim.lr={best}, the {edge}" in found[0]
+    assert not [w for w in report["warnings"] if "single" in w and "optim.lr" in w and "under-tuned" in w]

@@ -205,4 +205,20 @@ def tuning_warnings(arms: list[Arm], configs: list[Configuration], extra_tuned: 
         if len(values) <= 1:
             seen = f" (every run: {values[0]})" if values else " (no run it applies to)"
             out.append(f"--tune {key}: no run varies it{seen}")
+    return out + [w for arm in arms for w in edge_warnings(arm)]
+
+
+def edge_warnings(arm: Arm) -> list[str]:
+    """A kept value at the end of the numbers its arm tried: the best may lie beyond the grid, so the arm
+    may be under-tuned (a grid that brackets its best value says it is not)."""
+    if arm.selected is None:
+        return []
+    kept, out = arm.setting(arm.selected), []
+    for key, value in kept.items():
+        tried = sorted({v for c in arm.configs if isinstance(v := arm.setting(c).get(key), (int, float))
+                        and not isinstance(v, bool)})
+        if len(tried) >= 2 and value in (tried[0], tried[-1]):
+            side = "lowest" if value == tried[0] else "highest"
+            out.append(f"{arm.name}: kept {key}={value}, the {side} of the values tried ({', '.join(map(str, tried))}): "
+                       "its best may lie beyond them (the arm may be under-tuned)")
     return out
