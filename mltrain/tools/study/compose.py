@@ -179,9 +179,11 @@ def arm_kinds(configs: dict[tuple, Any]) -> dict[tuple[str, str], str]:
 def check_labels(study: Any, sizes: dict[str, ScaleSize], kinds: dict[tuple[str, str], str]) -> dict[str, dict[str, str]]:
     """Each arm's label at each scale in the verdict (every arm's tuned keys left out); ConfigError
     when two arms would share one, which mltrain-compare could not tell apart."""
+    from mltrain.tools.compare.arms import TUNED_KEYS
     from mltrain.tools.study.schema import tuned_keys
 
-    tuned = {k for arm in study.arms.values() for k in tuned_keys(arm)}
+    # mltrain-compare leaves out of an arm's label the keys it tunes: its own (TUNED_KEYS) and the study's
+    tuned = {*TUNED_KEYS, *(k for arm in study.arms.values() for k in tuned_keys(arm))}
     labels: dict[str, dict[str, str]] = {}
     for scale in study.ladder:
         seen: dict[str, str] = {}
