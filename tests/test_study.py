@@ -339,6 +339,29 @@ def test_a_study_with_runs_missing_or_cut_short_resumes_to_the_same_reports(smok
 
 
 @pytest.mark.slow
+def test_progress_counts_the_evaluation_of_a_new_choice_when_stage_1_chooses_again(smoke_study, verdict, tmp_path):
+    """A study whose grid grew: stage 1 chooses again, and the runs done are those of the new choice."""
+    root = tmp_path / "study"
+    shutil.copytree(smoke_study[0], root, ignore=shutil.ignore_patterns(".mltrain.lock", "study.log"))
+    selection = root / "d16" / "selection.json"
+    saved = json.loads(selection.read_text())
+    chosen = saved["arms"]["multilevel"]["setting"]["optim.lr"]
+    other = "0.03" if chosen == "0.3" else "0.3"
+    saved["arms"]["multilevel"]["setting"]["optim.lr"] = other  # the choice of an earlier, smaller grid
+    selection.write_text(json.dumps(saved))
+    shutil.rmtree(root / "d16" / "tune" / "multilevel" / f"optim.lr={other},seed=0")  # the grid's new value
+    cut = next((root / "d16" / "eval" / "single").glob("*seed=2,train.budget=2.0"))
+    shutil.rmtree(cut)
+    code, out, _ = run_main("study=smoke", f"dir={root}")
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("[")]
+    assert [line.split("]", 1)[1].split(":")[0].strip() for line in lines] == [
+        f"d16/tune/multilevel/optim.lr={other},seed=0", f"d16/eval/single/{cut.name}"]
+    assert lines[-1].startswith("[32/32] ") and "| 0 runs left" in lines[-1]
+    assert json.loads(selection.read_text())["arms"]["multilevel"]["setting"]["optim.lr"] == chosen
+
+
+@pytest.mark.slow
 def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, verdict, tmp_path, monkeypatch):
     root = tmp_path / "study"
     argv = ["study=smoke", f"dir={root}", "~ladder.d32"]

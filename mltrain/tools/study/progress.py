@@ -69,6 +69,12 @@ class Progress:
             print(f"[{self.done}/{self.total}] {run.name}: {what} | {left} run{'s' if left != 1 else ''} left, "
                   f"{self._eta()}", file=self.out, flush=True)
 
+    def recount(self, done: int, cost: float) -> None:
+        """Runs (and their cost) found done, or no longer done, without ending now."""
+        with self._lock:
+            self.done += done
+            self.cost_left -= cost
+
     def ended(self, run: Run, summary: dict, cost: float) -> None:
         took = summary.get("wall_time_s")
         status = summary.get("status", "finished")

@@ -113,12 +113,9 @@ def _progress(study: Study, out: TextIO) -> Progress:
         eval_budgets = sum(sum(map(float, a.grid[BUDGET])) if BUDGET in a.grid else 1.0 for a in cfg.arms.values())
         size = study.sizes[scale]
         cost_left += eval_budgets * len(cfg.seeds) * size.n_params * size.tokens_per_step * size.max_steps
-        choices = read_choices(study.layout, scale)
-        if choices:
-            ended_eval = [r for s in evaluation_sweeps(cfg, study.layout, scale, choices) for r in s.runs()
-                          if ended(run_status(r.dir))]
-            done += len(ended_eval)
-            cost_left -= sum(study.cost(r) for r in ended_eval)
+        ended_eval = _ended_evaluation(study, scale, read_choices(study.layout, scale))
+        done += len(ended_eval)
+        cost_left -= sum(study.cost(r) for r in ended_eval)
         total += len(runs) + evaluation_run_count(cfg)
         for r in runs:
             if ended(run_status(r.dir)):
@@ -133,7 +130,9 @@ def _scale(study: Study, scale: str) -> ladder.ScaleResult:
     tuning = tuning_sweeps(cfg, study.layout, scale, size.max_steps)
     for sweep in tuning:
         _launch(study, sweep)
+    counted = _ended_evaluation(study, scale, read_choices(study.layout, scale))
     choices = _choose(study, scale)
+    _recount(study, counted, _ended_evaluation(study, scale, choices))
     evaluation = evaluation_sweeps(cfg, study.layout, scale, choices, size.max_steps)
     for sweep in evaluation:
         _launch(study, sweep)
@@ -142,6 +141,19 @@ def _scale(study: Study, scale: str) -> ladder.ScaleResult:
     result.missing += [f"{scale}/{arm}: stage 1 chose no setting, so it was not evaluated"
                        for arm in cfg.arms if arm not in choices]
     return result
+
+
+def _ended_evaluation(study: Study, scale: str, choices: Optional[dict[str, Choice]]) -> list[Run]:
+    """The evaluation runs of these choices that have ended (none before stage 1 has chosen)."""
+    sweeps = evaluation_sweeps(study.cfg, study.layout, scale, choices) if choices else []
+    return [r for s in sweeps for r in s.runs() if ended(run_status(r.dir))]
+
+
+def _recount(study: Study, counted: list[Run], now: list[Run]) -> None:
+    """The progress counted as done the evaluation runs of the choice it found at start; when stage 1
+    chooses again (new tuning runs), those of the new choice are the ones done."""
+    if study.progress is not None:
+        study.progress.recount(len(now) - len(counted), sum(map(study.cost, now)) - sum(map(study.cost, counted)))
 
 
 def _launch(study: Study, sweep: Sweep) -> None:
