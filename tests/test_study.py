@@ -118,6 +118,15 @@ def test_tuning_sweeps_name_folders_by_the_swept_keys_and_exclude_the_rest(tmp_p
     assert "train.max_steps" in excluded and "experiment" in excluded and "optim.lr" not in excluded and ",seed" not in excluded
 
 
+def test_a_key_with_one_value_is_a_fixed_setting_kept_in_the_arm_label_not_tuned_by_the_verdict():
+    cfg = compose_study(["study=cpu_ladder"])
+    assert schema.varied_keys(cfg) == ["optim.lr", "multilevel.coarse_optim.lr"]
+    study = stages.prepare(cfg)
+    labels = study.labels["d32"]
+    assert "stacking.operator=interleave" in labels["stacking"] and "raptr.rescale=False" in labels["raptr"]
+    assert not any("optim.lr=" in label or "warmup_steps" in label for label in labels.values())
+
+
 def test_the_frontier_evaluates_each_budget_at_its_own_setting_one_sweep_per_setting(tmp_path):
     cfg = compose_study(["study=smoke", f"dir={tmp_path}"])
     choices = {"single": Choice({"optim.lr": "0.3"}, {"0.5": {"optim.lr": "0.03"}, "1.0": {"optim.lr": "0.3"},

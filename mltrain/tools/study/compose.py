@@ -164,11 +164,13 @@ def arm_label(study: Any, scale: str, arm: str, max_steps: int, kind: str, tuned
     """The arm's label as mltrain-compare names it: its runs' overrides minus seed, budget and the
     tuned keys, as mltrain.runs.names.run_label writes a run's label."""
     from mltrain.runs.names import run_label
-    from mltrain.tools.study.plan import key_of
+    from mltrain.tools.study.plan import grid_values, key_of
     from mltrain.tools.study.schema import BUDGET
 
     dropped = {BUDGET, SEED, *tuned}
-    return run_label([o for o in arm_overrides(study, scale, arm, max_steps) if key_of(o) not in dropped], kind)
+    one_value = [f"{k}={v[0]}" for k, v in grid_values(study.arms[arm]).items() if len(v) == 1]  # a fixed setting
+    overrides = [*arm_overrides(study, scale, arm, max_steps), *one_value]
+    return run_label([o for o in overrides if key_of(o) not in dropped], kind)
 
 
 def arm_kinds(configs: dict[tuple, Any]) -> dict[tuple[str, str], str]:
@@ -180,10 +182,10 @@ def check_labels(study: Any, sizes: dict[str, ScaleSize], kinds: dict[tuple[str,
     """Each arm's label at each scale in the verdict (every arm's tuned keys left out); ConfigError
     when two arms would share one, which mltrain-compare could not tell apart."""
     from mltrain.tools.compare.arms import TUNED_KEYS
-    from mltrain.tools.study.schema import tuned_keys
+    from mltrain.tools.study.schema import varied_keys
 
     # mltrain-compare leaves out of an arm's label the keys it tunes: its own (TUNED_KEYS) and the study's
-    tuned = {*TUNED_KEYS, *(k for arm in study.arms.values() for k in tuned_keys(arm))}
+    tuned = {*TUNED_KEYS, *varied_keys(study)}
     labels: dict[str, dict[str, str]] = {}
     for scale in study.ladder:
         seen: dict[str, str] = {}

@@ -91,6 +91,12 @@ def tuned_keys(arm: Any) -> list[str]:
     return [k for k in arm.grid if k != BUDGET]
 
 
+def varied_keys(study: Any) -> list[str]:
+    """The tuned keys some arm tries more than one value of: the verdict tunes over these (a key with one
+    value is a fixed setting of its arm, and stays in the arm's label)."""
+    return list(dict.fromkeys(k for arm in study.arms.values() for k in tuned_keys(arm) if len(arm.grid[k]) > 1))
+
+
 def settings_count(arm: Any) -> int:
     """How many settings the arm tries: the product of its tuned keys' value counts."""
     return math.prod(len(arm.grid[k]) for k in tuned_keys(arm))

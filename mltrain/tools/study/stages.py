@@ -34,7 +34,7 @@ from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
                                       possible_evaluation_runs, setting_text, tuning_sweeps)
 from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
-from mltrain.tools.study.schema import BUDGET, frontier_arm, tuned_keys
+from mltrain.tools.study.schema import BUDGET, frontier_arm, tuned_keys, varied_keys
 
 
 @dataclass
@@ -254,7 +254,7 @@ def _verdict(study: Study, scale: str) -> ladder.ScaleResult:
     result = ladder.ScaleResult(scale, size.n_params, size.max_steps, size.tokens_per_param, study.labels[scale],
                                 {arm: study.kinds[(scale, arm)] for arm in cfg.arms})
     paths = [p for p in (study.layout.sweep(scale, stage, arm) for stage in (TUNE, EVAL) for arm in cfg.arms) if p.exists()]
-    tune = list(dict.fromkeys(k for arm in cfg.arms.values() for k in tuned_keys(arm)))
+    tune = varied_keys(cfg)
     try:
         result.comparison = _compare(paths, out=study.layout.verdict(scale), select_seeds=list(cfg.selection_seeds),
                                      tune=tune, plot=True)
