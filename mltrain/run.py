@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mltrain.config import resuming, validate
@@ -33,7 +34,7 @@ from mltrain.method.plan import planned_steps
 from mltrain.method.runner import PlanRunner, Samplers
 from mltrain.model import GPT, GPTConfig
 from mltrain.runs import rundir
-from mltrain.runs.names import run_label, run_name
+from mltrain.runs.names import run_label, run_name, sweep_run_name, swept_keys
 from mltrain.runs.provenance import provenance
 from mltrain.runs.tracking import Tracker
 from mltrain.runs.weights import remove_weights, save_weights
@@ -90,6 +91,26 @@ def _overrides() -> list[str]:
     if HydraConfig.initialized():
         return list(HydraConfig.get().overrides.task)
     return []
+
+
+def _swept_keys() -> Optional[list[str]]:
+    """In a Hydra multirun, the keys its sweep varies (read from the sweep's multirun.yaml, which Hydra
+    writes before any job starts); None outside a multirun, or when that file cannot be read."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    try:
+        saved = OmegaConf.load(Path(HydraConfig.get().sweep.dir) / "multirun.yaml")
+        return swept_keys(saved.hydra.overrides.task)
+    except Exception:  # noqa: BLE001 - only the W&B display name depends on it: fall back to the long one
+        return None
+
+
+def tracker_name(overrides: list[str], run_kind: str, seed: int) -> str:
+    """The W&B run name: in a sweep, by the keys the sweep varies; else by all the run's overrides."""
+    swept = _swept_keys()
+    if swept is None:
+        return run_name(overrides, run_kind, seed=seed)
+    return sweep_run_name(overrides, swept, run_kind, seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +323,7 @@ def open_tracker(session: Session, run_dir: Path, record: dict, origin: dict, re
     config as the run was given it (plus its provenance)."""
     cfg = session.cfg
     config = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
-    return Tracker(run_dir, cfg.logger, config, name=run_name(_overrides(), record["run_kind"], seed=cfg.seed),
+    return Tracker(run_dir, cfg.logger, config, name=tracker_name(_overrides(), record["run_kind"], cfg.seed),
                    group=record["label"], job_type=cfg.logger.job_type or record["run_kind"], resume=resumed or None,
                    record=record)
 

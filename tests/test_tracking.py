@@ -304,6 +304,32 @@ def test_wandb_offline_run_holds_rows_config_names_and_flops_axis(wandb_env):
     assert read_metrics(run_dir / "metrics.jsonl") == TRAIN_ROWS + [VAL_ROW, DIAG_ROW]
 
 
+def test_a_sweep_names_each_wandb_run_by_the_keys_it_varies(wandb_env):
+    sweep = wandb_env / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", "scale=smoke", "train.progress=false",
+                           "coarsening=evenodd", "multilevel.delta=0.1,0.5", "seed=0,1", "optim.lr=0.003",
+                           "logger=wandb", "logger.mode=offline", f"hydra.sweep.dir={sweep}"],
+                          cwd=wandb_env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = {}
+    for job in sorted(p.parent for p in sweep.glob("*/summary.json")):
+        run = _offline_run(job)["run"]
+        names[job.name] = (run.display_name, run.run_group)
+    assert names["coarsening=evenodd,multilevel.delta=0.5,optim.lr=0.003,scale=smoke,seed=1"] == (
+        "multilevel · δ 0.5 · seed 1", "coarsening=evenodd,multilevel.delta=0.5,optim.lr=0.003,scale=smoke")
+    assert sorted(n for n, _ in names.values()) == sorted(f"multilevel · δ {d} · seed {s}"
+                                                          for d in (0.1, 0.5) for s in (0, 1))
+
+
+def test_sweep_names_use_hydras_notion_of_a_sweep():
+    from mltrain.runs.names import sweep_run_name, swept_keys
+
+    keys = swept_keys(["optim.lr=0.1,0.3", "seed=range(3)", "model.n_embd=64", "x=choice(a,b)", "l=[1,2]"])
+    assert keys == ["optim.lr", "seed", "x"]  # a list value is one value, not a sweep
+    assert sweep_run_name(["model.n_embd=64", "optim.lr=0.1", "seed=2", "x=a"], keys, "single", 2) == \
+        "single · lr 0.1 · x=a · seed 2"
+
+
 def test_a_resumed_run_continues_the_same_wandb_run_from_its_checkpoint_row(wandb_env):
     run_dir = wandb_env / "run"
     rows = [{"step": i, "flops": i * 1e9, "train/loss": 5.0 - i / 10} for i in range(6)]

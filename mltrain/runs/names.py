@@ -4,11 +4,36 @@ names for run directories and W&B fields (file names and W&B fields have length 
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from mltrain.runs.keys import BOOKKEEPING_KEYS, SEED_KEY, matches, override_key, seed_of, unread_keys
 
 MAX_DIRNAME = 200
+
+# Short words for the keys a sweep or a comparison most often varies; any other key is shown as written.
+SHORT = {
+    "optim.lr": "lr",
+    "multilevel.coarse_optim.lr": "coarse lr",
+    "schedule.warmup_steps": "warm-up",
+    "optim.weight_decay": "weight decay",
+    "optim.momentum": "momentum",
+    "train.budget": "steps ×",
+    "multilevel.delta": "δ",
+    "seed": "seed",
+}
+SEP = " · "
+
+
+def show(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def key_text(key: str, value: Any) -> str:
+    """One key's value in a readable name: `coarse lr 0.1`, or `key=value` for a key without a word."""
+    short = SHORT.get(key)
+    return f"{short} {show(value)}" if short else f"{key}={show(value)}"
 
 
 def shorten(text: str, limit: int) -> str:
@@ -53,3 +78,22 @@ def run_name(overrides: list[str], run_kind: str, seed: int | str | None = None)
     label = shorten(run_label(overrides, run_kind), 80)
     seed = seed_of(overrides) if seed is None else seed
     return f"{run_kind}|{label}" + (f"|seed={seed}" if seed is not None else "")
+
+
+def swept_keys(sweep_overrides: Iterable[str]) -> list[str]:
+    """The keys a Hydra multirun varies, from the sweep's own command-line overrides (value lists,
+    range(), choice(), glob(): whatever Hydra's override parser calls a sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([str(o) for o in sweep_overrides])
+    return [o.key_or_group for o in parsed if o.is_sweep_override()]
+
+
+def sweep_run_name(overrides: Iterable[str], swept: Iterable[str], run_kind: str, seed: int | str | None) -> str:
+    """A sweep job's readable name: its run kind and the values of the keys its sweep varies, e.g.
+    `multilevel · coarse lr 0.1 · seed 1` (the settings every job shares are left to the W&B config)."""
+    swept = set(swept) - {SEED_KEY}
+    shown = [key_text(override_key(o), str(o).split("=", 1)[1]) for o in overrides
+             if "=" in str(o) and override_key(o) in swept]
+    return SEP.join([run_kind, *sorted(shown), *([key_text(SEED_KEY, seed)] if seed is not None else [])])
+

@@ -7,30 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-# Short words for the keys a comparison most often varies; any other key is shown as written.
-SHORT = {
-    "optim.lr": "lr",
-    "multilevel.coarse_optim.lr": "coarse lr",
-    "schedule.warmup_steps": "warm-up",
-    "optim.weight_decay": "weight decay",
-    "optim.momentum": "momentum",
-    "train.budget": "steps ×",
-    "multilevel.delta": "δ",
-    "seed": "seed",
-}
-SEP = " · "
-
-
-def show(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def key_text(key: str, value: Any) -> str:
-    short = SHORT.get(key)
-    return f"{short} {show(value)}" if short else f"{key}={show(value)}"
-
+from mltrain.runs.names import SEP, key_text
 
 def readable(items: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], dict[str, Any]]:
     """(a name per (run kind, {key: value}) item, the settings every item shares)."""
