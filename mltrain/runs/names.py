@@ -96,4 +96,3 @@ def sweep_run_name(overrides: Iterable[str], swept: Iterable[str], run_kind: str
     shown = [key_text(override_key(o), str(o).split("=", 1)[1]) for o in overrides
              if "=" in str(o) and override_key(o) in swept]
     return SEP.join([run_kind, *sorted(shown), *([key_text(SEED_KEY, seed)] if seed is not None else [])])
-

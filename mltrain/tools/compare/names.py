@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from mltrain.runs.names import SEP, key_text
 
+
 def readable(items: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], dict[str, Any]]:
     """(a name per (run kind, {key: value}) item, the settings every item shares)."""
     keys: list[str] = []
