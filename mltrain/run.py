@@ -83,10 +83,6 @@ def model_config(cfg: DictConfig, vocab_size: int) -> GPTConfig:
     return GPTConfig(**m)
 
 
-def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
-    return GPT(model_config(cfg, vocab_size))
-
-
 def _overrides() -> list[str]:
     if HydraConfig.initialized():
         return list(HydraConfig.get().overrides.task)

@@ -113,3 +113,18 @@ def test_every_run_kind_says_which_method_sections_it_reads():
 ])
 def test_a_label_leaves_out_the_sections_of_other_methods(kind, kept, dropped):
     assert run_label(["optim.lr=0.1", *kept, *dropped], kind) == ",".join(sorted(["optim.lr=0.1", *kept]))
+
+
+def test_one_rule_splits_a_label_into_its_overrides_list_values_included():
+    from mltrain.runs.keys import label_overrides
+    from mltrain.tools.compare.arms import arm_label, label_parts
+    from mltrain.tools.compare.loading import label_family
+    from mltrain.tools.study.plan import label_parts as study_label_parts
+
+    label = "experiment=stacking,optim.lr=0.1,stacking.grow_at=[0.125,0.3],train.budget=0.5"
+    assert label_overrides(label) == ["experiment=stacking", "optim.lr=0.1", "stacking.grow_at=[0.125,0.3]",
+                                      "train.budget=0.5"]
+    assert label_parts(label)["stacking.grow_at"] == "[0.125,0.3]" and len(label_parts(label)) == 4
+    assert arm_label(label, ["optim.lr"]) == "experiment=stacking,stacking.grow_at=[0.125,0.3]"
+    assert label_family(label) == "experiment=stacking,optim.lr=0.1,stacking.grow_at=[0.125,0.3]"
+    assert study_label_parts(label, "stacking") == frozenset(label_overrides(label))

@@ -61,6 +61,21 @@ def override_key(override: str) -> str:
     return key.split("@", 1)[0].replace("/", ".")
 
 
+def label_overrides(label: str) -> list[str]:
+    """A configuration label's overrides (runs/names.py joins them with ","): split on the commas that
+    are not inside a value's [...] or {...}, so `stacking.grow_at=[0.125,0.3]` stays one override."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(label + ","):
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth <= 0:
+            parts.append(label[start:i])
+            start = i + 1
+    return [p for p in parts if p]
+
+
 def override_value(override: str) -> Optional[str]:
     """The value an override sets (`seed=3` -> `3`), or None for a deletion without one (`~a.b`)."""
     text = str(override)

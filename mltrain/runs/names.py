@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Iterable, Optional
 
-from mltrain.runs.keys import BOOKKEEPING_KEYS, SEED_KEY, matches, override_key, seed_of, unread_keys
+from mltrain.runs.keys import BOOKKEEPING_KEYS, SEED_KEY, matches, override_key, override_value, seed_of, unread_keys
 
 MAX_DIRNAME = 200
 
@@ -93,6 +93,6 @@ def sweep_run_name(overrides: Iterable[str], swept: Iterable[str], run_kind: str
     """A sweep job's readable name: its run kind and the values of the keys its sweep varies, e.g.
     `multilevel · coarse lr 0.1 · seed 1` (the settings every job shares are left to the W&B config)."""
     swept = set(swept) - {SEED_KEY}
-    shown = [key_text(override_key(o), str(o).split("=", 1)[1]) for o in overrides
-             if "=" in str(o) and override_key(o) in swept]
+    shown = [key_text(override_key(o), override_value(o)) for o in overrides
+             if override_value(o) is not None and override_key(o) in swept]
     return SEP.join([run_kind, *sorted(shown), *([key_text(SEED_KEY, seed)] if seed is not None else [])])

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from mltrain.method.kinds import RunKind
+from mltrain.runs.keys import label_overrides
 from mltrain.tools.compare.frontier import Frontier
 from mltrain.tools.compare.loading import CompareError, Configuration, Run, mismatch
 from mltrain.tools.compare.statistics import (
@@ -96,7 +97,7 @@ def names(configs: Iterable[Configuration]) -> str:
 
 
 def _strip_control(label: str) -> str:
-    parts = [p for p in label.split(",") if not p.startswith("multilevel.control=")]
+    parts = [p for p in label_overrides(label) if not p.startswith("multilevel.control=")]
     return ",".join(parts) or "default"
 
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from mltrain.method.kinds import RunKind
-from mltrain.runs.keys import matches, override_key, unread_keys
+from mltrain.runs.keys import label_overrides, matches, override_key, unread_keys
 from mltrain.tools.compare.loading import BUDGET_KEY, Configuration, Run
 
 TUNED_KEYS = ("optim.lr", "multilevel.coarse_optim.lr", "schedule.warmup_steps", "optim.weight_decay")
@@ -33,9 +33,8 @@ def label_parts(label: str) -> dict[str, str]:
     if label in ("", "default"):
         return {}
     out = {}
-    for part in label.split(","):
-        if part:
-            out[override_key(part)] = part.split("=", 1)[1] if "=" in part else ""
+    for part in label_overrides(label):
+        out[override_key(part)] = part.split("=", 1)[1] if "=" in part else ""
     return out
 
 
@@ -107,7 +106,7 @@ def arm_label(label: str, tuned: Sequence[str]) -> str:
     drop = set(tuned) | {BUDGET_KEY, "seed"}
     if label in ("", "default"):
         return ""
-    return ",".join(p for p in label.split(",") if p and override_key(p) not in drop)
+    return ",".join(p for p in label_overrides(label) if override_key(p) not in drop)
 
 
 @dataclass

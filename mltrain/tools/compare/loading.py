@@ -21,7 +21,7 @@ import numpy as np
 from mltrain.errors import CompareError, first_line
 from mltrain.method.kinds import RunKind
 from mltrain.runs.files import METRICS, SUMMARY, read_metrics, read_run_record, read_summary
-from mltrain.runs.keys import seed_of
+from mltrain.runs.keys import label_overrides, seed_of
 from mltrain.runs.names import run_label
 
 log = logging.getLogger("mltrain.tools.compare")
@@ -77,7 +77,7 @@ class Run:
         value = self.summary.get("budget")
         if _finite(value):
             return float(value)
-        for part in self.label.split(","):
+        for part in label_overrides(self.label):
             if part.startswith(BUDGET_KEY + "="):
                 try:
                     return float(part.split("=", 1)[1])
@@ -120,7 +120,7 @@ class Run:
 
 
 def label_family(label: str) -> str:
-    parts = [p for p in label.split(",") if p and not p.startswith(BUDGET_KEY + "=")]
+    parts = [p for p in label_overrides(label) if not p.startswith(BUDGET_KEY + "=")]
     return ",".join(parts) or "default"
 
 

@@ -21,7 +21,6 @@ interval, and is always printed as an extrapolation.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,10 +283,3 @@ def write_ladder(report: dict, base: Path) -> None:
     plot_ladder(report, base.with_suffix(".png"))
     base.with_suffix(".md").write_text(render_markdown(report), encoding="utf-8")
     write_json(base.with_suffix(".json"), report)
-
-
-def load_json(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

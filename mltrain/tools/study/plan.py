@@ -90,19 +90,10 @@ def label_parts(label: str, kind: str) -> frozenset:
     """A configuration label (overrides joined by ',') as a set of overrides, without the keys that
     mltrain's own labels leave out (bookkeeping; the sections of methods the run does not use): two
     spellings of one arm's label compare equal."""
-    from mltrain.runs.keys import BOOKKEEPING_KEYS, matches, override_key, unread_keys
+    from mltrain.runs.keys import BOOKKEEPING_KEYS, label_overrides, matches, override_key, unread_keys
 
     drop = (*BOOKKEEPING_KEYS, *unread_keys(kind))
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(label + ","):  # commas inside [...] or {...} belong to a value
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(label[start:i])
-            start = i + 1
-    return frozenset(p for p in parts if p and p != "default" and not matches(override_key(p), drop))
+    return frozenset(p for p in label_overrides(label) if p != "default" and not matches(override_key(p), drop))
 
 
 def quoted(text: str) -> str:
