@@ -27,7 +27,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from mltrain.errors import ConfigError
 from mltrain.runs.names import short_dirname
-from mltrain.tools.study.schema import BUDGET, SEED, frontier_arm, tuned_keys
+from mltrain.tools.study.schema import BUDGET, SEED, eval_seeds, frontier_arm, tuned_keys
 
 TUNE, EVAL = "tune", "eval"  # the stages that launch runs; also the runs' W&B job_type
 BOOKKEEPING = ("train.resume=true", "train.progress=false")
@@ -245,14 +245,14 @@ def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str,
         if arm != frontier:
             if choice.setting:
                 sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps,
-                                     {k: [v] for k, v in choice.setting.items()}, study.seeds))
+                                     {k: [v] for k, v in choice.setting.items()}, eval_seeds(study, scale)))
             continue
         groups: dict[tuple, list[str]] = {}
         for budget, setting in choice.by_budget.items():
             groups.setdefault(tuple(sorted(setting.items())), []).append(budget)
         for setting, budgets in groups.items():
             values = {**{k: [v] for k, v in setting}, BUDGET: budgets}
-            sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps, values, study.seeds))
+            sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps, values, eval_seeds(study, scale)))
     return sweeps
 
 
@@ -261,13 +261,14 @@ def possible_evaluation_runs(study: Any, layout: Layout, scale: str) -> list[Run
     seeds (what a check of earlier runs on disk must cover before anything starts)."""
     runs = []
     for sweep in tuning_sweeps(study, layout, scale):
-        swept = tuple((k, v) if k != SEED else (k, tuple(str(s) for s in study.seeds)) for k, v in sweep.swept)
+        seeds = tuple(str(s) for s in eval_seeds(study, scale))
+        swept = tuple((k, v) if k != SEED else (k, seeds) for k, v in sweep.swept)
         runs += Sweep(scale, EVAL, sweep.arm, layout.sweep(scale, EVAL, sweep.arm), sweep.fixed, swept).runs()
     return runs
 
 
-def evaluation_run_count(study: Any) -> int:
+def evaluation_run_count(study: Any, scale: str) -> int:
     """Runs stage 2 launches at one scale (known before stage 1 has chosen anything)."""
     frontier = frontier_arm(study)
     per_seed = sum(len(a.grid[BUDGET]) if name == frontier else 1 for name, a in study.arms.items())
-    return per_seed * len(study.seeds)
+    return per_seed * len(eval_seeds(study, scale))

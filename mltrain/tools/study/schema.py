@@ -25,6 +25,7 @@ from mltrain.errors import ConfigError
 
 BUDGET = "train.budget"  # the frontier axis: swept by the single-level arm, never a tuned key
 SEED = "seed"
+LADDER_AXES = ("params", "depth", "width", "tokens_per_param")  # what a ladder's rungs may vary
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # arm and scale names become folder names
 
 
@@ -47,6 +48,9 @@ class ScaleConfig:
     # train.max_steps = tokens_per_param x parameters / (batch x context); null: the study's ratio
     tokens_per_param: Optional[float] = None
     max_steps: Optional[int] = None  # or the steps themselves (then tokens_per_param is left unused)
+    # the evaluation seeds of this rung; null: the study's. A rung too costly for the study's seeds
+    # measures on fewer (the yaml says why); they must still be apart from the selection seeds.
+    seeds: Optional[List[int]] = None
 
 
 @dataclass
@@ -72,6 +76,10 @@ class StudyConfig:
     selection_seeds: List[int] = field(default_factory=lambda: [0])  # each arm's setting is chosen here
     seeds: List[int] = field(default_factory=lambda: [1, 2, 3, 4])  # ... and measured here
     tokens_per_param: Optional[float] = None  # the ladder's default token budget
+    # What the rungs vary, the x-axis of the ladder report: params (the model's size, whatever changes
+    # it), depth (model.n_layer), width (model.n_embd) or tokens_per_param (the token budget). Each
+    # rung's value is read from its composed config, never typed twice.
+    ladder_axis: str = "params"
     ladder: Dict[str, ScaleConfig] = field(default_factory=dict)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     # Sizes (parameters) the ladder report extrapolates each arm's trend to, marked as extrapolation.
@@ -102,6 +110,12 @@ def settings_count(arm: Any) -> int:
     return math.prod(len(arm.grid[k]) for k in tuned_keys(arm))
 
 
+def eval_seeds(study: Any, scale: str) -> list[int]:
+    """The evaluation seeds of one rung: its own, or the study's."""
+    own = study.ladder[scale].seeds
+    return list(own) if own is not None else list(study.seeds)
+
+
 def frontier_arm(study: Any) -> str:
     """The arm whose grid sweeps train.budget (the single-level frontier); check() makes it unique."""
     return next(name for name, arm in study.arms.items() if BUDGET in arm.grid)
@@ -117,6 +131,8 @@ def check(study: Any) -> None:
         for name in names:
             if not _NAME.match(str(name)):
                 raise ConfigError(f"{what} name {name!r}: use letters, digits, '_', '.' or '-' (it names a folder)")
+    if study.ladder_axis not in LADDER_AXES:
+        raise ConfigError(f"ladder_axis={study.ladder_axis!r}: expected one of {', '.join(LADDER_AXES)}")
     _check_seeds(study)
     for name, arm in study.arms.items():
         _check_arm(name, arm)
@@ -147,7 +163,14 @@ def _check_seeds(study: Any) -> None:
             raise ConfigError(f"{key} is empty")
         if len(set(values)) != len(values):
             raise ConfigError(f"{key}={values} repeats a seed")
-    both = sorted(set(study.selection_seeds) & set(study.seeds))
+    for name, scale in study.ladder.items():
+        if scale.seeds is not None:
+            if not scale.seeds:
+                raise ConfigError(f"scale {name}: seeds is empty (leave it out to use the study's)")
+            if len(set(scale.seeds)) != len(scale.seeds):
+                raise ConfigError(f"scale {name}: seeds={list(scale.seeds)} repeats a seed")
+    measured = set(study.seeds) | {s for scale in study.ladder.values() for s in (scale.seeds or [])}
+    both = sorted(set(study.selection_seeds) & measured)
     if both:
         raise ConfigError(
             f"seed{'s' if len(both) > 1 else ''} {both} in both selection_seeds and seeds: each arm's setting "

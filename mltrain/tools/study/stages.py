@@ -34,7 +34,7 @@ from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
                                       possible_evaluation_runs, setting_text, tuning_sweeps)
 from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
-from mltrain.tools.study.schema import BUDGET, frontier_arm, tuned_keys, varied_keys
+from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, tuned_keys, varied_keys
 
 
 @dataclass
@@ -112,11 +112,11 @@ def _progress(study: Study, out: TextIO) -> Progress:
         runs = [r for s in tuning_sweeps(cfg, study.layout, scale, study.sizes[scale].max_steps) for r in s.runs()]
         eval_budgets = sum(sum(map(float, a.grid[BUDGET])) if BUDGET in a.grid else 1.0 for a in cfg.arms.values())
         size = study.sizes[scale]
-        cost_left += eval_budgets * len(cfg.seeds) * size.n_params * size.tokens_per_step * size.max_steps
+        cost_left += eval_budgets * len(eval_seeds(cfg, scale)) * size.n_params * size.tokens_per_step * size.max_steps
         ended_eval = _ended_evaluation(study, scale, read_choices(study.layout, scale))
         done += len(ended_eval)
         cost_left -= sum(study.cost(r) for r in ended_eval)
-        total += len(runs) + evaluation_run_count(cfg)
+        total += len(runs) + evaluation_run_count(cfg, scale)
         for r in runs:
             if ended(run_status(r.dir)):
                 done += 1
