@@ -112,6 +112,9 @@ class TrainConfig:
     # from its last checkpoint; a finished run is left untouched.
     resume: bool = False
     on_nonfinite: OnNonFinite = OnNonFinite.stop
+    # A run that would take more than a day on this machine (its planned FLOPs at a rate no run reaches
+    # here, mltrain/runs/sanity.py) is refused before it starts unless this is true.
+    allow_long: bool = False
 
 
 @dataclass

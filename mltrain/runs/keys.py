@@ -27,6 +27,7 @@ BOOKKEEPING_KEYS = (
     "train.compile",
     "train.progress",
     "train.resume",
+    "train.allow_long",
     "train.checkpoint_interval",
     "train.keep_checkpoints",
     "data.cache_dir",
