@@ -1,6 +1,7 @@
 """`mltrain`: the training command. Hydra parses and composes, RunGuard checks the run dir before Hydra
 writes into it, mltrain/run.py does the work. The other tools' entry points are in mltrain/console.py
-(re-exported here), which loads none of the training stack."""
+(re-exported here), which loads none of the training stack; the `mltrain` console script enters through
+mltrain/console.py too, so a Ctrl-C while this module imports torch is one line."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def check_duration(cfg: DictConfig) -> None:
     m, world = cfg.model, distributed.world_from_env()
     try:
         vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
-    except MltrainError:  # the run itself says why the tokenizer cannot load
-        return
+    except MltrainError:  # the run itself says why the tokenizer cannot load; without the head, still a bound
+        vocab = 0
     flops = train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * budget_steps(cfg.train)
     device = str(cfg.device)
     if device == "auto":

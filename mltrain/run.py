@@ -163,11 +163,12 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
             "train.batch_size": B, "multilevel.coarse_batch_size": coarse_B}):
         raise ConfigError(problem)
     data = load_tokens(cfg.data)
-    T, ranks = cfg.model.block_size, {"rank": world.rank, "world_size": world.size}  # each rank reads its slice
-    samplers = Samplers(fine=BatchSampler(data.train, B, T, seed=cfg.seed, **ranks),
-                        coarse=BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **ranks),
-                        diag=BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **ranks))
-    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **ranks)
+    # each rank reads its slice; every batch's ids are checked against the vocabulary (data/inputs.py)
+    T, shared = cfg.model.block_size, {"rank": world.rank, "world_size": world.size, "vocab_size": data.vocab_size}
+    samplers = Samplers(fine=BatchSampler(data.train, B, T, seed=cfg.seed, **shared),
+                        coarse=BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **shared),
+                        diag=BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **shared))
+    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **shared)
     gpt_config = model_config(cfg, data.vocab_size)
 
     device = resolve_device(cfg.device, world)

@@ -16,7 +16,7 @@ only `position` (see state_dict), and evaluation can ask for `batch(i)` directly
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -36,8 +36,12 @@ class BatchSampler:
         rank: int = 0,
         world_size: int = 1,
         split: str = "train",
+        vocab_size: Optional[int] = None,
     ):
-        """`split` only names the data in error messages."""
+        """`split` only names the data in error messages. `vocab_size`: every batch's ids are checked
+        against it (a token id beyond the vocabulary is one line naming its array, not an IndexError
+        inside the embedding; the loaders check whole arrays before training, this catches what changed
+        under a run)."""
         if batch_size <= 0 or block_size <= 0:
             raise ValueError(f"batch_size={batch_size} and block_size={block_size} must be > 0")
         if world_size <= 0 or not 0 <= rank < world_size:
@@ -61,6 +65,7 @@ class BatchSampler:
                     split, i, len(arrays), f"{len(a):,}", block_size + 1,
                 )  # fmt: skip
         self.arrays = usable
+        self.split, self.vocab_size = split, vocab_size
         self.batch_size, self.block_size, self.seed = batch_size, block_size, int(seed)
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = batch_size // world_size
@@ -86,9 +91,20 @@ class BatchSampler:
         which, offset = self.windows(index)
         lo = self.rank * self.local_batch_size
         rows = np.empty((self.local_batch_size, self.block_size + 1), dtype=np.int64)
-        for i, (a, s) in enumerate(zip(which[lo : lo + self.local_batch_size], offset[lo : lo + self.local_batch_size])):
+        chosen = list(zip(which[lo : lo + self.local_batch_size], offset[lo : lo + self.local_batch_size]))
+        for i, (a, s) in enumerate(chosen):
             rows[i] = self.arrays[a][s : s + self.block_size + 1]
+        if self.vocab_size is not None and rows.size and int(rows.max()) >= self.vocab_size:
+            self._out_of_vocabulary(rows, chosen)
         return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
+
+    def _out_of_vocabulary(self, rows: np.ndarray, chosen: list) -> None:
+        from mltrain.data.inputs import out_of_vocabulary
+
+        i, j = map(int, np.unravel_index(int(np.argmax(rows)), rows.shape))
+        a, start = chosen[i]
+        where = getattr(self.arrays[a], "filename", None) or f"the {self.split} split's token array {a}"
+        raise out_of_vocabulary(str(where), int(rows[i, j]), int(start) + j, self.vocab_size, "the run's tokenizer")
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.batch(self.position)

@@ -23,6 +23,7 @@ from mltrain.tools.compare import frontier as frontiers
 from mltrain.tools.compare.analysis import build_report, choose_baseline, exclude_mismatched
 from mltrain.tools.compare.arms import (TUNED_KEYS, Arm, group_arms, label_parts, select, setting_of,
                                         tuning_warnings, typed)
+from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.loading import (
     METRICS,
     CompareError,
@@ -133,7 +134,7 @@ def _write(report: dict, out: Path, configs: list[Configuration], baseline, plot
     # never through a link: checked for all three before any is written (runs/guarded.py)
     guarded.refuse_linked([out / f"comparison.{ext}" for ext in ("png", "md", "json")], out)
     guarded.write_json(out / "comparison.json", report, root=out, indent=2, default=json_default)
-    guarded.write_text(out / "comparison.md", render_markdown(report), root=out)
+    guarded.write_text(out / "comparison.md", render_markdown(markdown_safe(report)), root=out)
     if plot:
         draw(configs, baseline, report, out / "comparison.png", logx, dpi=dpi)
 

@@ -29,6 +29,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mltrain.runs import guarded
+from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.study.plan import label_parts
 
 FLAT_SLOPE = 0.05
@@ -286,5 +287,5 @@ def write_ladder(report: dict, base: Path, root: Optional[Path] = None) -> None:
     paths = [base.with_suffix(s) for s in (".json", ".md", ".png")]
     guarded.refuse_linked(paths, root)
     guarded.write_json(paths[0], report, root=root)
-    guarded.write_text(paths[1], render_markdown(report), root=root)
+    guarded.write_text(paths[1], render_markdown(markdown_safe(report)), root=root)  # labels cannot break its tables
     plot_ladder(report, paths[2], root=root, kept=f"{paths[0].name} and {paths[1].name} were written")

@@ -90,7 +90,10 @@ def _run_flops(cfg: Any) -> float:
     from mltrain.training.flops import train_flops_per_step
 
     m = cfg.model
-    vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
+    try:
+        vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
+    except MltrainError:  # the runs themselves say why the tokenizer cannot load; without the head, still a bound
+        vocab = 0
     return train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * budget_steps(cfg.train)
 
 
@@ -132,10 +135,7 @@ def check_study_duration(study: Any, configs: dict[tuple, Any], out: TextIO) -> 
     cfg = study.cfg
     if cfg.launcher.name not in LOCAL_LAUNCHERS or not configs:
         return
-    try:
-        flops = planned_flops(cfg, configs)
-    except MltrainError:  # a tokenizer that cannot load: the runs say so themselves
-        return
+    flops = planned_flops(cfg, configs)
     where, flop_rate = _machine(cfg, next(iter(configs.values())))
     line = sanity.duration_check("this study", flops, flop_rate, where, "allow_long", bool(cfg.allow_long))
     if line:
