@@ -63,7 +63,7 @@ def judge_text(text: str, path: Path | str, allow: bool, key: str = "data.path",
     if n and bad > MAX_NOT_TEXT * n:
         share = f"{bad:,} of its {n:,} characters ({bad / n:.1%}) are undecodable UTF-8 or control bytes"
         if allow:
-            log.warning("%s is not UTF-8 text (%s); training on it anyway (%s=true)", path, share, allow_key)
+            log.warning("%s is not UTF-8 text (%s); taking it anyway (%s=true)", path, share, allow_key)
             return False
         raise DataError(f"{key}: {path} is not UTF-8 text: {share}. Give text files (convert other encodings to "
                         f"UTF-8), or set {allow_key}=true to take it anyway")

@@ -589,8 +589,16 @@ class PrepareGuard(Callback):
     """Before Hydra creates its log folder under prepare.out_dir: one line, not a traceback, when it cannot."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from mltrain.runs import guarded
+
+        out, logs = Path(os.path.expanduser(str(config.prepare.out_dir))), Path(config.hydra.run.dir)
         try:
+            # Hydra writes .hydra/ and prepare.log there: never through a link below prepare.out_dir
+            guarded.refuse_linked([logs / ".hydra", logs / "prepare.log", out / STATE_FILE], out)
             Path(config.hydra.run.dir).mkdir(parents=True, exist_ok=True)
+        except MltrainError as err:
+            report("mltrain-prepare", str(err))
+            sys.exit(2)
         except OSError as err:
             report("mltrain-prepare", f"cannot create prepare.out_dir={config.prepare.out_dir} "
                                       f"({err.strerror or err}); choose a writable prepare.out_dir")
