@@ -59,7 +59,8 @@ def check_duration(cfg: DictConfig) -> None:
         vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
     except MltrainError:  # the run itself says why the tokenizer cannot load; without the head, still a bound
         vocab = 0
-    flops = train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * budget_steps(cfg.train)
+    steps = budget_steps(cfg.train)
+    flops = train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * steps
     device = str(cfg.device)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -69,7 +70,8 @@ def check_duration(cfg: DictConfig) -> None:
     else:
         peak = peak_flops(torch.device("cuda")) if torch.cuda.is_available() else None
         where, flop_rate = f"{world.size} GPU{'s' if world.size > 1 else ''}", world.size * sanity.rate("cuda", peak=peak)
-    line = sanity.duration_check("this run", flops, flop_rate, where, "train.allow_long", bool(cfg.train.allow_long))
+    line = sanity.duration_check("this run", flops, flop_rate, where, "train.allow_long", bool(cfg.train.allow_long),
+                                 steps=steps)
     if line and world.is_main:
         say(line)
 

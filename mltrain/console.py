@@ -57,6 +57,16 @@ def compare_main(argv: list[str] | None = None) -> None:
     _entry("mltrain-compare", main)
 
 
+def _tool(prog: str, module: str, argv: list[str] | None) -> None:
+    """`prog`, whose `main(argv)` lives in `module` (imported only now) and returns the exit status."""
+    def main() -> int:
+        import importlib
+
+        return importlib.import_module(module).main(argv)
+
+    _entry(prog, main)
+
+
 def prepare_main() -> None:
     def main() -> None:
         from mltrain.data.prepare import hydra_main
@@ -67,27 +77,12 @@ def prepare_main() -> None:
 
 
 def sample_main(argv: list[str] | None = None) -> None:
-    def main() -> int:
-        from mltrain.tools.sample import main as sample
-
-        return sample(argv)
-
-    _entry("mltrain-sample", main)
+    _tool("mltrain-sample", "mltrain.tools.sample", argv)
 
 
 def export_main(argv: list[str] | None = None) -> None:
-    def main() -> int:
-        from mltrain.tools.export import main as export
-
-        return export(argv)
-
-    _entry("mltrain-export", main)
+    _tool("mltrain-export", "mltrain.tools.export", argv)
 
 
 def study_main(argv: list[str] | None = None) -> None:
-    def main() -> int:
-        from mltrain.tools.study.cli import main as study
-
-        return study(argv)
-
-    _entry("mltrain-study", main)
+    _tool("mltrain-study", "mltrain.tools.study.cli", argv)

@@ -7,7 +7,6 @@ line."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from mltrain.data.config import DataConfig
 from mltrain.data.loader import load_tokens
 from mltrain.data.sampler import BatchSampler
 from mltrain.errors import DataError
-from tool_runs import SMOKE, refused, tool
+from tool_runs import SMOKE, edited_copy, refused, smoke_run, tool
 
 TINY = ["model.n_layer=2", "model.n_embd=16", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
         "train.max_steps=2", "train.eval_batches=1", "train.progress=false", "device=cpu"]
@@ -145,21 +144,9 @@ def test_input_files_are_named_when_empty(tmp_path):
 
 @pytest.fixture(scope="module")
 def weights_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("weights")
-    proc = tool("mltrain", *SMOKE, f"hydra.run.dir={root / 'run'}", cwd=root)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return root / "run"
+    return smoke_run(tmp_path_factory.mktemp("weights"))
 
 
-def edited_copy(run: Path, tmp_path: Path, **model) -> Path:
-    import shutil
-
-    copy = tmp_path / "edited"
-    shutil.copytree(run, copy)
-    info = json.loads((copy / "model.json").read_text())
-    info["model"].update(model)
-    (copy / "model.json").write_text(json.dumps(info))
-    return copy
 
 
 NO_ROOM = "import resource\nresource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))"
@@ -169,7 +156,7 @@ NO_ROOM = "import resource\nresource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6
                                           ({"vocab_size": 50_000}, "wte.weight: [50000, 32] in model.json"),
                                           ({"block_size": 4096}, "wpe.weight: [4096, 32] in model.json")])
 def test_model_json_is_compared_with_the_weights_header_before_anything_is_built(weights_run, tmp_path, model, named):
-    run = edited_copy(weights_run, tmp_path, **model)
+    run = edited_copy(weights_run, tmp_path / "edited", "model.json", lambda info: info["model"].update(model))
     for name, args in (("mltrain-sample", [str(run), "--max-new-tokens", "3"]), ("mltrain-export", [str(run), str(tmp_path / "o")])):
         line = refused(tool(name, *args, cwd=tmp_path, before=NO_ROOM), "does not match the model in model.json")
         assert named in line and "nothing was built" in line

@@ -12,7 +12,7 @@ import pytest
 
 from mltrain.errors import StorageError
 from mltrain.runs import guarded
-from tool_runs import SMOKE, VICTIM, fake_runs, refused, tool, tree, victim
+from tool_runs import VICTIM, fake_runs, refused, smoke_run, tool, tree, victim
 
 # ---------------------------------------------------------------------------------------------
 # The writer itself
@@ -106,10 +106,7 @@ def test_compare_refuses_each_of_its_files_as_a_link_and_writes_none(tmp_path, n
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("weights")
-    proc = tool("mltrain", *SMOKE, f"hydra.run.dir={root / 'run'}", cwd=root)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return root / "run"
+    return smoke_run(tmp_path_factory.mktemp("weights"))
 
 
 @pytest.mark.parametrize("dangling", [False, True])

@@ -114,8 +114,10 @@ def test_consent_lets_a_long_run_pass_the_check(make_config):
 
 def test_the_duration_rule():
     assert sanity.duration_check("this run", 1e9, 1e10, "cpu", "k", False) is None  # a tenth of a second
-    line = sanity.duration_check("this run", 7200 * 1e10, 1e10, "cpu (1 thread)", "k", False)
-    assert line.startswith("this run needs 7.2e+13 FLOPs: at least 2.0 hours on cpu (1 thread)")
+    line = sanity.duration_check("this run", 7200 * 1e10, 1e10, "cpu (1 thread)", "k", False, steps=100)
+    assert line.startswith("this run needs 7.2e+13 FLOPs in 100 steps: at least 2.0 hours on cpu (1 thread)")
+    line = sanity.duration_check("this run", 1e9, 1e10, "cpu", "k", False, steps=5_000_000)  # tiny steps, many
+    assert "at least 83 minutes" in line
     with pytest.raises(ConfigError, match="add k=true"):
         sanity.duration_check("this run", 2 * 86400 * 1e10, 1e10, "cpu", "k", False)
     assert "days" in sanity.duration_check("this run", 3 * 86400 * 1e10, 1e10, "cpu", "k", True)

@@ -32,6 +32,24 @@ def tool(name: str, *args: str, cwd: Path, env: Optional[dict] = None, timeout: 
                           errors="replace")
 
 
+def smoke_run(root: Path, name: str = "run") -> Path:
+    """A finished smoke run in root/<name>, made by the installed mltrain."""
+    proc = tool("mltrain", *SMOKE, f"hydra.run.dir={root / name}", cwd=root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return root / name
+
+
+def edited_copy(run: Path, dest: Path, name: str, change) -> Path:
+    """A copy of the run folder `run` at `dest` whose JSON file `name` went through `change(data)`."""
+    import shutil
+
+    shutil.copytree(run, dest)
+    data = json.loads((dest / name).read_text())
+    change(data)
+    (dest / name).write_text(json.dumps(data))
+    return dest
+
+
 def error_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if ": error:" in line or ": interrupted:" in line]
 

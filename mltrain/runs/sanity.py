@@ -6,10 +6,11 @@
   variable name, and a thread count (`OMP_NUM_THREADS`, `MKL_NUM_THREADS`, ...) is a whole number from
   1 to MAX_THREADS, as the libraries that read it need (`"0"` or `"abc"` would crash the first run, or
   be ignored by one library and not by another).
-* `estimate(flops, device, threads)` and `duration_check(...)`: how long a run or a study takes at
-  least on this machine, from its planned FLOPs and a rate no real run beats (NOMINAL_RATE: a CPU
-  thread's fp32 throughput, an accelerator's bf16 peak); beyond LONG_S it is refused unless the user
-  consents (`train.allow_long=true`, a study's `allow_long=true`), beyond NOTE_S it is said first.
+* `rate(device, threads)` and `duration_check(...)`: how long a run or a study takes at least on this
+  machine, from its planned FLOPs at a rate no real run beats (NOMINAL_RATE: a CPU thread's fp32
+  throughput, an accelerator's bf16 peak) and its steps at MIN_STEP_S each; beyond LONG_S it is refused
+  unless the user consents (`train.allow_long=true`, a study's `allow_long=true`), beyond NOTE_S it is
+  said first.
 
 Torch-free and data-free: the callers give the FLOPs and the device.
 """
@@ -31,6 +32,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # which small matmuls reach far less), and a CUDA device's bf16 peak (mltrain/training/flops.py lists
 # known ones; an unknown one is taken as this). An estimate from these is a lower bound on the time.
 NOMINAL_RATE = {"cpu_thread": 5e10, "cuda": 1e15}
+MIN_STEP_S = 1e-3  # no optimizer step of any model takes less (Python, kernel launches): tiny models' floor
 NOTE_S = 3600.0  # an estimate above an hour is said before the first step
 LONG_S = 24 * 3600.0  # above a day it needs consent
 
@@ -84,15 +86,15 @@ def duration_text(seconds: float) -> str:
 
 
 def duration_check(what: str, flops: float, flop_rate: float, where: str, consent_key: str,
-                   consented: bool) -> Optional[str]:
+                   consented: bool, steps: float = 0) -> Optional[str]:
     """None for a short job; the line to say first for one longer than NOTE_S; ConfigError for one
     longer than LONG_S without consent. `what` names it ("this run"), `where` the machine ("cpu, 2
-    threads")."""
+    threads"); its time is at least its FLOPs at `flop_rate`, and at least MIN_STEP_S per step."""
     if not math.isfinite(flops) or flops <= 0 or flop_rate <= 0:
         return None
-    seconds = flops / flop_rate
-    said = (f"{what} needs {flops:.2g} FLOPs: at least {duration_text(seconds)} on {where} "
-            f"(at {flop_rate:.2g} FLOP/s, a rate no run reaches here)")
+    seconds = max(flops / flop_rate, steps * MIN_STEP_S)
+    said = (f"{what} needs {flops:.2g} FLOPs in {steps:,.0f} steps: at least {duration_text(seconds)} on {where} "
+            f"(at {flop_rate:.2g} FLOP/s and {MIN_STEP_S * 1e3:g} ms a step, faster than any run here)")
     if seconds > LONG_S and not consented:
         raise ConfigError(f"{said}, more than this machine should be given without asking: add {consent_key}=true "
                           f"to start it anyway, or make it smaller; nothing was started")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mltrain.errors import ConfigError, tool_main
+from mltrain.errors import ConfigError, report, tool_main
 from mltrain.tools.study import sanity, schema
 from mltrain.tools.study.compose import one_line
 
@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
     try:
         study = stages.prepare(cfg, out)  # bad input: MltrainError, one line before any run
     except KeyboardInterrupt:
-        print(f"{PROG}: stopped before any run started", file=out or sys.stdout, flush=True)
+        report(PROG, "stopped by Ctrl-C before any run started; nothing was written", kind="interrupted")
         return 130
     return stages.run(study, stages.command_line(argv))
 

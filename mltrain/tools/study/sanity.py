@@ -83,8 +83,8 @@ def _check_jobs(study: Any) -> None:
 # How long
 
 
-def _run_flops(cfg: Any) -> float:
-    """Planned training FLOPs of one run's fine steps (a lower bound: coarse phases add to it)."""
+def _run_cost(cfg: Any) -> tuple[float, int]:
+    """(planned training FLOPs, fine steps) of one run (a lower bound: coarse phases add to both)."""
     from mltrain.config import budget_steps
     from mltrain.data.tokenizers import get_tokenizer
     from mltrain.training.flops import train_flops_per_step
@@ -94,20 +94,21 @@ def _run_flops(cfg: Any) -> float:
         vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
     except MltrainError:  # the runs themselves say why the tokenizer cannot load; without the head, still a bound
         vocab = 0
-    return train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * budget_steps(cfg.train)
+    steps = budget_steps(cfg.train)
+    return train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * steps, steps
 
 
-def planned_flops(study: Any, configs: dict[tuple, Any]) -> float:
-    """Every run's planned FLOPs: each setting on the selection seeds, and on the evaluation seeds one
+def planned_cost(study: Any, configs: dict[tuple, Any]) -> tuple[float, int]:
+    """(FLOPs, steps) of every run: each setting on the selection seeds, and on the evaluation seeds one
     setting per arm (the frontier arm: one per budget), as stage 2 will run them."""
-    total = 0.0
-    evaluated: dict[tuple, float] = {}
+    flops, steps = 0.0, 0
+    evaluated: dict[tuple, tuple[float, int]] = {}
     for (scale, arm, setting), cfg in configs.items():
-        flops = _run_flops(cfg)
-        total += flops * len(study.selection_seeds)
-        budget = dict(setting).get(BUDGET)
-        evaluated.setdefault((scale, arm, budget), flops * len(eval_seeds(study, scale)))
-    return total + sum(evaluated.values())
+        f, n = _run_cost(cfg)
+        flops, steps = flops + f * len(study.selection_seeds), steps + n * len(study.selection_seeds)
+        seeds = len(eval_seeds(study, scale))
+        evaluated.setdefault((scale, arm, dict(setting).get(BUDGET)), (f * seeds, n * seeds))
+    return flops + sum(f for f, _ in evaluated.values()), steps + sum(n for _, n in evaluated.values())
 
 
 def _machine(study: Any, cfg: Any) -> tuple[str, float]:
@@ -135,8 +136,10 @@ def check_study_duration(study: Any, configs: dict[tuple, Any], out: TextIO) -> 
     cfg = study.cfg
     if cfg.launcher.name not in LOCAL_LAUNCHERS or not configs:
         return
-    flops = planned_flops(cfg, configs)
+    flops, steps = planned_cost(cfg, configs)
     where, flop_rate = _machine(cfg, next(iter(configs.values())))
-    line = sanity.duration_check("this study", flops, flop_rate, where, "allow_long", bool(cfg.allow_long))
+    jobs = max(1, cfg.launcher.n_jobs or 1) if cfg.launcher.name == "local" else 1  # steps of parallel runs overlap
+    line = sanity.duration_check("this study", flops, flop_rate, where, "allow_long", bool(cfg.allow_long),
+                                 steps=steps / jobs)
     if line:
         print(f"mltrain-study: {line}", file=out, flush=True)
