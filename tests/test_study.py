@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from mltrain.tools.study import compose, ladder, schema, stages
 from mltrain.tools.study.cli import compose_study, main
@@ -85,6 +86,15 @@ def test_max_steps_follow_tokens_per_parameter():
     (["arms.multilevel.grid={optim.lr:[0.03,-1.0]}"], "optim.lr=-1.0 must be > 0"),
     (["study=nope"], "nope"),
     (["arms.single.experiment=multilevel"], "arm single sweeps train.budget, the frontier's axis, but its runs are not single-level"),
+    (["ladder_axis=height"], "ladder_axis='height': expected one of params, depth, width, tokens_per_param"),
+    (["ladder_axis=depth"], "ladder_axis=depth: rungs d16 and d32 have the same depth (2): a ladder's rungs must vary its axis"),
+    (["ladder_axis=depth", "ladder.d32.overrides=['model.n_embd=32','model.n_head=2','model.n_layer=4']"],
+     "ladder_axis=depth: rungs d16 and d32 also differ in model.n_embd (16 at d16, 32 at d32): a depth ladder varies "
+     "model.n_layer alone"),
+    (["ladder.d32.overrides=['model.n_embd=32','model.n_head=2','optim.momentum=0.5']"],
+     "ladder_axis=params: rungs d16 and d32 also differ in optim.momentum (0.9 at d16, 0.5 at d32)"),
+    (["ladder_axis=width", "predict_params=[1e6]"], "predict_params extrapolates along parameters"),
+    (["ladder.d16.seeds=[0]"], "seed [0] in both selection_seeds and seeds"),
 ])
 def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys):
     own = tmp_path / "conf" / "study"
@@ -200,7 +210,21 @@ def test_trend_cannot_tell_with_wide_intervals_or_too_few_scales():
     assert wide["verdict"] == "cannot tell" and "cannot tell" in wide["sentence"] and wide["slope_lo"] < 0 < wide["slope_hi"]
     one = ladder.ladder_report("t", ["single", "multilevel"], "single",
                                [scale_result("a", 1e5, multiplier(1.2)), scale_result("b", 2e5, None)], [])
-    assert one["trends"][0]["verdict"] == "cannot tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+    assert one["trends"][0]["verdict"] == "too few scales to tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+
+
+def test_two_scales_or_two_seeds_per_scale_are_too_few_for_a_trend():
+    # Two scales with tight intervals: a line through two points always fits, so no word and no interval.
+    two = ladder.ladder_report("t", ["single", "multilevel"], "single",
+                               [scale_result("a", 1e5, multiplier(1.1, 0.001)), scale_result("b", 2e5, multiplier(1.3, 0.001))], [])
+    t = two["trends"][0]
+    assert t["verdict"] == "too few scales to tell" and "slope" not in t and "growing" not in t["sentence"]
+    # Four scales, two evaluation seeds each: their bootstrap intervals are no measurement.
+    results = [scale_result(f"s{i}", n, multiplier(m)) for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], [1.1, 1.2, 1.3, 1.4]))]
+    for r in results:
+        r.comparison["arms"][1]["eval_seeds"] = [1, 2]
+    few = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
+    assert few["verdict"] == "too few seeds to tell" and "fewer than 4 evaluation seeds" in few["sentence"]
 
 
 def test_scatter_beyond_the_intervals_widens_the_slope_interval():
@@ -220,13 +244,13 @@ def test_an_arm_is_found_in_the_verdict_by_its_label_however_it_is_spelt():
 
 def test_ladder_report_files_table_prediction_and_what_is_missing(tmp_path):
     results = [scale_result("s0", 100_000, multiplier(1.2)), scale_result("s1", 200_000, multiplier(1.1)),
-               scale_result("s2", 400_000, None)]
-    results[2].why_no_verdict = None
-    results[2].missing = ["s2/eval/multilevel/optim.lr=0.3,seed=1: crashed: RuntimeError: boom"]
+               scale_result("s1b", 300_000, multiplier(1.05)), scale_result("s2", 400_000, None)]
+    results[3].why_no_verdict = None
+    results[3].missing = ["s2/eval/multilevel/optim.lr=0.3,seed=1: crashed: RuntimeError: boom"]
     report = ladder.ladder_report("toy", ["single", "multilevel"], "single", results, [22_368_512])
     ladder.write_ladder(report, tmp_path / "ladder")
     md = (tmp_path / "ladder.md").read_text()
-    assert "| s0 | 100,000 | 8.0 | 100 | single | budget 1.0: optim.lr=0.1 | the frontier |" in md
+    assert "| s0 | 100,000 | 8.0 | 100 | — | single | budget 1.0: optim.lr=0.1 | the frontier |" in md
     assert "| multilevel | optim.lr=0.3 | 1.200 [1.176, 1.224] | 16.7% [15.0%, 18.3%] | 4 |" in md
     assert "Extrapolation, not a measurement: at 22.4M parameters" in md
     assert "s2/multilevel: not in the verdict" in md and "crashed: RuntimeError: boom" in md
@@ -432,3 +456,66 @@ def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, t
     assert sum(" val loss " in line for line in out.splitlines()) == 12  # single-level: 6 tuning, 6 frontier runs
     md = (tmp_path / "ladder.md").read_text()
     assert "d16/multilevel: stage 1 chose no setting" in md and "model.vocab_size=100 is smaller" in md
+
+
+# ---------------------------------------------------------------------------------------------
+# A ladder along each axis, end to end
+
+AXIS_STUDY = """# @package _global_
+name: axis_{axis}
+ladder_axis: {axis}
+common: [scale=smoke, train.eval_interval=4, train.eval_batches=2, multilevel.eval_every_cycle=false, device=cpu]
+arms:
+  single: {{experiment: single, grid: {{optim.lr: [0.3], train.budget: [0.5, 1.0, 2.0]}}}}
+  multilevel: {{experiment: multilevel, grid: {{optim.lr: [0.3]}}}}
+selection_seeds: [0]
+seeds: [1]
+tokens_per_param: 0.1
+ladder: {ladder}
+launcher: {{name: basic, env: {{OMP_NUM_THREADS: "1"}}}}
+"""
+AXIS_LADDERS = {  # axis -> (its rungs, the config key each rung's value is read from, the values)
+    "depth": ("{a: {overrides: [model.n_layer=2]}, b: {overrides: [model.n_layer=4]}}", "model.n_layer", [2, 4]),
+    "width": ("{a: {overrides: [model.n_embd=16]}, b: {overrides: [model.n_embd=32]}}", "model.n_embd", [16, 32]),
+    "tokens_per_param": ("{a: {tokens_per_param: 0.05}, b: {tokens_per_param: 0.1}}", None, None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("axis", sorted(AXIS_LADDERS))
+def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    rungs, key, values = AXIS_LADDERS[axis]
+    own = tmp_path / "conf" / "study"
+    own.mkdir(parents=True)
+    (own / f"axis_{axis}.yaml").write_text(AXIS_STUDY.format(axis=axis, ladder=rungs))
+    drawn = {}
+    real_savefig = Figure.savefig
+
+    def savefig(fig, path, *args, **kwargs):
+        if Path(path).name == "ladder.png":
+            ax = fig.axes[0]
+            drawn.update(xlabel=ax.get_xlabel(), xticks=[t.get_text() for t in ax.get_xticklabels()])
+        return real_savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    argv = [f"study=axis_{axis}", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
+    code, out, _ = run_main(*argv)
+    assert code == 0, out
+    saved = json.loads((tmp_path / "study" / "ladder.json").read_text())
+    assert saved["axis"] == axis and saved["axis_label"] == ladder.AXES[axis][1]
+    cfg = compose_study(argv[:1] + argv[2:])
+    with compose.Composer() as composer:
+        sizes = compose.ladder_sizes(cfg, composer)
+        if key is not None:  # the value each rung's own composed config holds
+            configs = [composer.compose([*cfg.common, *cfg.ladder[r].overrides], r) for r in ("a", "b")]
+            assert [int(OmegaConf.select(c, key)) for c in configs] == values
+        else:
+            values = [sizes[r].tokens_per_param for r in ("a", "b")]
+    assert [s["x"] for s in saved["scales"]] == pytest.approx(values)
+    assert drawn["xlabel"].startswith(ladder.AXES[axis][1]) and drawn["xticks"] == [f"{v:g}" for v in values]
+    (trend,) = saved["trends"]
+    word = ladder.AXES[axis][0]
+    assert f"with {word}" in trend["sentence"] and trend["verdict"] == "too few scales to tell"
+    assert f"with {word}" in out
