@@ -37,7 +37,17 @@ def run_main(*argv: str, capsys=None) -> tuple[int, str, str]:
 # Studies compose; their sizes; bad input
 
 
-@pytest.mark.parametrize("name", ["smoke", "cpu_ladder", "paper_ladder"])
+SHIPPED = {  # study -> (rungs at least, the arms' presets it must have)
+    "smoke": (2, {"single", "multilevel"}),
+    "cpu_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
+    "paper_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
+    "depth_ladder": (3, {"single", "multilevel", "schedule_control", "random_control", "ode_step", "raptr"}),
+    "data_ladder": (3, {"single", "multilevel", "schedule_control", "stacking", "raptr"}),
+    "adamw_check": (1, {"single", "adamw_reset", "raptr"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(name, request):
     if name == "paper_ladder":
         request.getfixturevalue("gpt2_cache")  # its parameter counts need the GPT-2 vocabulary
@@ -45,9 +55,11 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
     schema.check(cfg)
     counts = {schema.settings_count(a) for a in cfg.arms.values()}
     assert len(counts) == 1
-    if name != "smoke":
-        assert len(cfg.ladder) >= 3 and counts.pop() >= 4 and len(cfg.seeds) >= 4
-        assert {a.experiment for a in cfg.arms.values()} >= {"single", "multilevel", "schedule_control", "random_control"}
+    rungs, presets = SHIPPED[name]
+    assert len(cfg.ladder) >= rungs and {a.experiment for a in cfg.arms.values()} >= presets
+    if name != "smoke":  # tuned on seed 0 alone, 4 settings per arm, 6 evaluation seeds (4 at a costly rung)
+        assert list(cfg.selection_seeds) == [0] and counts.pop() >= 4
+        assert all(len(schema.eval_seeds(cfg, r)) >= 4 for r in cfg.ladder)
     layout = Layout(Path("unused"))
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
@@ -57,7 +69,8 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
                 from mltrain.config import validate
 
                 validate(composer.compose(sweep.job_overrides(run, cfg), f"{scale}/{sweep.arm}"))
-    assert sorted(s.n_params for s in sizes.values()) == [s.n_params for s in sizes.values()]  # a ladder, small to large
+    values = [s.on_axis(cfg.ladder_axis) for s in sizes.values()]
+    assert sorted(values) == values  # a ladder, small to large along its axis
     if name == "paper_ladder":
         assert sizes["gpt22m"].n_params == 22_368_512 and sizes["gpt22m"].max_steps == 16_000
 
@@ -435,8 +448,38 @@ def test_readme_study_commands_compose_and_pass_the_checks():
         schema.check(compose_study([a for a in args if not a.startswith("--")]))
 
 
+def test_the_new_ladders_hold_their_stated_rungs():
+    """The depth ladder's 8-block rung as stated (width 32, context 32, batch 8, 8 tokens per parameter
+    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run; the coarse phases
+    cost ~34% of the fine steps' FLOPs at every rung of both."""
+    from mltrain.training.flops import train_flops_per_token
+
+    depth, data, cpu = (compose_study([f"study={n}"]) for n in ("depth_ladder", "data_ladder", "cpu_ladder"))
+    with compose.Composer() as composer:
+        sizes = {n: compose.ladder_sizes(c, composer) for n, c in (("depth", depth), ("data", data))}
+        l8 = composer.compose([*depth.common, *depth.ladder.L8.overrides], "L8")
+        assert (l8.model.n_layer, l8.model.n_embd, l8.model.block_size, l8.train.batch_size) == (8, 32, 32, 8)
+        assert sizes["depth"]["L8"].max_steps == 3360 and sizes["depth"]["L8"].tokens_per_param == pytest.approx(8.0)
+        assert [s.on_axis("depth") for s in sizes["depth"].values()] == [4, 8, 12]
+        assert [round(s.tokens_per_param) for s in sizes["data"].values()] == [8, 16, 32]
+        for name, study in (("depth", depth), ("data", data)):
+            for rung, size in sizes[name].items():
+                cfg = composer.compose([*study.common, *study.ladder[rung].overrides, "experiment=multilevel"], rung)
+                per_token = lambda n: train_flops_per_token(n, cfg.model.n_embd, 256, cfg.model.block_size)  # noqa: E731
+                coarse = cfg.multilevel.n_cycles * 2 * cfg.multilevel.coarse_steps * per_token(cfg.model.n_layer // 2)
+                assert coarse / (size.max_steps * per_token(cfg.model.n_layer)) == pytest.approx(0.34, abs=0.005)
+        for arm in ("single", "multilevel", "schedule_control", "stacking", "raptr"):
+            assert data.arms[arm] == cpu.arms[arm]
+            one = ["seed=1", "optim.lr=0.3"]
+            a = composer.compose([*data.common, *data.ladder.t8.overrides, "train.max_steps=1824",
+                                  f"experiment={data.arms[arm].experiment}", *one], "t8")
+            b = composer.compose([*cpu.common, *cpu.ladder.d32.overrides, "train.max_steps=1824",
+                                  f"experiment={cpu.arms[arm].experiment}", *one], "d32")
+            assert a == b, arm
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder"])
+@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder", "depth_ladder", "data_ladder", "adamw_check"])
 def test_every_setting_of_the_big_studies_composes_and_validates(name, request, tmp_path):
     if name == "paper_ladder":
         request.getfixturevalue("gpt2_cache")

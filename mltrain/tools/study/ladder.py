@@ -246,7 +246,7 @@ def _fit_error_text(fit_error: Optional[dict]) -> str:
 def render_markdown(report: dict) -> str:
     axis = report.get("axis", "params")
     along = "scale" if axis == "params" else AXES[axis][0]
-    lines = [f"# Study {report['study']}: does the saving survive along {AXES[axis][1]}?", "",
+    lines = [f"# Study {report['study']}: does the saving survive along {along}?", "",
              f"Per rung, each arm tuned on the selection seeds and measured on the evaluation seeds against "
              f"the tuned single-level frontier (arm `{report['frontier_arm']}`); the numbers are "
              "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
