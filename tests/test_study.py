@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from mltrain.tools.study import compose, ladder, schema, stages
 from mltrain.tools.study.cli import compose_study, main
@@ -36,7 +37,17 @@ def run_main(*argv: str, capsys=None) -> tuple[int, str, str]:
 # Studies compose; their sizes; bad input
 
 
-@pytest.mark.parametrize("name", ["smoke", "cpu_ladder", "paper_ladder"])
+SHIPPED = {  # study -> (rungs at least, the arms' presets it must have)
+    "smoke": (2, {"single", "multilevel"}),
+    "cpu_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
+    "paper_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
+    "depth_ladder": (3, {"single", "multilevel", "schedule_control", "random_control", "ode_step", "raptr"}),
+    "data_ladder": (3, {"single", "multilevel", "schedule_control", "stacking", "raptr"}),
+    "adamw_check": (1, {"single", "adamw_reset", "raptr"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(name, request):
     if name == "paper_ladder":
         request.getfixturevalue("gpt2_cache")  # its parameter counts need the GPT-2 vocabulary
@@ -44,9 +55,11 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
     schema.check(cfg)
     counts = {schema.settings_count(a) for a in cfg.arms.values()}
     assert len(counts) == 1
-    if name != "smoke":
-        assert len(cfg.ladder) >= 3 and counts.pop() >= 4 and len(cfg.seeds) >= 4
-        assert {a.experiment for a in cfg.arms.values()} >= {"single", "multilevel", "schedule_control", "random_control"}
+    rungs, presets = SHIPPED[name]
+    assert len(cfg.ladder) >= rungs and {a.experiment for a in cfg.arms.values()} >= presets
+    if name != "smoke":  # tuned on seed 0 alone, 4 settings per arm, 6 evaluation seeds (4 at a costly rung)
+        assert list(cfg.selection_seeds) == [0] and counts.pop() >= 4
+        assert all(len(schema.eval_seeds(cfg, r)) >= 4 for r in cfg.ladder)
     layout = Layout(Path("unused"))
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
@@ -56,7 +69,8 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
                 from mltrain.config import validate
 
                 validate(composer.compose(sweep.job_overrides(run, cfg), f"{scale}/{sweep.arm}"))
-    assert sorted(s.n_params for s in sizes.values()) == [s.n_params for s in sizes.values()]  # a ladder, small to large
+    values = [s.on_axis(cfg.ladder_axis) for s in sizes.values()]
+    assert sorted(values) == values  # a ladder, small to large along its axis
     if name == "paper_ladder":
         assert sizes["gpt22m"].n_params == 22_368_512 and sizes["gpt22m"].max_steps == 16_000
 
@@ -85,6 +99,15 @@ def test_max_steps_follow_tokens_per_parameter():
     (["arms.multilevel.grid={optim.lr:[0.03,-1.0]}"], "optim.lr=-1.0 must be > 0"),
     (["study=nope"], "nope"),
     (["arms.single.experiment=multilevel"], "arm single sweeps train.budget, the frontier's axis, but its runs are not single-level"),
+    (["ladder_axis=height"], "ladder_axis='height': expected one of params, depth, width, tokens_per_param"),
+    (["ladder_axis=depth"], "ladder_axis=depth: rungs d16 and d32 have the same depth (2): a ladder's rungs must vary its axis"),
+    (["ladder_axis=depth", "ladder.d32.overrides=['model.n_embd=32','model.n_head=2','model.n_layer=4']"],
+     "ladder_axis=depth: rungs d16 and d32 also differ in model.n_embd (16 at d16, 32 at d32): a depth ladder varies "
+     "model.n_layer alone"),
+    (["ladder.d32.overrides=['model.n_embd=32','model.n_head=2','optim.momentum=0.5']"],
+     "ladder_axis=params: rungs d16 and d32 also differ in optim.momentum (0.9 at d16, 0.5 at d32)"),
+    (["ladder_axis=width", "predict_params=[1e6]"], "predict_params extrapolates along parameters"),
+    (["ladder.d16.seeds=[0]"], "seed [0] in both selection_seeds and seeds"),
 ])
 def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys):
     own = tmp_path / "conf" / "study"
@@ -200,7 +223,21 @@ def test_trend_cannot_tell_with_wide_intervals_or_too_few_scales():
     assert wide["verdict"] == "cannot tell" and "cannot tell" in wide["sentence"] and wide["slope_lo"] < 0 < wide["slope_hi"]
     one = ladder.ladder_report("t", ["single", "multilevel"], "single",
                                [scale_result("a", 1e5, multiplier(1.2)), scale_result("b", 2e5, None)], [])
-    assert one["trends"][0]["verdict"] == "cannot tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+    assert one["trends"][0]["verdict"] == "too few scales to tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+
+
+def test_two_scales_or_two_seeds_per_scale_are_too_few_for_a_trend():
+    # Two scales with tight intervals: a line through two points always fits, so no word and no interval.
+    two = ladder.ladder_report("t", ["single", "multilevel"], "single",
+                               [scale_result("a", 1e5, multiplier(1.1, 0.001)), scale_result("b", 2e5, multiplier(1.3, 0.001))], [])
+    t = two["trends"][0]
+    assert t["verdict"] == "too few scales to tell" and "slope" not in t and "growing" not in t["sentence"]
+    # Four scales, two evaluation seeds each: their bootstrap intervals are no measurement.
+    results = [scale_result(f"s{i}", n, multiplier(m)) for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], [1.1, 1.2, 1.3, 1.4]))]
+    for r in results:
+        r.comparison["arms"][1]["eval_seeds"] = [1, 2]
+    few = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
+    assert few["verdict"] == "too few seeds to tell" and "fewer than 4 evaluation seeds" in few["sentence"]
 
 
 def test_scatter_beyond_the_intervals_widens_the_slope_interval():
@@ -220,13 +257,13 @@ def test_an_arm_is_found_in_the_verdict_by_its_label_however_it_is_spelt():
 
 def test_ladder_report_files_table_prediction_and_what_is_missing(tmp_path):
     results = [scale_result("s0", 100_000, multiplier(1.2)), scale_result("s1", 200_000, multiplier(1.1)),
-               scale_result("s2", 400_000, None)]
-    results[2].why_no_verdict = None
-    results[2].missing = ["s2/eval/multilevel/optim.lr=0.3,seed=1: crashed: RuntimeError: boom"]
+               scale_result("s1b", 300_000, multiplier(1.05)), scale_result("s2", 400_000, None)]
+    results[3].why_no_verdict = None
+    results[3].missing = ["s2/eval/multilevel/optim.lr=0.3,seed=1: crashed: RuntimeError: boom"]
     report = ladder.ladder_report("toy", ["single", "multilevel"], "single", results, [22_368_512])
     ladder.write_ladder(report, tmp_path / "ladder")
     md = (tmp_path / "ladder.md").read_text()
-    assert "| s0 | 100,000 | 8.0 | 100 | single | budget 1.0: optim.lr=0.1 | the frontier |" in md
+    assert "| s0 | 100,000 | 8.0 | 100 | — | single | budget 1.0: optim.lr=0.1 | the frontier |" in md
     assert "| multilevel | optim.lr=0.3 | 1.200 [1.176, 1.224] | 16.7% [15.0%, 18.3%] | 4 |" in md
     assert "Extrapolation, not a measurement: at 22.4M parameters" in md
     assert "s2/multilevel: not in the verdict" in md and "crashed: RuntimeError: boom" in md
@@ -411,8 +448,38 @@ def test_readme_study_commands_compose_and_pass_the_checks():
         schema.check(compose_study([a for a in args if not a.startswith("--")]))
 
 
+def test_the_new_ladders_hold_their_stated_rungs():
+    """The depth ladder's 8-block rung as stated (width 32, context 32, batch 8, 8 tokens per parameter
+    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run; the coarse phases
+    cost ~34% of the fine steps' FLOPs at every rung of both."""
+    from mltrain.training.flops import train_flops_per_token
+
+    depth, data, cpu = (compose_study([f"study={n}"]) for n in ("depth_ladder", "data_ladder", "cpu_ladder"))
+    with compose.Composer() as composer:
+        sizes = {n: compose.ladder_sizes(c, composer) for n, c in (("depth", depth), ("data", data))}
+        l8 = composer.compose([*depth.common, *depth.ladder.L8.overrides], "L8")
+        assert (l8.model.n_layer, l8.model.n_embd, l8.model.block_size, l8.train.batch_size) == (8, 32, 32, 8)
+        assert sizes["depth"]["L8"].max_steps == 3360 and sizes["depth"]["L8"].tokens_per_param == pytest.approx(8.0)
+        assert [s.on_axis("depth") for s in sizes["depth"].values()] == [4, 8, 12]
+        assert [round(s.tokens_per_param) for s in sizes["data"].values()] == [8, 16, 32]
+        for name, study in (("depth", depth), ("data", data)):
+            for rung, size in sizes[name].items():
+                cfg = composer.compose([*study.common, *study.ladder[rung].overrides, "experiment=multilevel"], rung)
+                per_token = lambda n: train_flops_per_token(n, cfg.model.n_embd, 256, cfg.model.block_size)  # noqa: E731
+                coarse = cfg.multilevel.n_cycles * 2 * cfg.multilevel.coarse_steps * per_token(cfg.model.n_layer // 2)
+                assert coarse / (size.max_steps * per_token(cfg.model.n_layer)) == pytest.approx(0.34, abs=0.005)
+        for arm in ("single", "multilevel", "schedule_control", "stacking", "raptr"):
+            assert data.arms[arm] == cpu.arms[arm]
+            one = ["seed=1", "optim.lr=0.3"]
+            a = composer.compose([*data.common, *data.ladder.t8.overrides, "train.max_steps=1824",
+                                  f"experiment={data.arms[arm].experiment}", *one], "t8")
+            b = composer.compose([*cpu.common, *cpu.ladder.d32.overrides, "train.max_steps=1824",
+                                  f"experiment={cpu.arms[arm].experiment}", *one], "d32")
+            assert a == b, arm
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder"])
+@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder", "depth_ladder", "data_ladder", "adamw_check"])
 def test_every_setting_of_the_big_studies_composes_and_validates(name, request, tmp_path):
     if name == "paper_ladder":
         request.getfixturevalue("gpt2_cache")
@@ -432,3 +499,66 @@ def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, t
     assert sum(" val loss " in line for line in out.splitlines()) == 12  # single-level: 6 tuning, 6 frontier runs
     md = (tmp_path / "ladder.md").read_text()
     assert "d16/multilevel: stage 1 chose no setting" in md and "model.vocab_size=100 is smaller" in md
+
+
+# ---------------------------------------------------------------------------------------------
+# A ladder along each axis, end to end
+
+AXIS_STUDY = """# @package _global_
+name: axis_{axis}
+ladder_axis: {axis}
+common: [scale=smoke, train.eval_interval=4, train.eval_batches=2, multilevel.eval_every_cycle=false, device=cpu]
+arms:
+  single: {{experiment: single, grid: {{optim.lr: [0.3], train.budget: [0.5, 1.0, 2.0]}}}}
+  multilevel: {{experiment: multilevel, grid: {{optim.lr: [0.3]}}}}
+selection_seeds: [0]
+seeds: [1]
+tokens_per_param: 0.1
+ladder: {ladder}
+launcher: {{name: basic, env: {{OMP_NUM_THREADS: "1"}}}}
+"""
+AXIS_LADDERS = {  # axis -> (its rungs, the config key each rung's value is read from, the values)
+    "depth": ("{a: {overrides: [model.n_layer=2]}, b: {overrides: [model.n_layer=4]}}", "model.n_layer", [2, 4]),
+    "width": ("{a: {overrides: [model.n_embd=16]}, b: {overrides: [model.n_embd=32]}}", "model.n_embd", [16, 32]),
+    "tokens_per_param": ("{a: {tokens_per_param: 0.05}, b: {tokens_per_param: 0.1}}", None, None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("axis", sorted(AXIS_LADDERS))
+def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    rungs, key, values = AXIS_LADDERS[axis]
+    own = tmp_path / "conf" / "study"
+    own.mkdir(parents=True)
+    (own / f"axis_{axis}.yaml").write_text(AXIS_STUDY.format(axis=axis, ladder=rungs))
+    drawn = {}
+    real_savefig = Figure.savefig
+
+    def savefig(fig, path, *args, **kwargs):
+        if Path(path).name == "ladder.png":
+            ax = fig.axes[0]
+            drawn.update(xlabel=ax.get_xlabel(), xticks=[t.get_text() for t in ax.get_xticklabels()])
+        return real_savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    argv = [f"study=axis_{axis}", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
+    code, out, _ = run_main(*argv)
+    assert code == 0, out
+    saved = json.loads((tmp_path / "study" / "ladder.json").read_text())
+    assert saved["axis"] == axis and saved["axis_label"] == ladder.AXES[axis][1]
+    cfg = compose_study(argv[:1] + argv[2:])
+    with compose.Composer() as composer:
+        sizes = compose.ladder_sizes(cfg, composer)
+        if key is not None:  # the value each rung's own composed config holds
+            configs = [composer.compose([*cfg.common, *cfg.ladder[r].overrides], r) for r in ("a", "b")]
+            assert [int(OmegaConf.select(c, key)) for c in configs] == values
+        else:
+            values = [sizes[r].tokens_per_param for r in ("a", "b")]
+    assert [s["x"] for s in saved["scales"]] == pytest.approx(values)
+    assert drawn["xlabel"].startswith(ladder.AXES[axis][1]) and drawn["xticks"] == [f"{v:g}" for v in values]
+    (trend,) = saved["trends"]
+    word = ladder.AXES[axis][0]
+    assert f"with {word}" in trend["sentence"] and trend["verdict"] == "too few scales to tell"
+    assert f"with {word}" in out

@@ -104,7 +104,8 @@ def run(study: Study, command: str) -> int:
                                indent=2)
             study.progress = _progress(study, study.out or console)
             results = [_scale(study, scale) for scale in cfg.ladder]
-            report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params))
+            report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
+                                          cfg.ladder_axis)
             ladder.write_ladder(report, layout.ladder, root=layout.root)
     except KeyboardInterrupt:
         print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
@@ -329,7 +330,8 @@ def _verdict(study: Study, scale: str, runs: list[Run]) -> ladder.ScaleResult:
     """mltrain-compare on the runs this config asks for at this scale (`runs`), as far as they are on disk."""
     cfg, size = study.cfg, study.sizes[scale]
     result = ladder.ScaleResult(scale, size.n_params, size.max_steps, size.tokens_per_param, study.labels[scale],
-                                {arm: study.kinds[(scale, arm)] for arm in cfg.arms})
+                                {arm: study.kinds[(scale, arm)] for arm in cfg.arms},
+                                axis_value=size.on_axis(cfg.ladder_axis))
     paths = _existing(runs)
     tune = varied_keys(cfg)
     verdict = study.layout.verdict(scale)
