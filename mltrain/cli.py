@@ -44,38 +44,6 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def check_duration(cfg: DictConfig) -> None:
-    """Say how long a run takes at least on this machine when that is more than an hour; refuse one of
-    more than a day (ConfigError) unless train.allow_long=true (mltrain/runs/sanity.py)."""
-    import torch
-
-    from mltrain.config import budget_steps
-    from mltrain.data import get_tokenizer
-    from mltrain.runs import sanity
-    from mltrain.training.flops import peak_flops, train_flops_per_step
-
-    m, world = cfg.model, distributed.world_from_env()
-    try:
-        vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
-    except MltrainError:  # the run itself says why the tokenizer cannot load; without the head, still a bound
-        vocab = 0
-    steps = budget_steps(cfg.train)
-    flops = train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * steps
-    device = str(cfg.device)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        threads = torch.get_num_threads() * world.size
-        where, flop_rate = f"cpu ({threads} thread{'s' if threads > 1 else ''})", sanity.rate("cpu", threads)
-    else:
-        peak = peak_flops(torch.device("cuda")) if torch.cuda.is_available() else None
-        where, flop_rate = f"{world.size} GPU{'s' if world.size > 1 else ''}", world.size * sanity.rate("cuda", peak=peak)
-    line = sanity.duration_check("this run", flops, flop_rate, where, "train.allow_long", bool(cfg.train.allow_long),
-                                 steps=steps)
-    if line and world.is_main:
-        say(line)
-
-
 class RunGuard(Callback):
     """Checks around Hydra's own steps.
 
@@ -98,7 +66,6 @@ class RunGuard(Callback):
         resume = resuming(config.train.resume)
         try:
             validate(config)
-            check_duration(config)  # a run far longer than this machine can give: said, or refused
             if resume:
                 previous = check_resume(run_dir, config)  # reads only; another config: ConfigError
                 if previous is not None and previous.ended:
@@ -112,8 +79,7 @@ class RunGuard(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         try:
-            # every point valid and not too long, one job dir each, n_jobs bounded: before any write
-            sweeps.check_sweep(config, check=lambda job: (validate(job), check_duration(job)))
+            sweeps.check_sweep(config)  # every point valid, one job dir each, n_jobs bounded: before any write
             sweeps.mark_sweep_process()
             rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs",
                          allow_earlier=resuming(config.train.resume))

@@ -25,7 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain.config import resuming, validate
+from mltrain.config import budget_steps, resuming, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
 from mltrain.method.coarsening import Hierarchy, build_scheme
@@ -174,6 +174,7 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
     device = resolve_device(cfg.device, world)
     dtype = resolve_dtype(t.dtype, device)
     check_fits(gpt_config, cfg.optim, max(B, coarse_B) // world.size // t.grad_accum, device)
+    check_duration(cfg, gpt_config, device, world)  # said first when long; refused beyond a day without consent
     enable_tf32(device)
     distributed.init(world)
     model = _model(cfg, gpt_config, device)
@@ -191,6 +192,27 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
         trainer.replica = distributed.wrap(model, runner.coarse_storage(), device)
     trainer.bar.reset(total=planned_steps(runner.plan))
     return Session(cfg, model, trainer, evaluator, runner, data.description, data_record(data))
+
+
+def check_duration(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, world=None) -> None:
+    """How long the run takes at least on this machine (mltrain/runs/sanity.py): one line before its
+    first step when that is more than an hour; ConfigError when it is more than a day, unless
+    train.allow_long=true. The fine steps' FLOPs only (coarse phases come on top), at a nominal rate."""
+    from mltrain.runs import sanity
+
+    world = world or distributed.world_from_env()
+    c, steps = gpt_config, budget_steps(cfg.train)
+    flops = train_flops_per_step(c.n_layer, c.n_embd, c.vocab_size, c.block_size, cfg.train.batch_size) * steps
+    if device.type == "cpu":
+        threads = torch.get_num_threads() * world.size
+        where, flop_rate = f"cpu ({threads} thread{'s' if threads > 1 else ''})", sanity.rate("cpu", threads)
+    else:
+        where = f"{world.size} {device.type.upper()} device{'s' if world.size > 1 else ''}"
+        flop_rate = world.size * sanity.rate(device.type, peak=peak_flops(device))
+    line = sanity.duration_check("this run", flops, flop_rate, where, "train.allow_long", bool(cfg.train.allow_long),
+                                 steps=steps)
+    if line and world.is_main:
+        log.info("%s", line)
 
 
 def _model(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device) -> GPT:

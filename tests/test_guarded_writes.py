@@ -49,7 +49,7 @@ def test_a_write_that_fails_is_one_storage_error_naming_the_file_and_leaves_no_p
     assert not (tmp_path / "r" / "ladder.md").exists()
 
 
-def test_a_figure_is_rendered_in_memory_and_written_whole(tmp_path):
+def test_a_figure_is_drawn_aside_and_renamed_into_place_whole(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")

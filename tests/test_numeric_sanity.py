@@ -1,7 +1,7 @@
 """Numbers and keys that pass the schema but not common sense, refused in one line naming the key and
 its value before any run and before the study claims its folder (runs/sanity.py, tools/study/sanity.py);
 and a study or run far longer than this machine can give: its estimate said first, refused beyond a day
-without train.allow_long / allow_long."""
+without allow_long / train.allow_long (a study before it claims its folder, a run before its first step)."""
 
 from __future__ import annotations
 
@@ -75,9 +75,12 @@ def test_a_study_far_longer_than_a_day_here_needs_consent_and_says_its_estimate(
     from mltrain.tools.study import stages
     from mltrain.tools.study.cli import compose_study
 
+    from mltrain.tools.study.sanity import check_study_duration
+
     out = io.StringIO()
     cfg = compose_study(["study=smoke", f"dir={tmp_path / 'study'}", "tokens_per_param=50000", "allow_long=true"])
-    study = stages.prepare(cfg, out)  # consent given: checked, and its estimate said first
+    study = stages.prepare(cfg, out)
+    check_study_duration(study, out)  # consent given: its estimate said first, nothing refused
     assert "mltrain-study: this study needs" in out.getvalue() and "at least" in out.getvalue()
     assert any("train.allow_long=true" in o for s in stages.tuning_sweeps(cfg, study.layout, "d16") for o in
                s.overrides(cfg))  # its runs have the consent too
@@ -87,29 +90,35 @@ def test_a_study_far_longer_than_a_day_here_needs_consent_and_says_its_estimate(
 def test_the_smoke_study_says_no_estimate():
     from mltrain.tools.study import stages
     from mltrain.tools.study.cli import compose_study
+    from mltrain.tools.study.sanity import check_study_duration
 
     out = io.StringIO()
-    stages.prepare(compose_study(["study=smoke", "dir=/nonexistent/never"]), out)
+    check_study_duration(stages.prepare(compose_study(["study=smoke", "dir=/nonexistent/never"]), out), out)
     assert out.getvalue() == ""
 
 
-def test_a_paper_scale_run_on_a_cpu_is_refused_with_its_estimate_before_its_folder_exists(tmp_path):
-    line = refused(tool("mltrain", "scale=paper", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path),
-                   "this run needs")
+PAPER_ON_CPU = ["scale=paper", "data=embedded", "data.tokenizer=bytes", "device=cpu", "train.progress=false"]
+
+
+def test_a_paper_scale_run_on_a_cpu_is_refused_with_its_estimate_before_its_first_step(tmp_path):
+    line = refused(tool("mltrain", *PAPER_ON_CPU, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path), "this run needs")
     assert "at least" in line and "days" in line and "train.allow_long=true" in line
-    assert not (tmp_path / "run").exists()
-    line = refused(tool("mltrain", "-m", "scale=paper", "device=cpu", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sw'}",
-                        cwd=tmp_path), "sweep point #0")
-    assert "train.allow_long=true" in line and not (tmp_path / "sw").exists()
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_consent_lets_a_long_run_pass_the_check(make_config):
-    from mltrain.cli import check_duration
+    import torch
+
+    from mltrain.run import check_duration, model_config
+
+    def check(*overrides: str, tiny: bool = False) -> None:
+        cfg = make_config(*overrides, tiny=tiny)
+        check_duration(cfg, model_config(cfg, 256), torch.device("cpu"))
 
     with pytest.raises(ConfigError, match="train.allow_long=true"):
-        check_duration(make_config("scale=paper", "device=cpu", tiny=False))
-    check_duration(make_config("scale=paper", "device=cpu", "train.allow_long=true", tiny=False))  # no error
-    check_duration(make_config("device=cpu"))  # the tests' tiny run: nothing to say
+        check(*PAPER_ON_CPU)
+    check(*PAPER_ON_CPU, "train.allow_long=true")  # consent: no error
+    check("device=cpu", tiny=True)  # the tests' tiny run: nothing to say
 
 
 def test_the_duration_rule():

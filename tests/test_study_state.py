@@ -108,13 +108,14 @@ def test_status_tells_a_running_job_and_a_live_study_from_ones_to_resume(finishe
 
 FULL_AT_THE_PLOT = """
 import errno
-from mltrain.runs import atomic
-_write = atomic.write_bytes
-def _full_at_the_plot(path, data):
-    if str(path).endswith("ladder.png"):
+from pathlib import Path
+from matplotlib.figure import Figure
+_savefig = Figure.savefig
+def _full_at_the_plot(fig, path, *args, **kwargs):
+    if Path(path).name == "ladder.png":
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    return _write(path, data)
-atomic.write_bytes = _full_at_the_plot
+    return _savefig(fig, path, *args, **kwargs)
+Figure.savefig = _full_at_the_plot
 """
 
 
@@ -127,5 +128,5 @@ def test_a_disk_that_fills_while_the_study_writes_its_plot_is_one_line(finished_
     line = refused(proc, "ladder.png")
     assert "disk" in line and "ladder.json and ladder.md were written" in line
     assert (root / "ladder.json").read_bytes() == before and (root / "ladder.md").exists()
-    assert not (root / "ladder.png").exists() and not list(root.glob(".ladder.png.*"))
+    assert not (root / "ladder.png").exists() and not list(root.glob(".ladder.png.*"))  # nothing half-written
     assert tool("mltrain-study", *ONE_RUNG, f"dir={root}", cwd=tmp_path).returncode == 0

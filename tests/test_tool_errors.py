@@ -31,12 +31,9 @@ def with_summary(run: Path, tmp_path: Path, **fields) -> Path:
     ({"status": "interrupted", "fine_steps": 3}, "interrupted", "interrupted run (stopped at fine step 3 of 6)"),
     ({"final_val_loss": float("nan")}, "diverged", "final held-out loss is nan"),
     ({"skipped_steps": 2}, "finished", "skipped 2 step(s)"),
-    (None, "unknown", "no readable summary.json"),
 ])
 def test_export_and_sample_say_when_the_weights_are_not_a_finished_runs(finished, tmp_path, fields, status, says):
-    run = with_summary(finished, tmp_path, **(fields or {}))
-    if fields is None:
-        (run / "summary.json").unlink()
+    run = with_summary(finished, tmp_path, **fields)
     exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
     assert exported.returncode == 0 and "Traceback" not in exported.stderr, exported.stderr
     warned = [line for line in exported.stderr.splitlines() if line.startswith("mltrain-export: warning:")]
@@ -48,11 +45,15 @@ def test_export_and_sample_say_when_the_weights_are_not_a_finished_runs(finished
                                            sampled.stderr.splitlines()) == 1
 
 
-def test_a_finished_run_exports_without_a_word_and_records_it(finished, tmp_path):
-    exported = tool("mltrain-export", str(finished), str(tmp_path / "hf"), cwd=tmp_path)
+@pytest.mark.parametrize("summary, status", [(True, "finished"), (False, "unknown")])
+def test_a_finished_run_or_weights_without_a_summary_export_without_a_word(finished, tmp_path, summary, status):
+    run = with_summary(finished, tmp_path)
+    if not summary:  # weights saved by a script: they speak for themselves
+        (run / "summary.json").unlink()
+    exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
     assert exported.returncode == 0 and "warning" not in exported.stderr
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert config["mltrain_run_status"] == "finished" and "mltrain_run_note" not in config
+    assert config["mltrain_run_status"] == status and "mltrain_run_note" not in config
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,6 +98,7 @@ def test_a_label_cannot_break_the_tables_of_comparison_md(tmp_path, label):
     proc = tool("mltrain-compare", str(runs), "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "r" / "comparison.md").read_text()
+    assert not [line for line in md.splitlines() if line.startswith("|") and not line.rstrip().endswith("|")]
     tables = re.findall(r"((?:^\|.*\|$\n?)+)", md, flags=re.M)
     assert tables
     for table in tables:

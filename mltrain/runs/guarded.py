@@ -16,8 +16,9 @@ the reason (a full disk is said as one), never a traceback.
 
 from __future__ import annotations
 
-import io
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -96,8 +97,21 @@ def write_json(path: str | os.PathLike, obj: Any, root: Optional[str | os.PathLi
 
 def write_figure(fig: Any, path: str | os.PathLike, root: Optional[str | os.PathLike] = None, dpi: int = 120,
                  kept: str = "") -> Path:
-    """A matplotlib figure as the image file `path` (its format from the suffix), rendered in memory
-    first, so a full disk or a link costs no half-written image."""
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
-    return write_bytes(path, buf.getvalue(), root, kept)
+    """A matplotlib figure as the image file `path` (its format from the suffix): drawn into a folder of
+    its own made beside `path` (under the same name), then renamed into place, so a full disk costs no
+    half-written image and the drawing never follows a link."""
+    path = Path(path)
+    make_dirs(path.parent, root)
+    refuse_linked([path], root if root is not None else path.parent)
+    try:
+        scratch = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=atomic.TMP_SUFFIX))
+    except OSError as err:
+        raise storage_error(path, err, kept) from None
+    try:
+        fig.savefig(scratch / path.name, dpi=dpi)
+        os.replace(scratch / path.name, path)
+    except OSError as err:  # named as the file it was to be, not the scratch folder
+        raise storage_error(path, OSError(err.errno, err.strerror or str(err)), kept) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path

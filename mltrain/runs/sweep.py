@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -82,11 +82,9 @@ def _job_config(config: DictConfig, overrides: list[str], num: int) -> DictConfi
     return job
 
 
-def check_sweep(config: DictConfig, check: Optional[Callable[[DictConfig], Any]] = None) -> None:
-    """ConfigError (one line, nothing written) for a sweep that cannot run whole: see the module docstring.
-    `check(job)` checks each point's config (default: mltrain.config.validate)."""
-    if check is None:
-        from mltrain.config import validate as check
+def check_sweep(config: DictConfig) -> None:
+    """ConfigError (one line, nothing written) for a sweep that cannot run whole: see the module docstring."""
+    from mltrain.config import validate
 
     check_launcher(config)
     jobs = job_overrides(config)
@@ -103,7 +101,7 @@ def check_sweep(config: DictConfig, check: Optional[Callable[[DictConfig], Any]]
         point = f"sweep point #{num} ({' '.join(shown) or 'no overrides'})"
         try:
             job = _job_config(config, overrides, num)
-            check(job)
+            validate(job)
             subdir = str(OmegaConf.select(job, "hydra.sweep.subdir"))
         except ConfigError as err:
             raise ConfigError(f"{point}: {err}; no job was started") from None

@@ -226,16 +226,15 @@ def check_header(run_dir: Path, cfg: GPTConfig) -> None:
 
 
 def run_note(run_dir: str | Path) -> tuple[str, Optional[str]]:
-    """(the run's status as its summary.json says it, or "unknown"; a warning when its weights are not
-    those of a run that finished cleanly, else None). For mltrain-export and mltrain-sample, which
-    use such weights but say so, and record it."""
+    """(the run's status as its summary.json says it, or "unknown" without one; a warning when its
+    summary shows the weights are not those of a run that finished cleanly, else None). For
+    mltrain-export and mltrain-sample, which use such weights but say so, and record it."""
     try:
         summary = json.loads((Path(run_dir) / "summary.json").read_bytes())
         if not isinstance(summary, dict):
             raise ValueError
-    except (OSError, ValueError):
-        return "unknown", (f"{run_dir} has no readable summary.json, so whether its run finished is unknown: "
-                           f"these weights may be of a run that stopped early")
+    except (OSError, ValueError):  # weights saved by a script, or a run still going: they speak for themselves
+        return "unknown", None
     status, steps, planned = summary.get("status", "finished"), summary.get("fine_steps"), summary.get("budget_steps")
     if status == "interrupted":
         return status, (f"{run_dir} holds an interrupted run (stopped at fine step {steps} of {planned}): these are "
@@ -258,8 +257,8 @@ def load_weights(run_dir: str | Path, device: str | torch.device = "cpu",
     run_dir = Path(run_dir)
     info = read_info(run_dir)
     config = model_config(info)
-    check_header(run_dir, config)  # model.json against the weights file's own header, before anything is built
     check_room(config, copies, "cpu", "loading it")  # the model is built on the CPU first
+    check_header(run_dir, config)  # model.json against the weights file's own header, before anything is built
     if torch.device(device).type != "cpu":
         check_room(config, 1.0, device, f"moving it to {device}")
     model = GPT(config)

@@ -30,6 +30,7 @@ from mltrain.errors import ConfigError, MltrainError, StorageError, report, tool
 from mltrain.model import GPT, GPTConfig, Norm
 from mltrain.runs import guarded
 from mltrain.runs.atomic import full_or_denied
+from mltrain.runs.guarded import write_bytes, write_json  # never through a link below the export's folder
 from mltrain.runs.weights import load_weights, model_config, read_info, run_note
 
 PROG = "mltrain-export"
@@ -139,8 +140,8 @@ def _write_export(out: Path, weights: bytes, config: dict[str, Any]) -> None:
     made = [d for d in (out, *out.parents) if not d.exists()]
     guarded.refuse_linked([out / HF_WEIGHTS, out / HF_CONFIG], out)  # never through a link, checked before either
     try:
-        guarded.write_bytes(out / HF_WEIGHTS, weights, root=out)
-        guarded.write_json(out / HF_CONFIG, config, root=out, indent=2)
+        write_bytes(out / HF_WEIGHTS, weights, root=out)
+        write_json(out / HF_CONFIG, config, root=out, indent=2)
     except OSError as err:
         if isinstance(err, MltrainError) and not isinstance(err, StorageError):
             raise

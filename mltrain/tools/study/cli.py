@@ -92,6 +92,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
         return _status(cfg, out or sys.stdout)
     try:
         study = stages.prepare(cfg, out)  # bad input: MltrainError, one line before any run
+        sanity.check_study_duration(study, out or sys.stdout)  # far longer than this machine can give: said, or refused
     except KeyboardInterrupt:
         report(PROG, "stopped by Ctrl-C before any run started; nothing was written", kind="interrupted")
         return 130

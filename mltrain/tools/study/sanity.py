@@ -6,7 +6,7 @@ run (the schema's types and schema.check's rules come first; these are separate 
   the local launcher, and no `hydra.*` key where the study puts run settings (an arm's grid, the
   override lists): the study sets Hydra's keys itself (every run's folder, the launcher), and a run
   whose folder moved would be reported as failed although it finished.
-* `check_study_duration(study, configs, out)`: the study's planned FLOPs against what this machine can
+* `check_study_duration(study, out)`: the study's planned FLOPs against what this machine can
   give (runs/sanity.py duration_check): said first when it is long, refused without `allow_long=true`
   when it would take more than a day. Only for launchers that run here (basic, local).
 """
@@ -131,9 +131,10 @@ def _machine(study: Any, cfg: Any) -> tuple[str, float]:
     return f"{gpus} GPU{'s' if gpus > 1 else ''}", gpus * sanity.rate("cuda", peak=peak_flops(torch.device("cuda")))
 
 
-def check_study_duration(study: Any, configs: dict[tuple, Any], out: TextIO) -> None:
-    """Say how long a long study takes at least here; refuse one of more than a day without consent."""
-    cfg = study.cfg
+def check_study_duration(study: Any, out: TextIO) -> None:
+    """Say how long a long study takes at least here; refuse one of more than a day without consent.
+    `study`: stages.prepare's, whose `configs` are every setting's composed run config."""
+    cfg, configs = study.cfg, study.configs
     if cfg.launcher.name not in LOCAL_LAUNCHERS or not configs:
         return
     flops, steps = planned_cost(cfg, configs)

@@ -33,7 +33,6 @@ from mltrain.tools.study import compose, ladder
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
                                       possible_evaluation_runs, setting_text, tuning_sweeps)
-from mltrain.tools.study.sanity import check_study_duration
 from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
 from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, tuned_keys, varied_keys
 
@@ -52,6 +51,7 @@ class Study:
     launched: int = 0  # sweeps launched by this invocation
     failures: dict[str, str] = field(default_factory=dict)  # run name -> why it did not end
     interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
+    configs: dict[tuple, Any] = field(default_factory=dict)  # (scale, arm, setting) -> its composed run config
 
     def cost(self, run: Run) -> float:
         """A run's planned fine-step FLOPs, up to a constant: parameters x tokens."""
@@ -77,16 +77,15 @@ def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
     earlier += [r for scale in cfg.ladder for r in possible_evaluation_runs(cfg, layout, scale) if r.dir.exists()]
     compose.check_earlier_runs(earlier, configs)
     guarded.refuse_linked(_owned_paths(cfg, layout), layout.root)  # no write of the study through a link
-    study = Study(cfg, layout, sizes, kinds, labels, out)
-    check_study_duration(study, configs, out or sys.stdout)  # a study far longer than this machine can give
-    return study
+    return Study(cfg, layout, sizes, kinds, labels, out, configs=configs)
 
 
 def _owned_paths(cfg: Any, layout: Layout) -> list[Path]:
     """Every file and folder the study writes itself or has its runs write (each must not be a link)."""
     paths = [layout.log, layout.root / "study.json", *(layout.ladder.with_suffix(s) for s in (".md", ".json", ".png"))]
     for scale in cfg.ladder:
-        paths += [layout.selection(scale), *(layout.verdict(scale) / f"comparison.{s}" for s in ("md", "json", "png"))]
+        paths += [layout.selection(scale), _basis_file(layout, scale)]
+        paths += [layout.verdict(scale) / f"comparison.{s}" for s in ("md", "json", "png")]
         paths += [r.dir for s in tuning_sweeps(cfg, layout, scale) for r in s.runs()]
         paths += [r.dir for r in possible_evaluation_runs(cfg, layout, scale)]
     return paths
@@ -276,9 +275,15 @@ def _choose(study: Study, scale: str) -> dict[str, Choice]:
             basis[name] = choice_basis(runs, choices[name])
     guarded.write_json(study.layout.selection(scale), {
         "scale": scale, "selection_seeds": list(cfg.selection_seeds),
-        "arms": {a: {"setting": c.setting, "by_budget": c.by_budget, "basis": basis[a]} for a, c in choices.items()}},
+        "arms": {a: {"setting": c.setting, "by_budget": c.by_budget} for a, c in choices.items()}},
         root=study.layout.root, indent=2)
+    guarded.write_json(_basis_file(study.layout, scale), basis, root=study.layout.root, indent=2)
     return choices
+
+
+def _basis_file(layout: Layout, scale: str) -> Path:
+    """Beside selection.json: each arm's choice_basis, what its record there must come out of to be believed."""
+    return layout.selection(scale).with_name(".selection.basis.json")
 
 
 def _tuning_runs(cfg: Any, layout: Layout, scale: str, arm: str) -> list[Run]:
@@ -287,7 +292,7 @@ def _tuning_runs(cfg: Any, layout: Layout, scale: str, arm: str) -> list[Run]:
 
 def choice_basis(runs: list[Run], choice: Choice) -> str:
     """What a choice was made from and what it is, as one digest: each tuning run's folder and its
-    summary.json, and the chosen setting. selection.json records it; a record whose digest does not
+    summary.json, and the chosen setting. It is kept beside selection.json; a record whose digest does not
     come out of the runs the config asks for now (edited by hand, or its runs or grid changed) is not
     believed."""
     h = hashlib.sha256()
@@ -304,7 +309,7 @@ def choice_basis(runs: list[Run], choice: Choice) -> str:
 def read_choices(cfg: Any, layout: Layout, scale: str) -> tuple[Optional[dict[str, Choice]], list[str]]:
     """(what selection.json records for a scale, or None when stage 1 has not chosen yet; the arms whose
     record is not believed). An arm's record is believed only when its digest (choice_basis) comes out
-    of this config's tuning runs of the arm as they are on disk now."""
+    of this config's tuning runs of the arm as they are on disk now (recorded beside it: _basis_file)."""
     try:
         saved = json.loads(layout.selection(scale).read_text())
         arms = saved.get("arms", {})
@@ -312,11 +317,16 @@ def read_choices(cfg: Any, layout: Layout, scale: str) -> tuple[Optional[dict[st
             raise ValueError("arms is not an object")
     except (OSError, ValueError, AttributeError):
         return None, []
+    try:
+        basis = json.loads(_basis_file(layout, scale).read_text())
+        basis = basis if isinstance(basis, dict) else {}
+    except (OSError, ValueError):
+        basis = {}
     choices, distrusted = {}, []
     for arm, c in arms.items():
         try:
             choice = Choice(dict(c.get("setting", {})), {str(b): dict(v) for b, v in c.get("by_budget", {}).items()})
-            trusted = arm in cfg.arms and c.get("basis") == choice_basis(_tuning_runs(cfg, layout, scale, arm), choice)
+            trusted = arm in cfg.arms and basis.get(arm) == choice_basis(_tuning_runs(cfg, layout, scale, arm), choice)
         except (AttributeError, TypeError, ValueError):
             trusted = False
         if trusted:
