@@ -31,7 +31,7 @@ from mltrain.errors import ConfigError, StorageError
 from mltrain.method.coarsening import Hierarchy, build_scheme
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.plan import planned_steps
-from mltrain.method.runner import PlanRunner, Samplers
+from mltrain.training.runner import PlanRunner, Samplers
 from mltrain.model import GPT, GPTConfig
 from mltrain.runs import rundir
 from mltrain.runs.names import run_label, run_name, sweep_run_name, swept_keys
@@ -42,8 +42,8 @@ from mltrain.training import distributed
 from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_latest
 from mltrain.training.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
 from mltrain.training.evaluation import EVAL_SEED, Evaluator
-from mltrain.training.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
-from mltrain.training.memory import check_fits
+from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
+from mltrain.memory import check_fits
 from mltrain.training.optim import build_optimizer
 from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
 from mltrain.training.rows import NonFiniteLoss

@@ -582,7 +582,7 @@ def test_a_model_that_cannot_fit_is_refused_with_its_size_before_allocating(tmp_
 
 
 def test_the_parameter_count_comes_without_allocating_and_matches_the_model():
-    from mltrain.training.memory import parameter_count
+    from mltrain.memory import parameter_count
     from mltrain.model import GPT, GPTConfig
 
     paper = GPTConfig(n_layer=12, n_head=8, n_embd=256, block_size=256, vocab_size=50257)
@@ -609,7 +609,8 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from mltrain.errors import CheckpointError  # noqa: E402
-from mltrain.runs import atomic, provenance, sweep  # noqa: E402
+from mltrain import atomic  # noqa: E402
+from mltrain.runs import provenance, sweep  # noqa: E402
 from mltrain.runs.weights import INFO_FILE, WEIGHTS_FILE, canonical_safetensors, load_weights, save_weights  # noqa: E402
 from mltrain.training import checkpoint as ckpt  # noqa: E402
 from mltrain.training import distributed  # noqa: E402

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mltrain.training.flops import forward_flops_per_token, train_flops_per_step, train_flops_per_token
+from mltrain.flops import forward_flops_per_token, train_flops_per_step, train_flops_per_token
 from mltrain.model import GPT, GPTConfig
 
 

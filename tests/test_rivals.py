@@ -21,7 +21,7 @@ from mltrain.method.stacking import Growth
 from mltrain.model import GPT, GPTConfig
 from mltrain.run import build
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
-from mltrain.training.flops import train_flops_per_token
+from mltrain.flops import train_flops_per_token
 from mltrain.training.optim import build_optimizer
 
 RIVALS = ["stacking", "layer_drop", "raptr"]

@@ -10,7 +10,7 @@ import pytest
 from conftest import ML, TINY
 
 from mltrain.errors import ConfigError
-from mltrain.training.flops import train_flops_per_step
+from mltrain.flops import train_flops_per_step
 
 B, T = 4, 16  # conftest.TINY's batch size and context
 

@@ -1,2 +1,2 @@
-"""The method: the run, phase and step vocabularies (kinds), coarsening schemes and their views, the plan
-of phases and the runner that executes it."""
+"""The method: the run, phase and step vocabularies (kinds), coarsening schemes and the plan of phases
+(training/runner.py executes it)."""

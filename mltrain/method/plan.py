@@ -7,7 +7,7 @@ multilevel.eval_every_cycle):
         restrict c  →  diagnostics (coarse vs parent)  →  cycle(c, l+1)  →  prolong c into level l.
 n_cycles of those run first; fine-only training then continues to the run's fine steps
 (train.max_steps × train.budget, `budget_steps`). Single-level training is the plan with one phase, so
-there is one loop for both (method/runner.py executes a plan).
+there is one loop for both (training/runner.py executes a plan).
 
 The plan is executed with a position (phase index, step within the phase) kept in TrainState: the
 resumable "schedule position".
@@ -28,7 +28,7 @@ from mltrain.method.coarsening import build_scheme
 from mltrain.method.kinds import PhaseKind, RunKind
 from mltrain.method.paths import PathPolicy, Stage
 from mltrain.method.stacking import Growth
-from mltrain.training.flops import train_flops_per_token
+from mltrain.flops import train_flops_per_token
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from mltrain.runs import atomic
+from mltrain import atomic
 
 log = logging.getLogger("mltrain.runs.files")
 

@@ -87,7 +87,7 @@ def redact_yaml_files(paths: list[Path]) -> None:
     any is left as it is (byte for byte), a missing one is skipped."""
     from omegaconf import OmegaConf
 
-    from mltrain.runs.atomic import atomic_open
+    from mltrain.atomic import atomic_open
 
     for path in paths:
         if not path.is_file() or path.is_symlink():

@@ -37,8 +37,8 @@ from mltrain.errors import CheckpointError, StorageError
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind
 from mltrain.method.paths import describe
 from mltrain.method.plan import Phase
-from mltrain.method.runner import PlanRunner
-from mltrain.runs.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
+from mltrain.training.runner import PlanRunner
+from mltrain.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
 from mltrain.runs.keys import is_bookkeeping
 
 log = logging.getLogger("mltrain")

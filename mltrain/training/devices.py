@@ -25,7 +25,7 @@ import torch
 
 from mltrain.training.distributed import World
 from mltrain.errors import ConfigError
-from mltrain.runs.atomic import open_no_follow
+from mltrain.atomic import open_no_follow
 
 log = logging.getLogger("mltrain")
 

@@ -277,7 +277,7 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
 
 def write_ladder(report: dict, base: Path) -> None:
     """ladder.md, ladder.json and ladder.png next to each other (`base` without a suffix)."""
-    from mltrain.runs.atomic import write_json
+    from mltrain.atomic import write_json
 
     base.parent.mkdir(parents=True, exist_ok=True)
     plot_ladder(report, base.with_suffix(".png"))
