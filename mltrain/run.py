@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mltrain.config import resuming, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
-from mltrain.method.coarsening import Hierarchy, build_scheme
+from mltrain.method.coarsening import build_scheme
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.plan import planned_steps
 from mltrain.training.runner import PlanRunner, Samplers
@@ -48,6 +48,7 @@ from mltrain.training.optim import build_optimizer
 from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
 from mltrain.training.rows import NonFiniteLoss
 from mltrain.training.trainer import Trainer
+from mltrain.views import Hierarchy
 
 log = logging.getLogger("mltrain")
 

@@ -6,10 +6,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mltrain.method.coarsening import CoarseningError, Hierarchy, StepScale, scheme_class
+from mltrain.method.coarsening import CoarseningError, StepScale, scheme_class
 from mltrain.model import GPT, GPTConfig
 from mltrain.training.optim import build_optimizer
 from mltrain.training.trainer import Trainer
+from mltrain.views import Hierarchy
 
 CFG = dict(vocab_size=64, n_layer=12, n_embd=32, n_head=2, block_size=8)
 

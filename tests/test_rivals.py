@@ -23,6 +23,7 @@ from mltrain.run import build
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
 from mltrain.flops import train_flops_per_token
 from mltrain.training.optim import build_optimizer
+from mltrain.views import path_view
 
 RIVALS = ["stacking", "layer_drop", "raptr"]
 DROPPING = ["layer_drop.gamma=0.3"]  # θ(t) near its floor after a few steps, so a 24-step run drops blocks
@@ -153,9 +154,9 @@ def test_each_block_of_a_sub_path_takes_its_own_euler_step():
         for i, step in zip(path.blocks, path.scales):
             h = h + step * (m.blocks[i](h, 1.0) - h)  # x + h·F(x), F(x) = block(x) − x
         expected = m.lm_head(m.ln_f(h))
-        torch.testing.assert_close(path.view(m)(x)[0], expected, atol=1e-5, rtol=1e-5)
-        unit = SubPath((0, 2, 3), (1.0, 1.0, 1.0)).view(m)(x)[0]
-        assert torch.equal(unit, SubPath((0, 2, 3)).view(m)(x)[0])  # steps of 1: the unscaled model, bitwise
+        torch.testing.assert_close(path_view(m, path)(x)[0], expected, atol=1e-5, rtol=1e-5)
+        unit = path_view(m, SubPath((0, 2, 3), (1.0, 1.0, 1.0)))(x)[0]
+        assert torch.equal(unit, path_view(m, SubPath((0, 2, 3)))(x)[0])  # steps of 1: the unscaled model, bitwise
         assert torch.equal(unit, m(x, blocks=[m.blocks[i] for i in (0, 2, 3)])[0])
 
 

@@ -4,7 +4,8 @@ The rival depth methods (stacking, layer dropping, RaPTr: mltrain/method/rivals.
 model's blocks through a different sub-model at each step. A `PathPolicy` says which: `path(step)` gives
 the positions of the blocks to run, in depth order, and optionally each one's Euler step (x + h·F(x):
 a block that stands for the ones skipped around it takes a longer step). The plan gives a train phase a
-policy; the runner asks it at every step and trains the view it names with the one step function.
+policy; the runner asks it at every step and trains the view it names (mltrain/views.py path_view) with
+the one step function.
 
 A random policy draws from a generator seeded by (run seed, stream, step) alone, never from a global
 RNG state, so every rank of a data-parallel job draws the same blocks at the same step, and a resumed
@@ -18,9 +19,6 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from mltrain.method.coarsening import ModelView
-from mltrain.model import GPT
-
 if TYPE_CHECKING:
     from mltrain.method.stacking import Growth
 
@@ -32,10 +30,6 @@ class SubPath:
 
     blocks: tuple[int, ...]
     scales: Optional[tuple[float, ...]] = None
-
-    def view(self, model: GPT) -> ModelView:
-        """A view running these blocks of `model` between its embeddings and head (no copies)."""
-        return ModelView(model, [model.blocks[i] for i in self.blocks], step_size=self.scales or 1.0)
 
 
 class PathPolicy:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from mltrain.config import StatePolicy
-from mltrain.method.coarsening import Hierarchy, ModelView, fine_view, key_path, path_key
+from mltrain.views import Hierarchy, ModelView, fine_view, key_path, path_key, path_view
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.paths import SubPath
 from mltrain.method.plan import Phase, build_plan, fine_steps, run_kind
@@ -191,7 +191,7 @@ class PlanRunner:
 
     def path_view(self, sub: Optional[SubPath]) -> ModelView:
         """The view of the fine model a sub-path names (None: the fine model)."""
-        return self.fine if sub is None else sub.view(self.trainer.model)
+        return self.fine if sub is None else path_view(self.trainer.model, sub)
 
     def _grow(self, phase: Phase, hooks: Hooks) -> bool:
         phase.growth.apply(self.trainer.model, self.fine_optimizer)

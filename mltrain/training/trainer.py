@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from tqdm.auto import tqdm
 
-from mltrain.method.coarsening import ModelView
+from mltrain.views import ModelView
 from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
 from mltrain.flops import train_flops_per_token
