@@ -22,6 +22,7 @@ from mltrain.model import GPT, GPTConfig
 from mltrain.run import build
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
 from mltrain.flops import train_flops_per_token
+from mltrain.training.growth import copy_blocks
 from mltrain.training.optim import build_optimizer
 from mltrain.views import path_view
 
@@ -130,14 +131,14 @@ def test_a_growth_makes_each_block_a_copy_of_its_source_with_its_optimizer_state
     params = [id(p) for p in m.parameters()]
     growth = Growth(operator, depth, factor, "copy")
     assert growth.sources() == sources
-    growth.apply(m, opt)
+    copy_blocks(m, opt, growth)
     assert [id(p) for p in m.parameters()] == params  # the same parameters, new values
     for j, i in enumerate(sources):
         for key, value in m.blocks[j].state_dict().items():
             assert torch.equal(value, before[i][key]), (j, key)
         for p, expected in zip(m.blocks[j].parameters(), state_before[i]):
             assert all(torch.equal(opt.state[p][k], v) for k, v in expected.items())
-    Growth(operator, depth, factor, "reset").apply(m, opt)
+    copy_blocks(m, opt, Growth(operator, depth, factor, "reset"))
     assert not opt.state
 
 

@@ -15,12 +15,9 @@ run draws what the uninterrupted run would have.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from mltrain.method.stacking import Growth
 
 
 @dataclass(frozen=True)
@@ -52,6 +49,21 @@ def step_rng(seed: int, stream: int, step: int) -> np.random.Generator:
     return np.random.default_rng([seed, stream, step])
 
 
+class BlockCopies:
+    """A change of the fine model's blocks made between two steps (a stacking growth): block j becomes a
+    copy of block `sources()[j]` as it was before the change (the same modules, new weights). With
+    `copies_state` each copy's optimizer state is a copy of its source's; otherwise the whole optimizer
+    state is cleared. A description: mltrain/training/growth.py carries it out. Subclasses are frozen
+    dataclasses, like policies."""
+
+    def sources(self) -> list[int]:
+        raise NotImplementedError
+
+    @property
+    def copies_state(self) -> bool:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Stage:
     """A stretch of a rival method's run: `steps` fine steps through `paths` (None: every block, as in
@@ -59,7 +71,7 @@ class Stage:
 
     steps: int
     paths: Optional[PathPolicy] = None
-    growth: Optional["Growth"] = None
+    growth: Optional[BlockCopies] = None
 
 
 def stage_lengths(ends: Sequence[float], total: int) -> list[int]:

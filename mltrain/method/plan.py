@@ -26,8 +26,7 @@ from mltrain.config import Control, Order, budget_steps
 from mltrain.method import rivals
 from mltrain.method.coarsening import build_scheme
 from mltrain.method.kinds import PhaseKind, RunKind
-from mltrain.method.paths import PathPolicy, Stage
-from mltrain.method.stacking import Growth
+from mltrain.method.paths import BlockCopies, PathPolicy, Stage
 from mltrain.flops import train_flops_per_token
 
 
@@ -38,7 +37,7 @@ class Phase:
     steps: int = 0
     cycle: Optional[int] = None
     paths: Optional[PathPolicy] = None  # train phases of the fine model: the sub-path each step runs (None: all)
-    growth: Optional[Growth] = None  # grow phases: how the fine model's blocks are copied
+    growth: Optional[BlockCopies] = None  # grow phases: how the fine model's blocks are copied
 
     @property
     def level(self) -> int:

@@ -17,12 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import torch
-
 from mltrain.choice import Choice
 from mltrain.errors import ConfigError
-from mltrain.method.paths import PathPolicy, Stage, SubPath, increasing_fractions, stage_lengths
-from mltrain.model import GPT
+from mltrain.method.paths import BlockCopies, PathPolicy, Stage, SubPath, increasing_fractions, stage_lengths
 
 
 class GrowthOperator(Choice):
@@ -49,8 +46,9 @@ class Prefix(PathPolicy):
 
 
 @dataclass(frozen=True)
-class Growth:
-    """Grow the first `depth` blocks to depth × factor blocks by copying them."""
+class Growth(BlockCopies):
+    """Grow the first `depth` blocks to depth × factor blocks by copying them (mltrain/training/growth.py
+    copies the weights and carries the optimizer state)."""
 
     operator: GrowthOperator
     depth: int
@@ -64,29 +62,9 @@ class Growth:
             return [j % n for j in range(n * g)]
         return [j // g for j in range(n * g)]
 
-    @torch.no_grad()
-    def apply(self, model: GPT, optimizer: torch.optim.Optimizer) -> None:
-        """Overwrite blocks 0 … depth·factor−1 of `model` in place with copies of the first `depth`
-        (their weights as they were before the growth), and carry the optimizer state as configured."""
-        blocks = model.blocks
-        weights = [{k: v.clone() for k, v in blocks[i].state_dict().items()} for i in range(self.depth)]
-        states = [[_clone_state(optimizer.state.get(p)) for p in blocks[i].parameters()] for i in range(self.depth)]
-        for j, i in enumerate(self.sources()):
-            blocks[j].load_state_dict(weights[i])  # copy_ into the existing parameters: optimizer and DDP keep them
-        if self.optimizer_state == GrowthState.reset:
-            optimizer.state.clear()
-            return
-        for j, i in enumerate(self.sources()):
-            for p, state in zip(blocks[j].parameters(), states[i]):
-                optimizer.state.pop(p, None)
-                if state is not None:
-                    optimizer.state[p] = _clone_state(state)
-
-
-def _clone_state(state: Optional[dict]) -> Optional[dict]:
-    if not state:
-        return None
-    return {k: v.clone() if torch.is_tensor(v) else v for k, v in state.items()}
+    @property
+    def copies_state(self) -> bool:
+        return self.optimizer_state == GrowthState.copy
 
 
 def stages(cfg: Any, total_steps: int) -> list[Stage]:

@@ -22,6 +22,7 @@ from mltrain.method.paths import SubPath
 from mltrain.method.plan import Phase, build_plan, fine_steps, run_kind
 from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
+from mltrain.training.growth import copy_blocks
 from mltrain.training.optim import LRSchedule, build_optimizer, resolve_coarse_optim
 from mltrain.training.trainer import Trainer, TrainState
 
@@ -194,7 +195,7 @@ class PlanRunner:
         return self.fine if sub is None else path_view(self.trainer.model, sub)
 
     def _grow(self, phase: Phase, hooks: Hooks) -> bool:
-        phase.growth.apply(self.trainer.model, self.fine_optimizer)
+        copy_blocks(self.trainer.model, self.fine_optimizer, phase.growth)
         return True
 
     def _restrict(self, phase: Phase, hooks: Hooks) -> bool:
