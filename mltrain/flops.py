@@ -14,14 +14,12 @@ not). Norms, softmax, GELU and the loss are elementwise and ignored, as in the u
 
 The head matters for coarse models: gpt22m's head (50257×256) is as large as 16 of its blocks, so a
 6-block coarse model costs ~0.77× a 12-block fine step, not 0.5×. Everything here is a function of the
-model that actually ran, so the cost of a coarse step comes out of the same formula.
+model that actually ran, so the cost of a coarse step comes out of the same formula. Plain arithmetic
+(no torch): the plan uses it for the schedule control's step counts. A device's peak, for MFU, is
+mltrain/training/devices.py peak_flops.
 """
 
 from __future__ import annotations
-
-from typing import Optional
-
-import torch
 
 FLOPS_FORMULA = "6N+12LTd"  # short name written to summary.json
 
@@ -39,24 +37,3 @@ def train_flops_per_token(n_blocks: int, n_embd: int, vocab_size: int, seq_len: 
 
 def train_flops_per_step(n_blocks: int, n_embd: int, vocab_size: int, seq_len: int, batch_size: int) -> float:
     return train_flops_per_token(n_blocks, n_embd, vocab_size, seq_len) * batch_size * seq_len
-
-
-# Dense bf16 peak of common accelerators, for MFU. Unknown devices (and CPUs) report no MFU.
-_PEAK_BF16_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10G": 125e12,
-    "4090": 165e12,
-}
-
-
-def peak_flops(device: torch.device) -> Optional[float]:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    for key, value in _PEAK_BF16_FLOPS.items():
-        if key in name:
-            return value
-    return None

@@ -40,9 +40,9 @@ from mltrain.runs.tracking import Tracker
 from mltrain.runs.weights import remove_weights, save_weights
 from mltrain.training import distributed
 from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_latest
-from mltrain.training.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
+from mltrain.training.devices import enable_tf32, peak_flops, resolve_device, resolve_dtype, sweep_placement
 from mltrain.training.evaluation import EVAL_SEED, Evaluator
-from mltrain.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
+from mltrain.flops import FLOPS_FORMULA, train_flops_per_step
 from mltrain.memory import check_fits
 from mltrain.training.optim import build_optimizer
 from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say

@@ -49,7 +49,8 @@ from hydra import compose, initialize_config_module
 
 from mltrain.config import register_configs
 from mltrain.data import BatchSampler, load_tokens
-from mltrain.flops import peak_flops, train_flops_per_step
+from mltrain.flops import train_flops_per_step
+from mltrain.training.devices import peak_flops
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.plan import Phase
 from mltrain.run import build
