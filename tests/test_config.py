@@ -7,7 +7,8 @@ from omegaconf import OmegaConf
 
 from mltrain.config import validate
 from mltrain.errors import ConfigError
-from mltrain.method.plan import build_plan, control_ratio, control_steps, run_kind
+from mltrain.method.multilevel import control_ratio, control_steps
+from mltrain.method.plan import build_plan, run_kind
 
 METHODS = ["single", "multilevel", "schedule_control", "random_control", "stride3", "ode_step", "adamw_reset",
            "stacking", "layer_drop", "raptr"]

@@ -20,6 +20,8 @@ from typing import Any, Optional
 from mltrain.choice import Choice
 from mltrain.errors import ConfigError
 from mltrain.method.paths import BlockCopies, PathPolicy, Stage, SubPath, increasing_fractions, stage_lengths
+from mltrain.method.registry import register_method
+from mltrain.method.rivals import Rival
 
 
 class GrowthOperator(Choice):
@@ -67,35 +69,42 @@ class Growth(BlockCopies):
         return self.optimizer_state == GrowthState.copy
 
 
-def stages(cfg: Any, total_steps: int) -> list[Stage]:
-    """One stage per depth: the shallow model up to the first growth, …, the full model to the end."""
-    c, n_layer = cfg.stacking, cfg.model.n_layer
-    depth = n_layer // c.factor ** len(c.grow_at)
-    out = []
-    for s, steps in enumerate(stage_lengths(list(c.grow_at), total_steps)):
-        growth = None
-        if s > 0:
-            growth = Growth(GrowthOperator(c.operator), depth, c.factor, GrowthState(c.optimizer_state))
-            depth *= c.factor
-        out.append(Stage(steps, Prefix(depth) if depth < n_layer else None, growth))
-    return out
+@register_method
+class Stacking(Rival):
+    """A shallow model grown by copying its blocks (progressive stacking)."""
 
+    name = "stacking"
+    sections = ("stacking",)
 
-def check_config(cfg: Any, total_steps: int) -> None:
-    c, n_layer = cfg.stacking, cfg.model.n_layer
-    grow_at = list(c.grow_at)
-    if c.factor < 2:
-        raise ConfigError(f"stacking.factor={c.factor} must be >= 2 (the depth multiplies by it at each growth)")
-    if not grow_at:
-        raise ConfigError("stacking.grow_at=[] has no growth: give the fractions of train.max_steps where the "
-                          "model grows")
-    if not increasing_fractions(grow_at):
-        raise ConfigError(f"stacking.grow_at={grow_at} must be increasing fractions of train.max_steps in (0, 1)")
-    growth = c.factor ** len(grow_at)
-    if n_layer % growth:
-        raise ConfigError(f"model.n_layer={n_layer} is not divisible by stacking.factor^len(stacking.grow_at)="
-                          f"{c.factor}^{len(grow_at)}={growth}: the growths must start from a whole number of blocks")
-    steps = stage_lengths(grow_at, total_steps)
-    if min(steps) < 1:
-        raise ConfigError(f"stacking.grow_at={grow_at} gives stages of {steps} steps in train.max_steps x train.budget "
-                          f"= {total_steps} steps: every stage needs at least one")
+    def stages(self, total_steps: int) -> list[Stage]:
+        """One stage per depth: the shallow model up to the first growth, …, the full model to the end."""
+        c, n_layer = self.cfg.stacking, self.cfg.model.n_layer
+        depth = n_layer // c.factor ** len(c.grow_at)
+        out = []
+        for s, steps in enumerate(stage_lengths(list(c.grow_at), total_steps)):
+            growth = None
+            if s > 0:
+                growth = Growth(GrowthOperator(c.operator), depth, c.factor, GrowthState(c.optimizer_state))
+                depth *= c.factor
+            out.append(Stage(steps, Prefix(depth) if depth < n_layer else None, growth))
+        return out
+
+    def check_keys(self, total_steps: int) -> None:
+        c, n_layer = self.cfg.stacking, self.cfg.model.n_layer
+        grow_at = list(c.grow_at)
+        if c.factor < 2:
+            raise ConfigError(f"stacking.factor={c.factor} must be >= 2 (the depth multiplies by it at each growth)")
+        if not grow_at:
+            raise ConfigError("stacking.grow_at=[] has no growth: give the fractions of train.max_steps where the "
+                              "model grows")
+        if not increasing_fractions(grow_at):
+            raise ConfigError(f"stacking.grow_at={grow_at} must be increasing fractions of train.max_steps in (0, 1)")
+        growth = c.factor ** len(grow_at)
+        if n_layer % growth:
+            raise ConfigError(f"model.n_layer={n_layer} is not divisible by stacking.factor^len(stacking.grow_at)="
+                              f"{c.factor}^{len(grow_at)}={growth}: the growths must start from a whole number "
+                              "of blocks")
+        steps = stage_lengths(grow_at, total_steps)
+        if min(steps) < 1:
+            raise ConfigError(f"stacking.grow_at={grow_at} gives stages of {steps} steps in train.max_steps x "
+                              f"train.budget = {total_steps} steps: every stage needs at least one")

@@ -16,9 +16,10 @@ that read run files use it.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 from mltrain.method.kinds import RunKind
+from mltrain.method.registry import method_class
 
 BOOKKEEPING_KEYS = (
     "hydra",
@@ -33,17 +34,27 @@ BOOKKEEPING_KEYS = (
     "data.prepare_if_missing",
 )
 SEED_KEY = "seed"  # changes the computation, but a seed is a replicate of a configuration, not another one
-# The config sections each method reads beyond the common ones. A run's label leaves out the sections
-# of the other methods: they cannot change what it computes (a study's common `multilevel.n_cycles=8`
-# does not split its layer-dropping runs into another configuration).
-METHOD_KEYS = {
-    RunKind.single: (),
-    RunKind.multilevel: ("multilevel", "coarsening"),
-    RunKind.schedule_control: ("multilevel", "coarsening"),
-    RunKind.stacking: ("stacking",),
-    RunKind.layer_drop: ("layer_drop",),
-    RunKind.raptr: ("raptr",),
-}
+
+
+class _MethodSections(Mapping):
+    """Run kind -> the config sections its depth method reads beyond the common ones (each registered
+    method's `sections`, method/registry.py). A run's label leaves out the sections of the other methods:
+    they cannot change what it computes (a study's common `multilevel.n_cycles=8` does not split its
+    layer-dropping runs into another configuration)."""
+
+    def __getitem__(self, kind: str) -> tuple[str, ...]:
+        if kind not in RunKind:
+            raise KeyError(kind)
+        return method_class(kind).sections
+
+    def __iter__(self) -> Iterator[RunKind]:
+        return iter(RunKind)
+
+    def __len__(self) -> int:
+        return len(RunKind)
+
+
+METHOD_KEYS: Mapping[str, tuple[str, ...]] = _MethodSections()
 
 
 def unread_keys(run_kind: Optional[str]) -> tuple[str, ...]:

@@ -92,9 +92,12 @@ def data_fingerprint(*splits: Sequence[np.ndarray]) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """Config values as types torch.load(weights_only=True) reads back (an Enum becomes its value)."""
+    """Config values as types torch.load(weights_only=True) reads back (an Enum becomes its value, a run
+    kind its plain string)."""
     if isinstance(value, Enum):
         return value.value
+    if isinstance(value, str):
+        return str(value)
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value

@@ -15,15 +15,15 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from mltrain.config import StatePolicy
 from mltrain.views import Hierarchy, ModelView, fine_view, key_path, path_key, path_view
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
+from mltrain.method.multilevel import StatePolicy, resolve_coarse_optim
 from mltrain.method.paths import SubPath
 from mltrain.method.plan import Phase, build_plan, fine_steps, run_kind
 from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
 from mltrain.training.growth import copy_blocks
-from mltrain.training.optim import LRSchedule, build_optimizer, resolve_coarse_optim
+from mltrain.training.optim import LRSchedule, build_optimizer
 from mltrain.training.trainer import Trainer, TrainState
 
 
