@@ -1,6 +1,6 @@
 """`mltrain`: the training command. Hydra parses and composes, RunGuard checks the run dir before Hydra
-writes into it, mltrain/run.py does the work. The other tools' entry points are in mltrain/console.py
-(re-exported here), which loads none of the training stack."""
+writes into it, mltrain/run.py does the work. The other tools' entry points are in mltrain/console.py,
+which loads none of the training stack."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mltrain.config import register_configs, resuming, validate
-from mltrain.console import compare_main, export_main, prepare_main, sample_main
 from mltrain.errors import ConfigError, MltrainError, report
 from mltrain.run import RunDiverged, RunInterrupted, run
 from mltrain.runs import rundir
@@ -26,8 +25,7 @@ from mltrain.runs.provenance import redact_hydra_records
 from mltrain.training import distributed
 from mltrain.training.resume import check_resume, resume_command, say
 
-# The tools' entry points are importable from here too (scripts and tests name `mltrain.cli:<tool>_main`).
-__all__ = ["RunGuard", "train_main", "compare_main", "export_main", "prepare_main", "sample_main"]
+__all__ = ["RunGuard", "train_main"]
 
 log = logging.getLogger("mltrain")
 
@@ -78,7 +76,8 @@ class RunGuard(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         try:
-            sweeps.check_sweep(config)  # every point valid, one job dir each, n_jobs bounded: before any write
+            # every point valid, one job dir each, n_jobs bounded: before any write
+            sweeps.check_sweep(config, validate)
             sweeps.mark_sweep_process()
             rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs",
                          allow_earlier=resuming(config.train.resume))

@@ -40,12 +40,13 @@ def cli(tool: str, *args: str, cwd: Path, limits: dict | None = None, env: dict 
     """Run a console entry point (`mltrain`, `mltrain-prepare`, `mltrain-compare`) in a fresh process,
     optionally under resource limits (RLIMIT_FSIZE: a full disk; RLIMIT_AS: no room for a huge model)."""
     entry = {"mltrain": "train_main", "mltrain-prepare": "prepare_main", "mltrain-compare": "compare_main"}[tool]
+    module = "mltrain.cli" if tool == "mltrain" else "mltrain.console"  # as pyproject.toml's scripts name them
     code = textwrap.dedent(f"""
         import resource, sys
         for name, value in {limits or {}!r}.items():
             resource.setrlimit(getattr(resource, name), (value, value))
         sys.argv = [{tool!r}, *sys.argv[1:]]
-        from mltrain.cli import {entry}
+        from {module} import {entry}
         {entry}()
     """)
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
@@ -375,7 +376,7 @@ def test_ctrl_c_during_prepare_is_one_line_exit_130_and_resumable(tmp_path):
                 os.killpg(os.getpgid(0), signal.SIGINT)
         prepare._after_shard = ctrl_c
         sys.argv = ["mltrain-prepare", *sys.argv[1:]]
-        from mltrain.cli import prepare_main
+        from mltrain.console import prepare_main
         prepare_main()
     """)
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,
@@ -684,7 +685,7 @@ def test_metrics_are_never_cut_or_appended_through_a_link(tmp_path):
 
 
 def test_caches_checkpoints_and_reports_are_never_written_through_links(tmp_path, capsys):
-    from mltrain.cli import compare_main
+    from mltrain.console import compare_main
     from mltrain.data.cache import TokenCache
 
     target = victim(tmp_path)

@@ -205,7 +205,7 @@ def test_console_scripts_exit_2_with_one_line(tmp_path):
     for prog, args in (("mltrain-sample", [str(tmp_path / "nope")]),
                        ("mltrain-export", [str(tmp_path / "nope"), "out"])):
         entry = prog.replace("mltrain-", "") + "_main"
-        code = f"import sys; from mltrain.cli import {entry}; sys.argv = [{prog!r}, *{args!r}]; {entry}()"
+        code = f"import sys; from mltrain.console import {entry}; sys.argv = [{prog!r}, *{args!r}]; {entry}()"
         proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2
         assert proc.stderr.strip().splitlines() == [f"{prog}: error: {tmp_path / 'nope'}: no such run directory"]

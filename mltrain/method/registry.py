@@ -27,12 +27,9 @@ registry when mltrain/config.py register_configs() runs). The built-in methods a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from mltrain.errors import ConfigError
-
-if TYPE_CHECKING:
-    from mltrain.method.plan import Phase
 
 NONE = "none"  # depth_method=none: single-level or multilevel training, chosen by the coarsening scheme
 
@@ -55,8 +52,9 @@ class DepthMethod:
     def check_config(self, total_steps: int) -> None:
         """ConfigError with one clear line unless this method can run `total_steps` fine steps of `cfg`."""
 
-    def plan(self, total_steps: int) -> list["Phase"]:
-        """The run's phases: `total_steps` fine steps in all (train.max_steps x train.budget)."""
+    def plan(self, total_steps: int) -> list[Any]:
+        """The run's phases (method/plan.py Phase, which builds on this module): `total_steps` fine steps
+        in all (train.max_steps x train.budget)."""
         raise NotImplementedError
 
 

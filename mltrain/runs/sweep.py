@@ -1,6 +1,6 @@
 """A sweep (`mltrain -m`) checked whole before its first job, its failures said once, its workers bounded.
 
-* `check_sweep(config)`, before the sweep dir is claimed: every point of the sweep is composed as the
+* `check_sweep(config, validate)`, before the sweep dir is claimed: every point of the sweep is composed as the
   launcher will compose it and validated (a bad value of the last point stops the sweep before the
   first job starts, not hours later); two points that would share one job dir (they differ only in
   keys that job-dir names leave out, e.g. `train.progress`) are refused before Hydra writes either
@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -82,10 +82,9 @@ def _job_config(config: DictConfig, overrides: list[str], num: int) -> DictConfi
     return job
 
 
-def check_sweep(config: DictConfig) -> None:
-    """ConfigError (one line, nothing written) for a sweep that cannot run whole: see the module docstring."""
-    from mltrain.config import validate
-
+def check_sweep(config: DictConfig, validate: Callable[[DictConfig], None]) -> None:
+    """ConfigError (one line, nothing written) for a sweep that cannot run whole: see the module docstring.
+    `validate` is the run config's own check (mltrain/config.py validate), applied to every point."""
     check_launcher(config)
     jobs = job_overrides(config)
     if jobs is None:
