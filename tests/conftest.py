@@ -35,7 +35,9 @@ ML = ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=4"
 
 
 def compose_config(*overrides: str, tiny: bool = True, hydra: bool = False):
-    """The config `mltrain <overrides>` would run (at the tests' size unless tiny=False)."""
+    """The config `mltrain <overrides>` would run (at the tests' size unless tiny=False), with the depth
+    methods registered now."""
+    register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
         return compose("config", overrides=[*(TINY if tiny else []), *overrides], return_hydra_config=hydra)
 
