@@ -12,11 +12,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from mltrain.runs.keys import BUDGET_KEY, SEED_KEY, override_key, override_value
 from mltrain.runs.names import run_label
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _runs(paths: list) -> list[dict]:
@@ -26,7 +23,8 @@ def _runs(paths: list) -> list[dict]:
             summary = json.loads(summary_path.read_text())
             overrides = list(OmegaConf.load(summary_path.parent / ".hydra" / "overrides.yaml"))
             runs.append({"summary": summary, "overrides": overrides,
-                         "values": {_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}})
+                         "values": {override_key(o): override_value(o) for o in overrides
+                                    if override_value(o) is not None}})
     return runs
 
 
@@ -43,7 +41,7 @@ def compare_dirs(paths, out=None, select_seeds=None, tune=(), plot=True) -> dict
     select_seeds, tune = list(select_seeds or []), list(tune)
     groups: dict[str, list[dict]] = {}
     for r in _runs(paths):
-        kept = [o for o in r["overrides"] if _key(o) not in {*tune, "train.budget", "seed"}]
+        kept = [o for o in r["overrides"] if override_key(o) not in {*tune, BUDGET_KEY, SEED_KEY}]
         groups.setdefault(run_label(kept, r["summary"]["run_kind"]), []).append(r)
     arms = []
     for label, runs in groups.items():

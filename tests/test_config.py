@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from mltrain.config import validate
 from mltrain.errors import ConfigError
+from mltrain.runs.keys import override_key
 from mltrain.method.multilevel import control_ratio, control_steps
 from mltrain.method.plan import build_plan, run_kind
 
@@ -134,7 +135,7 @@ def test_a_wrong_choice_fails_at_composition_naming_the_valid_values(override, v
     with pytest.raises(ConfigCompositionException) as info:
         make(override)
     message = str(info.value) + str(info.value.__cause__)
-    assert valid in message and override.split("=")[0].split(".")[-1] in message
+    assert valid in message and override_key(override).split(".")[-1] in message
 
 
 def test_choices_compare_and_print_as_their_plain_values():
