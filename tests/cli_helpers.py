@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
+from mltrain.runs.files import METRICS, read_metrics
 from mltrain.runs.rundir import LOCK_FILE
 
 # A smoke-sized multilevel run, spelt out (not a preset) so that preset changes do not move it.
@@ -84,7 +85,7 @@ def plan_position(path: Path) -> tuple[str, int]:
 
 
 def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(run_dir / METRICS, strict=True)
 
 
 def without_time(items: list[dict]) -> list[dict]:

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_module
 
 from mltrain.config import register_configs
 from mltrain.run import run
+from mltrain.runs.files import METRICS, read_metrics
 
 register_configs()
 
@@ -43,7 +44,8 @@ def compose_config(*overrides: str, tiny: bool = True, hydra: bool = False):
 
 
 def read_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """The run's metrics rows, every line a whole row (runs/files.py read_metrics, strict)."""
+    return read_metrics(run_dir / METRICS, strict=True)
 
 
 @pytest.fixture

@@ -434,7 +434,7 @@ def test_a_full_disk_keeps_whole_rows_and_stops_with_one_line(tmp_path, warm_cac
     assert str(metrics) in line and "the run stopped" in line
     data = metrics.read_bytes()
     assert 0 < len(data) <= limit and data.endswith(b"\n")
-    rows = [json.loads(x) for x in data.splitlines()]  # every line whole
+    rows = read_metrics(metrics, strict=True)  # every line whole
     kept = int(re.search(r"keeps its ([\d,]+) whole rows", line).group(1).replace(",", ""))
     assert len(rows) == kept and f"to step {rows[-1]['step']}" in line
     assert read_metrics(metrics) == rows  # compare's reader skips nothing
