@@ -19,7 +19,7 @@ from mltrain.data import embedded
 from mltrain.data.loader import validation_documents
 from mltrain.data.tokenizers import Tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cfg(**kw) -> DataConfig:
