@@ -1,15 +1,16 @@
 """Composing the real config tree with Hydra's compose API: presets, types, and start-up errors."""
 
 import pytest
-from conftest import compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
+from helpers import compose_config
 
 from mltrain.config import validate
 from mltrain.errors import ConfigError
-from mltrain.runs.keys import override_key
 from mltrain.method.multilevel import control_ratio, control_steps
 from mltrain.method.plan import build_plan, run_kind
+from mltrain.runs.keys import override_key
+
 
 METHODS = ["single", "multilevel", "schedule_control", "random_control", "stride3", "ode_step", "adamw_reset",
            "stacking", "layer_drop", "raptr"]

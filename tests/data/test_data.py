@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from helpers import REPO
 
 from mltrain.config import DataConfig
 from mltrain.data import BatchSampler, DataError, TokenSplits, get_tokenizer, load_tokens
 from mltrain.data import embedded
 from mltrain.data.loader import validation_documents
 from mltrain.data.tokenizers import Tokenizer
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def cfg(**kw) -> DataConfig:

@@ -19,6 +19,7 @@ from mltrain.data import embedded, prepare, shards
 from mltrain.data.prepare import PrepareConfig, run_prepare
 from mltrain.data.tokenizers import Tokenizer, get_tokenizer
 
+
 SHARD, VAL = 4000, 3000
 
 

@@ -1,13 +1,13 @@
 """train.compile=true on CPU: the fine model and each coarse model compile once per run; later cycles
 compile nothing (dynamo's own counters). The CUDA variant is in test_cuda.py."""
 
-import pytest
 import torch
 from hydra import compose, initialize_config_module
 from torch._dynamo.utils import counters
 
 from mltrain.config import register_configs
 from mltrain.run import build
+
 
 register_configs()
 
@@ -20,7 +20,6 @@ def frames_compiled() -> int:
     return counters["frames"]["ok"]
 
 
-@pytest.mark.slow
 def test_each_model_compiles_once_and_later_cycles_compile_nothing():
     torch._dynamo.reset()
     counters.clear()

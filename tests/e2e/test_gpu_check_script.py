@@ -4,15 +4,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
 import torch
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-@pytest.mark.slow
 def test_gpu_check_dry_run_prints_one_json_summary(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run"], cwd=tmp_path, env=env,

@@ -5,14 +5,11 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-@pytest.mark.slow
 def test_wheel_ships_every_config_and_composes_outside_the_repo(tmp_path):
     # Build from a copy: setuptools writes build/ and *.egg-info into the source tree.
     source = tmp_path / "source"

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from conftest import compose_config
 from hydra.errors import ConfigCompositionException
+from helpers import compose_config
 
 from mltrain.config import register_configs, validate
 from mltrain.errors import ConfigError

@@ -1,38 +1,22 @@
-"""The rival depth methods are what their papers define: the blocks a seeded run draws, the keep
-probabilities over steps, the weights after a stacking growth, the output scaling, the FLOPs of a step
-that skips blocks; and they run in the one harness: end to end, resumed mid-stage, refused when bad."""
+"""The rival depth methods are what their papers define: the blocks a seeded run draws and the keep
+probabilities over steps (layer dropping), RaPTr's paths and schedules; bad settings are one line before
+any compute."""
 
 import math
 
 import numpy as np
 import pytest
-import torch
-from conftest import compose_config
-from torch.utils.flop_counter import FlopCounterMode
+from helpers import compose_config
 
 from mltrain.config import validate
-from mltrain.errors import CheckpointError, ConfigError
-from mltrain.method.kinds import StepKind
+from mltrain.errors import ConfigError
 from mltrain.method.layer_drop import LayerDrop, keep_probabilities
-from mltrain.method.plan import build_plan
 from mltrain.method.paths import SubPath
+from mltrain.method.plan import build_plan
 from mltrain.method.raptr import RandomPaths, path_lengths
-from mltrain.method.stacking import Growth
-from mltrain.model import GPT, GPTConfig
-from mltrain.run import build
-from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
-from mltrain.flops import train_flops_per_token
-from mltrain.training.growth import copy_blocks
-from mltrain.training.optim import build_optimizer
-from mltrain.views import path_view
+
 
 RIVALS = ["stacking", "layer_drop", "raptr"]
-DROPPING = ["layer_drop.gamma=0.3"]  # θ(t) near its floor after a few steps, so a 24-step run drops blocks
-
-
-def model(n_layer=4, seed=0):
-    torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=64, n_layer=n_layer, n_embd=32, n_head=2, block_size=8))
 
 
 def frequencies(policy, steps, n_layer):
@@ -107,134 +91,6 @@ def test_raptr_follows_the_papers_schedules_and_ends_on_the_full_model():
     plan = build_plan(compose_config("experiment=raptr", "model.n_layer=6", "model.vocab_size=256"))
     assert [p.steps for p in plan] == [6, 6, 6, 6]
     assert [p.paths.length for p in plan[:3]] == [3, 4, 5] and plan[-1].paths is None
-
-
-# ---------------------------------------------------------------------------------------------
-# Progressive stacking
-
-
-@pytest.mark.parametrize("operator,depth,factor,sources", [
-    ("stack", 2, 2, [0, 1, 0, 1]),
-    ("interleave", 2, 2, [0, 0, 1, 1]),
-    ("stack", 1, 4, [0, 0, 0, 0]),
-    ("interleave", 3, 2, [0, 0, 1, 1, 2, 2]),
-])
-def test_a_growth_makes_each_block_a_copy_of_its_source_with_its_optimizer_state(operator, depth, factor, sources):
-    m = model(n_layer=depth * factor)
-    opt = build_optimizer(m.parameters(), compose_config("optim=adamw").optim, torch.device("cpu"))
-    x = torch.randint(0, 64, (2, 8))
-    m(x, x, blocks=m.blocks[:depth])[1].backward()  # the shallow model's step: state for its blocks only
-    opt.step()
-    before = [{k: v.clone() for k, v in m.blocks[i].state_dict().items()} for i in range(depth)]
-    state_before = [[{k: v.clone() for k, v in opt.state[p].items()} for p in m.blocks[i].parameters()]
-                    for i in range(depth)]
-    params = [id(p) for p in m.parameters()]
-    growth = Growth(operator, depth, factor, "copy")
-    assert growth.sources() == sources
-    copy_blocks(m, opt, growth)
-    assert [id(p) for p in m.parameters()] == params  # the same parameters, new values
-    for j, i in enumerate(sources):
-        for key, value in m.blocks[j].state_dict().items():
-            assert torch.equal(value, before[i][key]), (j, key)
-        for p, expected in zip(m.blocks[j].parameters(), state_before[i]):
-            assert all(torch.equal(opt.state[p][k], v) for k, v in expected.items())
-    copy_blocks(m, opt, Growth(operator, depth, factor, "reset"))
-    assert not opt.state
-
-
-# ---------------------------------------------------------------------------------------------
-# Output scaling and FLOPs
-
-
-def test_each_block_of_a_sub_path_takes_its_own_euler_step():
-    m = model()
-    x = torch.randint(0, 64, (3, 8))
-    path = SubPath((0, 2, 3), (1.5, 0.5, 2.0))
-    with torch.no_grad():
-        h = m.wte(x) + m.wpe(torch.arange(8))
-        for i, step in zip(path.blocks, path.scales):
-            h = h + step * (m.blocks[i](h, 1.0) - h)  # x + h·F(x), F(x) = block(x) − x
-        expected = m.lm_head(m.ln_f(h))
-        torch.testing.assert_close(path_view(m, path)(x)[0], expected, atol=1e-5, rtol=1e-5)
-        unit = path_view(m, SubPath((0, 2, 3), (1.0, 1.0, 1.0)))(x)[0]
-        assert torch.equal(unit, path_view(m, SubPath((0, 2, 3)))(x)[0])  # steps of 1: the unscaled model, bitwise
-        assert torch.equal(unit, m(x, blocks=[m.blocks[i] for i in (0, 2, 3)])[0])
-
-
-def test_a_step_that_skips_blocks_costs_what_its_blocks_cost_by_torchs_counter():
-    s = session("experiment=layer_drop", *DROPPING, "model.attention=explicit", "model.n_embd=64",
-                "model.block_size=32")
-    runner, trainer = s.runner, s.trainer
-    policy = runner.plan[0].paths
-    step = next(t for t in range(1, 100) if 0 < len(policy.path(t).blocks) < 4)  # a step that drops blocks
-    view = runner.path_view(policy.path(step))
-    before = trainer.state.flops
-    counter = FlopCounterMode(display=False)
-    with counter:
-        trainer.step(view, runner.fine_optimizer, 0.01, runner.samplers.fine, StepKind.fine)
-    counted = trainer.state.flops - before
-    tokens = 4 * 32  # train.batch_size x model.block_size
-    assert counted == train_flops_per_token(view.n_blocks, 64, s.model.config.vocab_size, 32) * tokens
-    assert abs(counter.get_total_flops() - counted) / counted < 0.02, (counter.get_total_flops(), counted)
-
-
-# ---------------------------------------------------------------------------------------------
-# In the harness: end to end, resume, bad input
-
-
-def session(*overrides):
-    return build(compose_config(*overrides), lambda row: None)
-
-
-@pytest.mark.parametrize("method,extra", [("stacking", []), ("layer_drop", DROPPING), ("raptr", [])])
-def test_each_rival_trains_end_to_end_with_fewer_flops_than_single_level(train_run, method, extra):
-    rows, summary = train_run(f"experiment={method}", *extra, name=method)
-    assert summary["status"] == "finished" and summary["run_kind"] == method and summary["fine_steps"] == 24
-    assert math.isfinite(summary["final_val_loss"]) and summary["delta"] is None
-    blocks = [r["blocks"] for r in rows if "train/loss" in r]
-    assert min(blocks) < 4  # fewer blocks on some steps
-    flops = lambda n_blocks: train_flops_per_token(n_blocks, 32, 256, 16) * 4 * 16  # noqa: E731 (batch 4 x 16)
-    assert summary["total_flops"] < 24 * flops(4)  # single-level training: every block at every step
-    if method == "layer_drop":  # each step cost what the blocks it drew cost
-        policy = LayerDrop(4, theta_bar=0.5, gamma=0.3, profile="linear", rescale=True, seed=0)
-        assert summary["total_flops"] == pytest.approx(sum(flops(len(policy.path(t).blocks)) for t in range(24)))
-    if method == "stacking":  # 7 steps of the 2-block model, then the grown 4-block one
-        assert blocks == [2.0, 2.5, 4.0, 4.0, 4.0, 4.0]
-        assert summary["total_flops"] == pytest.approx(7 * flops(2) + 17 * flops(4))
-    if method == "raptr":  # paths grow stage by stage, to the full model
-        assert blocks == sorted(blocks) and blocks[-1] == 4
-
-
-@pytest.mark.parametrize("overrides,stop_at", [
-    (["experiment=stacking"], 4),  # inside the shallow stage
-    (["experiment=stacking"], 7),  # the shallow stage's last step, before the growth
-    (["experiment=stacking", "optim=adamw", "stacking.optimizer_state=copy", "stacking.operator=interleave"], 10),
-    (["experiment=layer_drop", *DROPPING], 9),
-    (["experiment=raptr"], 8),  # inside the second stage
-])
-def test_resume_mid_stage_is_exact(tmp_path, overrides, stop_at):
-    whole = session(*overrides)
-    assert whole.runner.run()
-
-    first = session(*overrides)
-    assert not first.runner.run(should_stop=lambda: first.trainer.state.fine_steps >= stop_at)
-    assert first.trainer.state.fine_steps == stop_at
-    save_checkpoint(tmp_path / "ckpt.pt", first.runner)
-    resumed = session(*overrides)
-    load_checkpoint(tmp_path / "ckpt.pt", resumed.runner)
-    assert resumed.runner.run()
-
-    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
-        assert torch.equal(a, b), name
-    assert resumed.trainer.state == whole.trainer.state
-
-
-def test_a_checkpoint_of_another_rival_setting_is_refused(tmp_path):
-    source = session("experiment=layer_drop")
-    assert not source.runner.run(should_stop=lambda: source.trainer.state.fine_steps >= 2)
-    path = save_checkpoint(tmp_path / "ckpt.pt", source.runner)
-    with pytest.raises(CheckpointError, match="another plan .*theta_bar=0.5.* there, .*theta_bar=0.7"):
-        load_checkpoint(path, session("experiment=layer_drop", "layer_drop.theta_bar=0.7").runner)
 
 
 @pytest.mark.parametrize("overrides,needle", [

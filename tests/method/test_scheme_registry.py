@@ -4,8 +4,8 @@ the plan, the views, restriction/prolongation and the FLOP accounting all take i
 import pytest
 import torch
 
-from mltrain.method.coarsening import Groups, Scheme, register_scheme, scheme_names
 from mltrain.errors import CoarseningError
+from mltrain.method.coarsening import Groups, Scheme, register_scheme, scheme_names
 from mltrain.method.plan import build_plan
 from mltrain.run import build
 

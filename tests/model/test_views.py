@@ -1,4 +1,7 @@
-"""The algebra of coarsening must be exact: views, covers, restriction and δ-prolongation."""
+"""Views are exact: a coarse model is the fine model's own blocks (or, for `average`, blocks of its
+own) between its embeddings and head; training one changes exactly its blocks; restriction and
+δ-prolongation move exactly the weights they should, at every level; a sub-path's blocks take their own
+Euler steps."""
 
 import types
 
@@ -6,11 +9,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mltrain.method.coarsening import CoarseningError, StepScale, scheme_class
+from mltrain.method.coarsening import scheme_class
+from mltrain.method.paths import SubPath
 from mltrain.model import GPT, GPTConfig
 from mltrain.training.optim import build_optimizer
 from mltrain.training.trainer import Trainer
 from mltrain.views import Hierarchy
+from mltrain.views import path_view
+
 
 CFG = dict(vocab_size=64, n_layer=12, n_embd=32, n_head=2, block_size=8)
 
@@ -56,26 +62,6 @@ def test_coarse_forward_equals_a_standalone_model_of_the_selected_blocks():
         small.load_state_dict(state)
         assert torch.equal(view(idx)[0], small(idx)[0])  # bitwise
         assert all(b is model.blocks[i] for b, i in zip(view.blocks, expected))  # no copies
-
-
-@pytest.mark.parametrize("scheme,k", [("stride", 2), ("stride", 3), ("random", 2), ("random", 3), ("random", 4)])
-def test_subset_schemes_give_exact_covers(scheme, k):
-    models = partition(scheme, k, 12, seed=[7, 0])
-    assert len(models) == k
-    chosen = sorted(i for groups in models for i in selected(groups))
-    assert chosen == list(range(12))  # every block in exactly one coarse model
-    for groups in models:
-        assert len(groups) == 12 // k
-        assert selected(groups) == sorted(selected(groups))  # depth order
-        covered = [j for g in groups for j in g]
-        assert covered == list(range(groups[0][0], 12))  # contiguous from the first selected block
-
-
-def test_stride3_groups():
-    a, b, c = partition("stride", 3, 12)
-    assert a == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)]
-    assert b == [(1, 2, 3), (4, 5, 6), (7, 8, 9), (10, 11)]
-    assert selected(c) == [2, 5, 8, 11]
 
 
 def test_random_is_reproducible_per_seed_and_differs_between_seeds():
@@ -191,28 +177,6 @@ def test_three_levels_are_views_of_views():
     assert changed_blocks(before, model) == [1, 3, 5, 7, 9, 11]
 
 
-def coarsening_cfg(k=2, redraw=False, seed=None, step_scale="unit"):
-    return types.SimpleNamespace(k=k, redraw=redraw, seed=seed, step_scale=step_scale)
-
-
-@pytest.mark.parametrize("name,k,n_layer,levels,needle", [
-    ("stride", 5, 12, 2, "not divisible by coarsening.k=5"),
-    ("stride", 2, 12, 4, "more than the depth allows"),
-    ("random", 2, 6, 3, "more than the depth allows"),
-    ("average", 1, 12, 2, "must be >= 2"),
-])
-def test_depth_errors(name, k, n_layer, levels, needle):
-    with pytest.raises(CoarseningError, match=needle):
-        scheme_class(name).check_config(coarsening_cfg(k), n_layer, levels)
-    scheme_class("stride").check_config(coarsening_cfg(2), 12, 3)  # 12 -> 6 -> 3 is fine
-
-
-def test_unknown_scheme_names_the_registered_ones():
-    with pytest.raises(CoarseningError, match=r"coarsening.scheme='zigzag' is not one of ") as info:
-        scheme_class("zigzag")
-    assert all(name in str(info.value) for name in ("average", "none", "random", "stride"))
-
-
 # -- the ODE step option (coarsening.step_scale=stride) ----------------------------------------------
 
 
@@ -264,20 +228,29 @@ def test_step_scale_with_average_scales_its_own_blocks():
         assert torch.allclose(view(idx)[0], model.lm_head(model.ln_f(x)), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("name,needle", [
-    ("random", "the random scheme's are not"),
-    ("none", "coarsening=none has none"),
-])
-def test_step_scale_is_refused_where_it_means_nothing(name, needle):
-    with pytest.raises(CoarseningError, match=needle):
-        scheme_class(name).check_config(coarsening_cfg(2, step_scale=StepScale.stride), 12, 2)
-    scheme_class("stride").check_config(coarsening_cfg(2, step_scale=StepScale.stride), 12, 2)
-    scheme_class("average").check_config(coarsening_cfg(2, step_scale=StepScale.stride), 12, 2)
-
-
 def selected_fine_blocks(view):
     """Indices in the fine model of a view's blocks (subset schemes)."""
     fine = view
     while fine.parent is not None:
         fine = fine.parent
     return [next(i for i, b in enumerate(fine.blocks) if b is blk) for blk in view.blocks]
+
+
+def model(n_layer=4, seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=64, n_layer=n_layer, n_embd=32, n_head=2, block_size=8))
+
+
+def test_each_block_of_a_sub_path_takes_its_own_euler_step():
+    m = model()
+    x = torch.randint(0, 64, (3, 8))
+    path = SubPath((0, 2, 3), (1.5, 0.5, 2.0))
+    with torch.no_grad():
+        h = m.wte(x) + m.wpe(torch.arange(8))
+        for i, step in zip(path.blocks, path.scales):
+            h = h + step * (m.blocks[i](h, 1.0) - h)  # x + h·F(x), F(x) = block(x) − x
+        expected = m.lm_head(m.ln_f(h))
+        torch.testing.assert_close(path_view(m, path)(x)[0], expected, atol=1e-5, rtol=1e-5)
+        unit = path_view(m, SubPath((0, 2, 3), (1.0, 1.0, 1.0)))(x)[0]
+        assert torch.equal(unit, path_view(m, SubPath((0, 2, 3)))(x)[0])  # steps of 1: the unscaled model, bitwise
+        assert torch.equal(unit, m(x, blocks=[m.blocks[i] for i in (0, 2, 3)])[0])

@@ -5,13 +5,14 @@ import json
 
 import pytest
 import torch
-from conftest import compose_config
 from omegaconf import OmegaConf
 from torch._dynamo.utils import counters
+from helpers import compose_config
 
 from mltrain.model import GPT, GPTConfig
-from mltrain.training.optim import build_optimizer
 from mltrain.run import build, run
+from mltrain.training.optim import build_optimizer
+
 
 pytestmark = [
     pytest.mark.cuda,

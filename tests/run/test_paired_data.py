@@ -1,8 +1,7 @@
 """Paired data and what a run records for a fair comparison.
 
 Fine step n of every run with the same seed trains on the same batch, whatever the run does between
-fine steps: the coarse phases and the schedule control's steps draw from their own seeded stream.
-"""
+fine steps: the coarse phases and the schedule control's steps draw from their own seeded stream."""
 
 from __future__ import annotations
 
@@ -15,9 +14,10 @@ from hydra import compose, initialize_config_module
 
 from mltrain import run as run_module
 from mltrain.config import register_configs
-from mltrain.training.optim import lr_at
 from mltrain.run import build, run
+from mltrain.training.optim import lr_at
 from mltrain.training.trainer import Trainer
+
 
 register_configs()
 STEP = Trainer.step  # the real one, whatever a test patches

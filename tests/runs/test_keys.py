@@ -1,25 +1,20 @@
 """One fact, one rule: each test fails when two places that state a fact disagree.
 
 The keys that do not change what a run computes (runs/keys.py) are read by the configuration label,
-the sweep job's directory name and the resume check; an override string names its key one way; the run
-kind has one rule; an error's first line one function; a coarse model one name.
-"""
+the sweep job's directory name and the resume check; an override string names its key one way; a label
+is split into its overrides one way and leaves out the sections of the other methods."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from conftest import compose_config
+from helpers import compose_config
 
 from mltrain.config import bookkeeping_override_keys
-from mltrain.errors import first_line
-from mltrain.method.kinds import RunKind, coarse_name, model_name
-from mltrain.method.plan import run_kind
-from mltrain.runs.keys import BOOKKEEPING_KEYS, METHOD_KEYS, override_key, seed_of
+from mltrain.method.kinds import RunKind
+from mltrain.runs.keys import BOOKKEEPING_KEYS, override_key, seed_of
 from mltrain.runs.names import run_label
 from mltrain.training.resume import config_differences
+
 
 # One override per entry of BOOKKEEPING_KEYS (hydra's own keys are never a job's overrides).
 BOOKKEEPING = ["logger=wandb", "logger.mode=offline", "device=cpu", "train.compile=true", "train.progress=false",
@@ -69,41 +64,6 @@ def test_an_override_names_its_key_one_way():
     assert [override_key(o) for o in ("+a.b=1", "~a.b", "hydra/launcher=local", "logger@x=y", " seed = 3")] == [
         "a.b", "a.b", "hydra.launcher", "logger", "seed"]
     assert seed_of(["optim.lr=1", "+seed=4"]) == "4" and seed_of(["~seed"]) is None
-
-
-@pytest.mark.parametrize("overrides,kind", [
-    ([], RunKind.single), (["experiment=multilevel"], RunKind.multilevel), (["coarsening=evenodd"], RunKind.multilevel),
-    (["experiment=schedule_control"], RunKind.schedule_control), (["experiment=single", "coarsening=none"], RunKind.single),
-    (["experiment=stacking"], RunKind.stacking), (["experiment=layer_drop"], RunKind.layer_drop),
-    (["experiment=raptr"], RunKind.raptr),
-])
-def test_run_kind_is_a_run_kind(overrides, kind):
-    got = run_kind(compose_config(*overrides))
-    assert got is kind and isinstance(got, RunKind)
-
-
-def test_an_errors_first_line_is_cut_out_one_way():
-    assert first_line(ValueError("  one\ntwo  ")) == "one"
-    wrapper = RuntimeError("")
-    wrapper.__cause__ = OSError("the cause\nmore")
-    assert first_line(wrapper) == "the cause"
-    assert first_line(ValueError()) == ""
-
-
-def test_coarse_models_are_named_by_letters():
-    assert (coarse_name((0,)), coarse_name((1, 0)), model_name(()), model_name((0, 1))) == (
-        "A", "B.A", "fine", "coarse A.B")
-
-
-def test_compare_imports_neither_torch_nor_wandb():
-    code = ("import sys, mltrain.console, mltrain.tools.compare.cli, mltrain.runs.files, mltrain.runs.names\n"
-            "heavy = sorted(m for m in ('torch', 'wandb') if m in sys.modules)\n"
-            "assert not heavy, heavy\n")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-
-
-def test_every_run_kind_says_which_method_sections_it_reads():
-    assert set(METHOD_KEYS) == set(RunKind)
 
 
 @pytest.mark.parametrize("kind,kept,dropped", [

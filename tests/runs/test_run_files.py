@@ -1,23 +1,19 @@
-"""What a run records about itself: run.json at its start, train_time_s, and a budget that is a value
-passed on (the config the run records is the config it was given)."""
+"""What a run records about itself: run.json at its start, and a budget that is a value passed on (the
+config the run records is the config it was given)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import time
 
 import pytest
-from cli_helpers import ENV
-from conftest import ML, compose_config, read_rows
+from helpers import ENV, ML, compose_config
 
 from mltrain import run as run_module
 from mltrain.run import run
 from mltrain.runs.files import RUN_RECORD_FIELDS, read_run_record
 from mltrain.tools.compare.loading import load_run_dir
-from mltrain.training.evaluation import Evaluator
-from mltrain.training.trainer import Clock
 
 
 def test_run_json_says_what_an_unfinished_run_is_and_compare_reads_it(tmp_path):
@@ -33,35 +29,6 @@ def test_run_json_says_what_an_unfinished_run_is_and_compare_reads_it(tmp_path):
     (run_dir / ".hydra" / "overrides.yaml").write_text("- experiment=multilevel\n- seed=5\n")
     loaded = load_run_dir(run_dir)
     assert (loaded.run_kind, loaded.label, loaded.seed, loaded.status) == ("multilevel", record["label"], 5, "unfinished")
-
-
-def test_train_time_leaves_out_evaluation_and_goes_with_every_row(tmp_path, monkeypatch):
-    slow = 0.2
-    real = Evaluator.loss
-
-    def slow_loss(self, view):
-        time.sleep(slow)
-        return real(self, view)
-
-    monkeypatch.setattr(Evaluator, "loss", slow_loss)
-    run(compose_config("train.max_steps=4", "train.eval_interval=2"), run_dir=tmp_path / "run")
-    rows, s = read_rows(tmp_path / "run"), json.loads((tmp_path / "run" / "summary.json").read_text())
-    evals = [r for r in rows if "val/loss" in r]
-    assert len(evals) == 3  # steps 0, 2, 4
-    assert s["wall_time_s"] - s["train_time_s"] >= len(evals) * slow
-    assert all(0 <= r["train_time_s"] <= r["time_s"] for r in rows)
-    times = [r["train_time_s"] for r in rows]
-    assert times == sorted(times)
-
-
-def test_the_clock_counts_nested_time_apart_once():
-    clock = Clock()
-    with clock.apart():
-        with clock.apart():
-            time.sleep(0.01)
-    assert clock.elapsed() - clock.train_time() >= 0.01
-    clock.restart(elapsed=100.0, apart=40.0)
-    assert clock.elapsed() >= 100.0 and 60.0 <= clock.train_time() < 100.0
 
 
 def test_a_budget_is_recorded_as_given_and_trains_its_fraction(tmp_path, monkeypatch):

@@ -2,8 +2,7 @@
 
 W&B runs are read back from the `.wandb` transaction log they write (leveldb-log framing of
 `wandb_internal_pb2.Record` protobufs; wandb 0.31 ships no Python reader, so `_read_wandb_log` below
-decodes the framing and wandb's own protobuf classes decode the records).
-"""
+decodes the framing and wandb's own protobuf classes decode the records)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ from mltrain.config import LoggerConfig
 from mltrain.runs.files import read_metrics, write_json_atomic
 from mltrain.runs.names import run_label, run_name
 from mltrain.runs.tracking import Tracker
+
 
 TRAIN_ROWS = [
     {"step": 0, "flops": 0.0, "tokens": 0, "time_s": 0.0, "train/loss": 5.5, "lr": 1e-3, "level": 0, "phase": "fine"},
@@ -433,3 +434,17 @@ def test_a_resume_refuses_a_metrics_file_shorter_than_at_its_checkpoint(tmp_path
     with pytest.raises(ConfigError, match="fewer than the .* it had at the last checkpoint"):
         Tracker(tmp_path, {"name": "jsonl"}, {}, name="n", group="g", job_type="single", resume=position)
     assert (tmp_path / "metrics.jsonl").read_text() == ""
+
+
+def test_a_key_wandb_rejects_is_not_called_missing():
+    from mltrain.runs.wandb_mirror import _api_key_problem
+
+    class AuthenticationError(Exception):
+        pass
+
+    def rejecting(**kwargs):
+        raise AuthenticationError("API key must have 40+ characters, has 5.")
+
+    assert "W&B rejected the API key" in _api_key_problem(SimpleNamespace(login=rejecting))
+    assert "no W&B API key found" in _api_key_problem(SimpleNamespace(login=lambda **kw: False))
+    assert _api_key_problem(SimpleNamespace(login=lambda **kw: True)) is None

@@ -1,21 +1,26 @@
-"""mltrain-compare on synthetic run directories whose answers are known by hand.
-
-Baseline curve: loss(F) = A + off - B*ln(F) on F = 1e12 .. 1e14 (100 train rows, a val row every 10).
-A configuration "k times as efficient" has loss(F) = A + off - B*ln(k*F): it reaches the baseline's final
-loss at exactly F_total / k, so its saving is 1 - 1/k (k = 2 -> 0.5). Grid points are chosen so the
-crossing lies on a logged row wherever an exact answer is asserted.
-"""
+"""mltrain-compare on synthetic run directories whose answers are known by hand; it imports neither
+torch nor wandb."""
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mltrain.tools.compare import first_reach, main, moving_average
+
+
+def test_compare_imports_neither_torch_nor_wandb():
+    code = ("import sys, mltrain.console, mltrain.tools.compare.cli, mltrain.runs.files, mltrain.runs.names\n"
+            "heavy = sorted(m for m in ('torch', 'wandb') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
 
 A, B = 10.0, 0.2
 N = 100

@@ -1,5 +1,6 @@
 """mltrain-compare at the edges of its input: every bad file or argument is one clear line or a listed
-exclusion (with the rest of the report computed without it), never a traceback or a silent drop."""
+exclusion (with the rest of the report computed without it), and an output folder it cannot write is one
+line."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
-from test_compare_verdict import make_run
+from helpers import linear_run, fake_run_dir, file_tree, one_error, run_tool, unwritable_dir
 
 from mltrain.tools.compare import main
+
 
 BASE = "experiment=single"
 ML = "experiment=multilevel"
@@ -19,8 +21,8 @@ ML = "experiment=multilevel"
 def runs(root: Path) -> Path:
     """Three seeds of a single-level baseline and of a multilevel run that ends lower at half the FLOPs."""
     for s in (0, 1, 2):
-        make_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0 + 0.01 * s)
-        make_run(root, f"m{s}", "multilevel", ML, s, flops=5e13, val=2.9 + 0.01 * s)
+        linear_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0 + 0.01 * s)
+        linear_run(root, f"m{s}", "multilevel", ML, s, flops=5e13, val=2.9 + 0.01 * s)
     return root
 
 
@@ -113,8 +115,23 @@ def test_bad_tune_keys_are_one_line(tmp_path, capsys):
 
 def test_when_every_run_is_left_out_the_line_says_why(tmp_path, capsys):
     root = tmp_path / "runs"
-    make_run(root, "b0", "single", BASE, 0, flops=1e14, val=3.0, nan_at=2)
-    make_run(root, "m0", "multilevel", ML, 0, flops=1e14, val=2.0, summary={"status": "interrupted"})
+    linear_run(root, "b0", "single", BASE, 0, flops=1e14, val=3.0, nan_at=2)
+    linear_run(root, "m0", "multilevel", ML, 0, flops=1e14, val=2.0, summary={"status": "interrupted"})
     rc, err, _ = compare(capsys, root)
     lines = [line for line in err.splitlines() if line.startswith("mltrain-compare: error:")]
     assert rc == 1 and len(lines) == 1 and "no usable run" in lines[0] and "diverged" in lines[0]
+
+
+def test_compare_into_a_read_only_out_is_one_line(tmp_path):
+    runs = tmp_path / "runs"
+    fake_run_dir(runs, "a", "single", "default")
+    fake_run_dir(runs, "b", "multilevel", "coarsening=evenodd")
+    before = file_tree(runs)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    line = one_error(run_tool("mltrain-compare", str(runs), "--out", f"{blocker}/report", cwd=tmp_path), "mltrain-compare")
+    assert str(blocker) in line
+    ro = unwritable_dir(tmp_path)
+    line = one_error(run_tool("mltrain-compare", str(runs), "--out", f"{ro}/report", cwd=tmp_path), "mltrain-compare")
+    assert str(ro) in line
+    assert file_tree(runs) == before

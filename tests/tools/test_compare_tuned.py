@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_compare_verdict import make_run
+from helpers import linear_run
 
 from mltrain.tools.compare import compare_dirs, main
 from mltrain.tools.compare.powerlaw import fit_power_law
+
 
 E, A, ALPHA = 2.0, 3e4, 0.35  # the frontier every test here is made from: L(C) = E + A·C^-α
 BUDGET_FLOPS = {0.25: 1e13, 0.5: 2e13, 0.75: 4e13, 1.0: 8e13}
@@ -31,7 +32,7 @@ def flops_for(loss: float) -> float:
 
 def single(root: Path, seed, lr: float, budget: float, loss: float, **summary) -> None:
     label = f"optim.lr={lr}" + (f",train.budget={budget}" if budget != 1.0 else "")
-    make_run(root, f"s_lr{lr}_b{budget}_s{seed}", "single", label, seed, flops=BUDGET_FLOPS[budget], val=loss,
+    linear_run(root, f"s_lr{lr}_b{budget}_s{seed}", "single", label, seed, flops=BUDGET_FLOPS[budget], val=loss,
              budget=budget, summary=summary)
 
 
@@ -45,7 +46,7 @@ def frontier_runs(root: Path, seeds, penalty=lambda seed, lr, budget: 0.0, lrs=(
 
 def multilevel(root: Path, seed, clr: float, flops: float, k: float, **summary) -> None:
     """A run k times as efficient as the frontier: at `flops` it reaches the law's loss at k·flops."""
-    make_run(root, f"ml_c{clr}_s{seed}_{k}", "multilevel", ML.format(clr=clr), seed, flops=flops, val=law(k * flops),
+    linear_run(root, f"ml_c{clr}_s{seed}_{k}", "multilevel", ML.format(clr=clr), seed, flops=flops, val=law(k * flops),
              summary=summary)
 
 
@@ -140,7 +141,7 @@ def test_multiplier_with_interval_an_extrapolated_run_and_an_unreachable_one(tmp
     for s, k in ks.items():
         multilevel(tmp_path, s, 0.1, 3e13, k)
         multilevel(tmp_path, s, 1.0, 6e13, 4.0)  # C_eq = 2.4e14, 3x past the dearest frontier point
-        make_run(tmp_path, f"ctrl_s{s}", "schedule_control", "coarsening=evenodd,multilevel.control=schedule", s,
+        linear_run(tmp_path, f"ctrl_s{s}", "schedule_control", "coarsening=evenodd,multilevel.control=schedule", s,
                  flops=6e13, val=E - 0.05)  # below the frontier's floor
     report = compare_dirs([tmp_path], out=tmp_path / "out", plot=False)
     fit = report["frontier"]["fit"]
@@ -196,7 +197,7 @@ def test_a_fit_that_does_not_converge_is_said_and_the_report_still_written(tmp_p
     for s in (0, 1):
         for b, loss in zip(BUDGET_FLOPS, (4.0, 1.0, 0.99, 0.98)):
             single(tmp_path / "runs", s, 0.1, b, loss)
-        make_run(tmp_path / "runs", f"ml{s}", "multilevel", "coarsening=evenodd", s, flops=3e13, val=0.995)
+        linear_run(tmp_path / "runs", f"ml{s}", "multilevel", "coarsening=evenodd", s, flops=3e13, val=0.995)
     rc = main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 0 and any("multiplier unavailable: the fit did not converge" in w for w in err.splitlines())
@@ -232,7 +233,7 @@ def test_one_lr_baseline_is_flagged_loudly_and_unequal_tuning_is_warned(tmp_path
 def test_tune_adds_a_free_key_to_every_arm(tmp_path):
     for s in range(2):
         for mom in (0.8, 0.9):
-            make_run(tmp_path, f"s{mom}_{s}", "single", f"optim.lr=0.1,optim.momentum={mom}", s, flops=8e13,
+            linear_run(tmp_path, f"s{mom}_{s}", "single", f"optim.lr=0.1,optim.momentum={mom}", s, flops=8e13,
                      val=2.5 + (mom == 0.9) * 0.1)
     report = compare_dirs([tmp_path], plot=False)
     assert len(report["arms"]) == 2 and {a["label"] for a in report["arms"]} == {"optim.momentum=0.8", "optim.momentum=0.9"}

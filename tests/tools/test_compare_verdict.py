@@ -4,49 +4,21 @@ budget frontier, the blocks-only FLOP convention, fixed budgets, and runs that m
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import DATA, HELD, linear_run, report_of
 
 from mltrain.tools.compare import interval, main
 from mltrain.tools.compare.statistics import FrontierPoint, frontier_flops, frontier_loss, lower_envelope
 
+
 T975 = {2: 4.302652729911275, 4: 2.7764451051977987}  # Student t quantiles (tables), by d.f.
-DATA = {"description": "embedded, bytes: 1,000 train / 100 val tokens", "tokenizer": "bytes"}
-HELD = {"batches": 4, "sequences": 64, "tokens": 4096, "fingerprint": "abc"}
+
+
 BASE = "experiment=single"
-
-
-def make_run(root: Path, name: str, kind: str, label: str, seed, *, flops: float, val: float,
-             flops_blocks: float | None = None, budget: float = 1.0, n: int = 10, nan_at: int | None = None,
-             summary: dict | None = None, write_summary: bool = True) -> Path:
-    """A run whose val loss falls linearly from val + 1 to `val` over `n` rows ending at `flops` total
-    FLOPs (train loss = val loss - 0.05 on the same rows)."""
-    d = root / name
-    d.mkdir(parents=True)
-    fb_end = flops if flops_blocks is None else flops_blocks
-    rows = []
-    for i in range(n + 1):
-        f, fb = flops * i / n, fb_end * i / n
-        loss = val + 1.0 - i / n
-        if nan_at is not None and i >= nan_at:
-            loss = math.nan
-        if i:
-            rows.append({"step": i, "flops": f, "flops_blocks": fb, "tokens": i, "time_s": 0.0, "level": 0,
-                         "phase": "fine", "train/loss": loss - 0.05, "lr": 1e-3})
-        rows.append({"step": i, "flops": f, "flops_blocks": fb, "tokens": i, "time_s": 0.0, "level": 0,
-                     "val/loss": loss})
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    if write_summary:
-        s = {"run_kind": kind, "label": label, "seed": seed, "total_flops": flops, "total_flops_blocks": fb_end,
-             "budget": budget, "final_val_loss": rows[-1]["val/loss"], "final_train_loss": rows[-2]["train/loss"],
-             "final_val_loss_se": 0.004, "flops_formula": "3*(2*N+4*L*T*d)", "data": DATA, "held_out": HELD,
-             **(summary or {})}
-        (d / "summary.json").write_text(json.dumps(s))
-    return d
 
 
 def frontier(root: Path, seeds, shift=lambda s: 0.0) -> None:
@@ -56,14 +28,7 @@ def frontier(root: Path, seeds, shift=lambda s: 0.0) -> None:
         for budget, f, loss in ((0.125, 1e13, 4.0), (0.25, 2e13, 3.5), (0.5, 4e13, 3.0), (0.75, 6e13, 3.2),
                                 (1.0, 8e13, 2.5)):
             label = BASE if budget == 1.0 else f"{BASE},train.budget={budget}"
-            make_run(root, f"b{budget}_s{s}", "single", label, s, flops=f, val=loss + shift(s), budget=budget)
-
-
-def report_of(root: Path, capsys, *extra) -> tuple[dict, str]:
-    rc = main([str(root), "--smooth", "1", "--out", str(root / "out"), *extra])
-    cap = capsys.readouterr()
-    assert rc == 0, cap.err
-    return json.loads((root / "out" / "comparison.json").read_text()), cap.out
+            linear_run(root, f"b{budget}_s{s}", "single", label, s, flops=f, val=loss + shift(s), budget=budget)
 
 
 def by_label(entries: list[dict], label: str) -> dict:
@@ -122,7 +87,7 @@ def test_frontier_savings_per_seed_and_interval(tmp_path, capsys):
     # All end at 5e13 FLOPs (4e13 in the blocks-only convention).
     finals = {0: 2.75, 1: 3.1, 2: 2.5, 3: 2.4}
     for s, loss in finals.items():
-        make_run(root, f"ml_s{s}", "multilevel", ml, s, flops=5e13, flops_blocks=4e13, val=loss)
+        linear_run(root, f"ml_s{s}", "multilevel", ml, s, flops=5e13, flops_blocks=4e13, val=loss)
     report, md = report_of(root, capsys)
     assert report["baseline"]["label"] == BASE
     fr = report["frontier"]
@@ -170,7 +135,7 @@ def test_a_consistent_saving_is_a_saving(tmp_path, capsys):
     frontier(root, seeds)
     # every seed reaches 2.75 (F* = 4e13 sqrt 2 = 5.657e13) with 4e13, 4.2e13, ... FLOPs
     for s in seeds:
-        make_run(root, f"ml_s{s}", "multilevel", "experiment=multilevel", s, flops=(4.0 + 0.2 * s) * 1e13, val=2.75)
+        linear_run(root, f"ml_s{s}", "multilevel", "experiment=multilevel", s, flops=(4.0 + 0.2 * s) * 1e13, val=2.75)
     report, md = report_of(root, capsys)
     (v,) = report["verdict"]
     expected = [1 - (4.0 + 0.2 * s) / (4 * math.sqrt(2)) for s in seeds]
@@ -183,9 +148,9 @@ def test_a_consistent_saving_is_a_saving(tmp_path, capsys):
 def test_without_a_budget_sweep_the_verdict_uses_the_one_baseline(tmp_path, capsys):
     root = tmp_path / "runs"
     for s in (0, 1, 2):
-        make_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0)
+        linear_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0)
         # val falls linearly from 4.0 to 3.5 over 5e13 FLOPs: it never reaches 3.0
-        make_run(root, f"m{s}", "multilevel", "experiment=multilevel", s, flops=5e13, val=3.5)
+        linear_run(root, f"m{s}", "multilevel", "experiment=multilevel", s, flops=5e13, val=3.5)
     report, md = report_of(root, capsys)
     assert not report["frontier"]["available"] and report["vs_frontier"] == []
     (v,) = report["verdict"]
@@ -196,8 +161,8 @@ def test_without_a_budget_sweep_the_verdict_uses_the_one_baseline(tmp_path, caps
 def test_fixed_budget_table_is_paired_by_seed(tmp_path, capsys):
     root = tmp_path / "runs"
     for s in (0, 1, 2):
-        make_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0 + 0.1 * s)
-        make_run(root, f"m{s}", "multilevel", "experiment=multilevel", s, flops=1e14, val=2.9 + 0.1 * s)
+        linear_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0 + 0.1 * s)
+        linear_run(root, f"m{s}", "multilevel", "experiment=multilevel", s, flops=1e14, val=2.9 + 0.1 * s)
     report, _ = report_of(root, capsys)
     fb = report["fixed_flops"]
     assert fb["flops"] == pytest.approx([2.5e13, 5e13, 7.5e13, 1e14])
@@ -217,17 +182,17 @@ def test_fixed_budget_table_is_paired_by_seed(tmp_path, capsys):
 def test_diverged_unfinished_interrupted_and_other_data_are_listed_and_left_out(tmp_path, capsys):
     root = tmp_path / "runs"
     for s in (0, 1, 2):
-        make_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0)
+        linear_run(root, f"b{s}", "single", BASE, s, flops=1e14, val=3.0)
     ml = "experiment=multilevel"
-    make_run(root, "m0", "multilevel", ml, 0, flops=1e14, val=2.5)
+    linear_run(root, "m0", "multilevel", ml, 0, flops=1e14, val=2.5)
     # diverged: NaN from the 3rd row on; its last finite loss is early and low-looking
-    make_run(root, "m1", "multilevel", ml, 1, flops=1e14, val=0.1, nan_at=3)
-    make_run(root, "m2", "multilevel", ml, 2, flops=1e14, val=2.0, write_summary=False)
-    make_run(root, "m3", "multilevel", ml, 3, flops=1e14, val=2.0, summary={"status": "interrupted"})
-    make_run(root, "m4", "multilevel", ml, 4, flops=1e14, val=2.0,
+    linear_run(root, "m1", "multilevel", ml, 1, flops=1e14, val=0.1, nan_at=3)
+    linear_run(root, "m2", "multilevel", ml, 2, flops=1e14, val=2.0, write_summary=False)
+    linear_run(root, "m3", "multilevel", ml, 3, flops=1e14, val=2.0, summary={"status": "interrupted"})
+    linear_run(root, "m4", "multilevel", ml, 4, flops=1e14, val=2.0,
              summary={"data": {**DATA, "description": "text README.md, bytes: 9 train / 1 val tokens"}})
-    make_run(root, "m5", "multilevel", ml, 5, flops=1e14, val=2.0, summary={"held_out": {**HELD, "fingerprint": "zzz"}})
-    make_run(root, "m6", "multilevel", ml, 6, flops=1e14, val=2.0, summary={"status": "diverged"})
+    linear_run(root, "m5", "multilevel", ml, 5, flops=1e14, val=2.0, summary={"held_out": {**HELD, "fingerprint": "zzz"}})
+    linear_run(root, "m6", "multilevel", ml, 6, flops=1e14, val=2.0, summary={"status": "diverged"})
     report, md = report_of(root, capsys)
     excluded = {Path(e["run"]).name: e for e in report["excluded"]}
     assert set(excluded) == {"m1", "m2", "m3", "m4", "m5", "m6"}
@@ -244,28 +209,9 @@ def test_diverged_unfinished_interrupted_and_other_data_are_listed_and_left_out(
 
 def test_a_diverged_baseline_is_named_when_no_baseline_is_left(tmp_path, capsys):
     root = tmp_path / "runs"
-    make_run(root, "b0", "single", BASE, 0, flops=1e14, val=3.0, nan_at=2)
-    make_run(root, "m0", "multilevel", "experiment=multilevel", 0, flops=1e14, val=2.5)
+    linear_run(root, "b0", "single", BASE, 0, flops=1e14, val=3.0, nan_at=2)
+    linear_run(root, "m0", "multilevel", "experiment=multilevel", 0, flops=1e14, val=2.5)
     rc = main([str(root)])
     err = capsys.readouterr().err
     (line,) = [w for w in err.splitlines() if "no baseline" in w]
     assert rc == 0 and line.startswith("mltrain-compare: warning: ") and "diverged" in line
-
-
-@pytest.mark.slow
-def test_the_issues_nan_reproduction_is_reported_as_diverged_with_no_saving(tmp_path, capsys):
-    """`mltrain scale=smoke` and `mltrain scale=smoke coarsening=evenodd optim.lr=1e30` into one folder."""
-    from conftest import compose_config
-
-    from mltrain.run import RunDiverged, run
-
-    root = tmp_path / "runs"
-    run(compose_config("scale=smoke", "train.progress=false", tiny=False), run_dir=root / "single")
-    with pytest.raises(RunDiverged):  # stopped at the first non-finite loss (train.on_nonfinite=stop)
-        run(compose_config("scale=smoke", "coarsening=evenodd", "optim.lr=1e30", "train.progress=false", tiny=False),
-            run_dir=root / "ml")
-    report, md = report_of(root, capsys)
-    (e,) = report["excluded"]
-    assert Path(e["run"]).name == "ml" and e["status"] == "diverged" and e["reason"]
-    assert report["vs_baseline"] == [] and report["verdict"] == []  # no saving of any kind
-    assert "**diverged**" in md and "%" not in md.split("## Left out")[0].split("## Verdict")[1]

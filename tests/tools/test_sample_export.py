@@ -1,53 +1,32 @@
-"""Weights out: model.safetensors + model.json at the end of a run, mltrain-sample, mltrain-export."""
+"""mltrain-sample and mltrain-export: generating from a run's weights and exporting them, bad input as
+one line, and the edges (a reader that goes, Ctrl-C, temperature and prompt, a place export cannot write)."""
 
+from __future__ import annotations
+
+import errno
 import json
-import subprocess
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from helpers import VARIANTS, random_model, saved_run
 
+from mltrain.errors import StorageError
+from mltrain.model import GPT, Norm
+from mltrain.runs.weights import INFO_FILE
+from mltrain.runs.weights import load_weights
 from mltrain.tools.export import HF_CONFIG, HF_WEIGHTS, hf_state_dict
 from mltrain.tools.export import main as export_main
-from mltrain.model import GPT, GPTConfig, Norm
-from mltrain.run import run
 from mltrain.tools.sample import generate
 from mltrain.tools.sample import main as sample_main
-from mltrain.errors import DataError
-from mltrain.runs.weights import INFO_FILE, WEIGHTS_FILE, load_weights, save_weights
 
 
-SMALL = dict(vocab_size=256, n_layer=2, n_head=2, n_embd=32, block_size=16)
-# Every LayerNorm/bias combination GPT-2 can represent, and RMSNorm, which it cannot.
-VARIANTS = {
-    "paper": dict(),  # no biases, parameter-free LayerNorm (gpt22m's shape)
-    "bias_affine": dict(bias=True, norm_affine=True),
-    "affine_no_bias": dict(norm_affine=True),
-    "bias_plain_norm": dict(bias=True),
-}
 # fp32 on both sides, the same operations except the matmul layout (Conv1D's addmm on the transposed
 # weight vs Linear) and, with HF's eager attention, the attention kernel: the differences are float32
 # rounding, measured 0 (sdpa) and <1e-6 (eager) on these models, 1.3e-5 (eager) at gpt22m's shape.
 LOGITS_ATOL = 1e-4
-
-
-def random_model(seed: int = 0, **overrides) -> GPT:
-    """A GPT whose every parameter (norm weights and biases included) is random, so a wrong mapping shows."""
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(**{**SMALL, **overrides}))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return model.eval()
-
-
-def saved_run(tmp_path: Path, name: str = "run", tokenizer: str = "bytes", **overrides) -> tuple[Path, GPT]:
-    model = random_model(**overrides)
-    run_dir = tmp_path / name
-    save_weights(run_dir, model, tokenizer)
-    return run_dir, model
 
 
 def error_line(capsys, prog: str) -> str:
@@ -55,75 +34,6 @@ def error_line(capsys, prog: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
     return lines[0]
-
-
-# ---------------------------------------------------------------------------------------------
-# model.safetensors + model.json
-
-
-@pytest.mark.parametrize("variant", [*VARIANTS, "rmsnorm"])
-def test_round_trip_is_bit_exact_and_keeps_the_tie(tmp_path, variant):
-    overrides = VARIANTS.get(variant, dict(norm=Norm.rmsnorm, norm_affine=True))
-    run_dir, model = saved_run(tmp_path, **overrides)
-    stored = load_file(run_dir / WEIGHTS_FILE)
-    assert "lm_head.weight" not in stored and "wte.weight" in stored  # the tied head is stored once
-
-    loaded, info = load_weights(run_dir)
-    assert loaded.config == model.config and info["tokenizer"] == "bytes" and info["n_params"] == model.num_params()
-    assert loaded.lm_head.weight is loaded.wte.weight
-    original, back = model.state_dict(), loaded.state_dict()
-    assert original.keys() == back.keys()
-    for name in original:
-        assert torch.equal(original[name], back[name]), name
-    idx = torch.randint(0, 256, (2, 16))
-    assert torch.equal(model(idx)[0], loaded(idx)[0])
-
-
-@pytest.mark.slow
-def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(tmp_path, make_config):
-    cfg = make_config("scale=smoke", "coarsening=evenodd", "train.progress=false", tiny=False)
-    run_dir = tmp_path / "run"
-    run(cfg, run_dir=run_dir)
-    info = json.loads((run_dir / INFO_FILE).read_text())
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert info["tokenizer"] == "bytes" and info["eot_token"] is None
-    assert info["model"]["n_layer"] == 2 and info["model"]["n_embd"] == 32 and info["model"]["vocab_size"] == 256
-    assert info["n_params"] == summary["n_params"]
-    model, _ = load_weights(run_dir)
-    torch.manual_seed(cfg.seed)
-    assert not torch.equal(model.wpe.weight, GPT(model.config).wpe.weight)  # trained, not the initial weights
-
-    # The saved model is the one that was evaluated last: the same held-out batches give the same loss.
-    from mltrain.data import BatchSampler, load_tokens
-    from mltrain.training.evaluation import EVAL_SEED
-
-    data = load_tokens(cfg.data)
-    val = BatchSampler(data.val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")
-    with torch.no_grad():
-        losses = [model(*val.batch(i))[1].item() for i in range(cfg.train.eval_batches)]
-    assert sum(losses) / len(losses) == pytest.approx(summary["final_val_loss"], rel=1e-5)
-
-
-def test_loading_bad_run_dirs_fails_with_one_line(tmp_path):
-    with pytest.raises(DataError, match="no such run directory"):
-        load_weights(tmp_path / "nope")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="has no model.safetensors"):
-        load_weights(tmp_path / "empty")
-    run_dir, _ = saved_run(tmp_path)
-    info = json.loads((run_dir / INFO_FILE).read_text())
-    assert info["model"]["norm"] == "layernorm"  # plain JSON, not an Enum's repr
-    (run_dir / INFO_FILE).write_text(json.dumps({**info, "model": {**info["model"], "norm": "batchnorm"}}))
-    with pytest.raises(DataError, match="batchnorm"):  # never silently another model
-        load_weights(run_dir)
-    info["model"]["n_embd"] = 64
-    (run_dir / INFO_FILE).write_text(json.dumps(info))
-    with pytest.raises(DataError) as e:
-        load_weights(run_dir)
-    assert "does not match the model" in str(e.value) and "\n" not in str(e.value)
-    (run_dir / WEIGHTS_FILE).write_bytes(b"not safetensors")
-    with pytest.raises(DataError, match="not a readable safetensors file"):
-        load_weights(run_dir)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,17 +110,6 @@ def test_sample_uses_the_runs_gpt2_tokenizer(tmp_path, capsys, gpt2_cache):
     assert capsys.readouterr().out.startswith("Hello world")
 
 
-@pytest.mark.slow
-def test_console_scripts_exit_2_with_one_line(tmp_path):
-    for prog, args in (("mltrain-sample", [str(tmp_path / "nope")]),
-                       ("mltrain-export", [str(tmp_path / "nope"), "out"])):
-        entry = prog.replace("mltrain-", "") + "_main"
-        code = f"import sys; from mltrain.console import {entry}; sys.argv = [{prog!r}, *{args!r}]; {entry}()"
-        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 2
-        assert proc.stderr.strip().splitlines() == [f"{prog}: error: {tmp_path / 'nope'}: no such run directory"]
-
-
 # ---------------------------------------------------------------------------------------------
 # mltrain-export
 
@@ -280,3 +179,78 @@ def test_export_refuses_what_gpt2_cannot_represent_and_existing_output(tmp_path,
 
     assert export_main([str(tmp_path / "nope"), str(tmp_path / "hf2")]) == 2
     assert "no such run directory" in error_line(capsys, "mltrain-export") and not (tmp_path / "hf2").exists()
+
+
+def test_sampling_streams_and_holds_only_one_context(weights_dir):
+    from itertools import islice
+
+    from mltrain.tools.sample import stream
+
+    model, _ = load_weights(weights_dir)
+    tokens = list(islice(stream(model, [104], 10**15, temperature=1.0, generator=torch.Generator().manual_seed(0)), 300))
+    assert len(tokens) == 300  # a generator: 10**15 asked, 300 made
+
+
+# ---------------------------------------------------------------------------------------------
+# The tools' edges (mltrain-sample, mltrain-export)
+
+
+class _Reader:
+    """A stdout whose reader goes away (`error`: BrokenPipeError) or a user who presses Ctrl-C
+    (KeyboardInterrupt) after `after` writes."""
+
+    def __init__(self, error: type, after: int):
+        self.error, self.after, self.text = error, after, ""
+
+    def write(self, text: str) -> int:
+        self.after -= 1
+        if self.after == 0:
+            raise self.error
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("error,code,said", [(BrokenPipeError, 141, ""), (KeyboardInterrupt, 130, "interrupted")])
+def test_sample_stops_quietly_when_its_reader_goes_and_in_one_line_on_ctrl_c(weights_dir, monkeypatch, capsys, error,
+                                                                               code, said):
+    from mltrain.tools.sample import main
+
+    out = _Reader(error, after=20)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main([str(weights_dir), "--max-new-tokens", "1000000000000"]) == code
+    err = capsys.readouterr().err
+    assert len(out.text) > 0 and "Traceback" not in err
+    assert err.strip().splitlines() == ([] if not said else [f"mltrain-sample: {said}: stopped by Ctrl-C; the text "
+                                                            f"above is what was generated"])
+
+
+def test_sample_edges_temperature_and_prompt(weights_dir, capsys):
+    from mltrain.tools.sample import generate, main
+
+    model, _ = load_weights(weights_dir)
+    tiny = generate(model, [104, 105], 30, temperature=1e-45, generator=torch.Generator().manual_seed(0))
+    assert tiny == generate(model, [104, 105], 30, temperature=0)  # all the probability on the likeliest
+    for args, named in ((["--temperature", "inf"], "--temperature inf"), (["--prompt", "caf\udce9"], "not valid UTF-8")):
+        assert main([str(weights_dir), *args]) == 2
+        line = capsys.readouterr().err.strip()
+        assert line.startswith("mltrain-sample: error: ") and named in line and "\n" not in line
+
+
+def test_export_into_a_place_it_cannot_write_is_one_line_and_leaves_nothing(weights_dir, tmp_path, monkeypatch):
+    from mltrain.tools import export
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match=rf"cannot write {re.escape(str(blocker))}/out.*nothing was exported"):
+        export.export(weights_dir, blocker / "out")
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.EFBIG, "File too large", str(path))
+
+    monkeypatch.setattr(export, "write_json", full)  # the weights fit, the config does not
+    with pytest.raises(StorageError, match="File too large: the disk, the quota or the file-size limit is full"):
+        export.export(weights_dir, tmp_path / "new" / "out")
+    assert not (tmp_path / "new").exists()
