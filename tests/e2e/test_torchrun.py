@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
+from helpers import read_rows
 
 from mltrain.config import register_configs
 from mltrain.run import run
@@ -43,7 +44,7 @@ def torchrun(cwd: Path, overrides: list[str], nproc: int = 2) -> subprocess.Comp
 
 
 def read_run(run_dir: Path):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(run_dir)
     return rows, json.loads((run_dir / "summary.json").read_text())
 
 

@@ -11,6 +11,7 @@ import re
 
 import pytest
 from hydra import compose, initialize_config_module
+from helpers import read_rows
 
 from mltrain import run as run_module
 from mltrain.config import register_configs
@@ -85,7 +86,7 @@ def test_fine_steps_see_the_same_batches_in_every_run_with_the_same_seed(monkeyp
 def test_a_budget_ends_the_schedule_and_the_run_early(tmp_path):
     run(compose_cfg("train.budget=0.5", "train.eval_interval=2"), run_dir=tmp_path / "half")
     s = json.loads((tmp_path / "half" / "summary.json").read_text())
-    rows = [json.loads(line) for line in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(tmp_path / "half")
     assert s["budget"] == 0.5 and s["fine_steps"] == 5
     cfg = compose_cfg()
     last_lr = [r["lr"] for r in rows if "lr" in r][-1]
@@ -128,7 +129,7 @@ def test_summary_records_provenance_data_held_out_set_and_uncounted_costs(tmp_pa
     assert single["held_out"]["sequences"] == 2 * 2 and single["held_out"]["tokens"] == 2 * 2 * 8
     assert 0 < single["final_val_loss_se"] < 1
 
-    rows = [json.loads(line) for line in (tmp_path / "ml" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(tmp_path / "ml")
     evals = [r for r in rows if "val/loss" in r]
     assert evals and all(r["val/loss_se"] > 0 for r in evals)
     assert all("flops_blocks" in r for r in rows)
