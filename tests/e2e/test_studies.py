@@ -1,5 +1,6 @@
 """mltrain-study end to end: the smoke study, a second invocation, runs missing or cut short, a new choice
-counted, Ctrl-C, a study changed since its runs, a failing run, and every setting of the big studies."""
+counted, Ctrl-C, a study changed since its runs, a failing run, every setting of the big studies, and a
+ladder along each axis."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from helpers import run_main
+from omegaconf import OmegaConf
 
-from mltrain.tools.study import stages
+from mltrain.tools.study import compose, ladder, stages
 from mltrain.tools.study.cli import compose_study
 
 
@@ -162,7 +164,7 @@ def test_a_study_changed_since_its_runs_is_refused_before_any_run(smoke_study, c
     assert code == 2 and "holds a run made with other settings than this study's (train.eval_batches (2 there, 3 here))" in err
 
 
-@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder"])
+@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder", "depth_ladder", "data_ladder", "adamw_check"])
 def test_every_setting_of_the_big_studies_composes_and_validates(name, request, tmp_path):
     if name == "paper_ladder":
         request.getfixturevalue("gpt2_cache")
@@ -181,3 +183,65 @@ def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, t
     assert sum(" val loss " in line for line in out.splitlines()) == 12  # single-level: 6 tuning, 6 frontier runs
     md = (tmp_path / "ladder.md").read_text()
     assert "d16/multilevel: stage 1 chose no setting" in md and "model.vocab_size=100 is smaller" in md
+
+
+# ---------------------------------------------------------------------------------------------
+# A ladder along each axis, end to end
+
+AXIS_STUDY = """# @package _global_
+name: axis_{axis}
+ladder_axis: {axis}
+common: [scale=smoke, train.eval_interval=4, train.eval_batches=2, multilevel.eval_every_cycle=false, device=cpu]
+arms:
+  single: {{experiment: single, grid: {{optim.lr: [0.3], train.budget: [0.5, 1.0, 2.0]}}}}
+  multilevel: {{experiment: multilevel, grid: {{optim.lr: [0.3]}}}}
+selection_seeds: [0]
+seeds: [1]
+tokens_per_param: 0.1
+ladder: {ladder}
+launcher: {{name: basic, env: {{OMP_NUM_THREADS: "1"}}}}
+"""
+AXIS_LADDERS = {  # axis -> (its rungs, the config key each rung's value is read from, the values)
+    "depth": ("{a: {overrides: [model.n_layer=2]}, b: {overrides: [model.n_layer=4]}}", "model.n_layer", [2, 4]),
+    "width": ("{a: {overrides: [model.n_embd=16]}, b: {overrides: [model.n_embd=32]}}", "model.n_embd", [16, 32]),
+    "tokens_per_param": ("{a: {tokens_per_param: 0.05}, b: {tokens_per_param: 0.1}}", None, None),
+}
+
+
+@pytest.mark.parametrize("axis", sorted(AXIS_LADDERS))
+def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    rungs, key, values = AXIS_LADDERS[axis]
+    own = tmp_path / "conf" / "study"
+    own.mkdir(parents=True)
+    (own / f"axis_{axis}.yaml").write_text(AXIS_STUDY.format(axis=axis, ladder=rungs))
+    drawn = {}
+    real_savefig = Figure.savefig
+
+    def savefig(fig, path, *args, **kwargs):
+        if Path(path).name == "ladder.png":
+            ax = fig.axes[0]
+            drawn.update(xlabel=ax.get_xlabel(), xticks=[t.get_text() for t in ax.get_xticklabels()])
+        return real_savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    argv = [f"study=axis_{axis}", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
+    code, out, _ = run_main(*argv)
+    assert code == 0, out
+    saved = json.loads((tmp_path / "study" / "ladder.json").read_text())
+    assert saved["axis"] == axis and saved["axis_label"] == ladder.AXES[axis][1]
+    cfg = compose_study(argv[:1] + argv[2:])
+    with compose.Composer() as composer:
+        sizes = compose.ladder_sizes(cfg, composer)
+        if key is not None:  # the value each rung's own composed config holds
+            configs = [composer.compose([*cfg.common, *cfg.ladder[r].overrides], r) for r in ("a", "b")]
+            assert [int(OmegaConf.select(c, key)) for c in configs] == values
+        else:
+            values = [sizes[r].tokens_per_param for r in ("a", "b")]
+    assert [s["x"] for s in saved["scales"]] == pytest.approx(values)
+    assert drawn["xlabel"].startswith(ladder.AXES[axis][1]) and drawn["xticks"] == [f"{v:g}" for v in values]
+    (trend,) = saved["trends"]
+    word = ladder.AXES[axis][0]
+    assert f"with {word}" in trend["sentence"] and trend["verdict"] == "too few scales to tell"
+    assert f"with {word}" in out

@@ -160,8 +160,8 @@ def test_multiplier_with_interval_an_extrapolated_run_and_an_unreachable_one(tmp
 
 
 def test_bootstrap_interval_brackets_the_per_seed_multipliers_and_is_reproducible(tmp_path):
-    frontier_runs(tmp_path, range(3))
-    ks = {0: 1.8, 1: 2.0, 2: 2.2}
+    frontier_runs(tmp_path, range(4))
+    ks = {0: 1.8, 1: 1.9, 2: 2.1, 3: 2.2}
     for s, k in ks.items():
         multilevel(tmp_path, s, 0.1, 3e13, k)
     report = compare_dirs([tmp_path], plot=False)
@@ -172,7 +172,18 @@ def test_bootstrap_interval_brackets_the_per_seed_multipliers_and_is_reproducibl
     assert m["saving_lo"] == pytest.approx(1 - 1 / m["M_lo"])
     assert compare_dirs([tmp_path], plot=False)["arms"] == report["arms"]  # a fixed bootstrap seed
     interpolated = arm(report, "multilevel")["saving_interpolated"]
-    assert interpolated["available"] and interpolated["n"] == 3  # beside it, read on the points
+    assert interpolated["available"] and interpolated["n"] == 4  # beside it, read on the points
+
+
+def test_fewer_than_four_seeds_give_no_bootstrap_interval(tmp_path):
+    # With 3 seeds, one in nine draws repeats one seed three times: the 2.5% tails would be single seeds.
+    frontier_runs(tmp_path, range(3))
+    for s, k in {0: 1.8, 1: 2.0, 2: 2.2}.items():
+        multilevel(tmp_path, s, 0.1, 3e13, k)
+    a = arm(compare_dirs([tmp_path], plot=False), "multilevel")
+    m = a["multiplier"]
+    assert m["available"] and m["M_lo"] is None and m["M_hi"] is None
+    assert any("fewer than 4 evaluation seeds" in w for w in m["warnings"]) and a["verdict"].startswith("too few seeds")
 
 
 def test_fewer_than_three_frontier_points_leave_the_multiplier_unavailable(tmp_path, capsys):
@@ -332,3 +343,31 @@ def test_a_kept_value_at_the_end_of_its_grid_is_called_possibly_under_tuned(tmp_
     else:
         assert len(found) == 1 and f"kept multilevel.coarse_optim.lr={best}, the {edge}" in found[0]
     assert not [w for w in report["warnings"] if "single" in w and "optim.lr" in w and "under-tuned" in w]
+
+
+def test_the_single_level_arm_is_the_frontier_and_the_fits_own_error_is_shown(tmp_path):
+    # The frontier's budget-0.75 points sit above the law: no power law passes through every point, so
+    # the fit read at the frontier's own points is off 1 — by as much as a small "saving" would be.
+    frontier_runs(tmp_path, range(4), penalty=lambda seed, lr, budget: 0.01 if budget == 0.75 else 0.0)
+    for s in range(4):
+        multilevel(tmp_path, s, 0.1, 1.5e13, 1.0)  # exactly as efficient as the law the frontier came from
+    report = compare_dirs([tmp_path], out=tmp_path / "out", plot=False)
+    error = report["frontier"]["fit_error"]
+    assert error["available"] and [e["budget"] for e in error["per_budget"]] == sorted(BUDGET_FLOPS)
+    assert error["M_lo"] < 1 < error["M_hi"] and all(e["n"] == 4 for e in error["per_budget"])
+    single = arm(report, "single")
+    assert single["is_frontier"] and single["verdict"] == "the frontier" and single["within_fit_error"] is None
+    ml = arm(report, "multilevel")
+    assert error["M_lo"] <= ml["multiplier"]["M"] <= error["M_hi"]
+    assert ml["within_fit_error"] is True and ml["verdict"] == "within the fit's own error"
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert "| `single` |" in md and "the frontier" in md.split("| `single` |")[1].split("\n")[0]
+    assert "The fit's own error" in md and "Within it here: `multilevel" in md
+
+
+def test_a_selection_seed_no_run_has_is_not_said_to_have_built_the_frontier(tmp_path):
+    frontier_runs(tmp_path, range(4))
+    report = compare_dirs([tmp_path], select_seeds=[99], plot=False)
+    built = report["frontier"]["built_from"]
+    assert "seeds [99]" not in built and "no single-level run has a selection seed (99)" in built
+    assert any("--select-seeds 99: no usable run has seed 99" in w for w in report["warnings"])

@@ -26,7 +26,17 @@ SMOKE_D32_PARAMS = 256 * 32 + 16 * 32 + 2 * (32 * 96 + 32 * 32 + 32 * 128 + 128 
 # Studies compose; their sizes; bad input
 
 
-@pytest.mark.parametrize("name", ["smoke", "cpu_ladder", "paper_ladder"])
+SHIPPED = {  # study -> (rungs at least, the arms' presets it must have)
+    "smoke": (2, {"single", "multilevel"}),
+    "cpu_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
+    "paper_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
+    "depth_ladder": (3, {"single", "multilevel", "schedule_control", "random_control", "ode_step", "raptr"}),
+    "data_ladder": (3, {"single", "multilevel", "schedule_control", "stacking", "raptr"}),
+    "adamw_check": (1, {"single", "adamw_reset", "raptr"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(name, request):
     if name == "paper_ladder":
         request.getfixturevalue("gpt2_cache")  # its parameter counts need the GPT-2 vocabulary
@@ -34,9 +44,11 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
     schema.check(cfg)
     counts = {schema.settings_count(a) for a in cfg.arms.values()}
     assert len(counts) == 1
-    if name != "smoke":
-        assert len(cfg.ladder) >= 3 and counts.pop() >= 4 and len(cfg.seeds) >= 4
-        assert {a.experiment for a in cfg.arms.values()} >= {"single", "multilevel", "schedule_control", "random_control"}
+    rungs, presets = SHIPPED[name]
+    assert len(cfg.ladder) >= rungs and {a.experiment for a in cfg.arms.values()} >= presets
+    if name != "smoke":  # tuned on seed 0 alone, 4 settings per arm, 6 evaluation seeds (4 at a costly rung)
+        assert list(cfg.selection_seeds) == [0] and counts.pop() >= 4
+        assert all(len(schema.eval_seeds(cfg, r)) >= 4 for r in cfg.ladder)
     layout = Layout(Path("unused"))
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
@@ -46,7 +58,8 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
                 from mltrain.config import validate
 
                 validate(composer.compose(sweep.job_overrides(run, cfg), f"{scale}/{sweep.arm}"))
-    assert sorted(s.n_params for s in sizes.values()) == [s.n_params for s in sizes.values()]  # a ladder, small to large
+    values = [s.on_axis(cfg.ladder_axis) for s in sizes.values()]
+    assert sorted(values) == values  # a ladder, small to large along its axis
     if name == "paper_ladder":
         assert sizes["gpt22m"].n_params == 22_368_512 and sizes["gpt22m"].max_steps == 16_000
 
@@ -75,6 +88,15 @@ def test_max_steps_follow_tokens_per_parameter():
     (["arms.multilevel.grid={optim.lr:[0.03,-1.0]}"], "optim.lr=-1.0 must be > 0"),
     (["study=nope"], "nope"),
     (["arms.single.experiment=multilevel"], "arm single sweeps train.budget, the frontier's axis, but its runs are not single-level"),
+    (["ladder_axis=height"], "ladder_axis='height': expected one of params, depth, width, tokens_per_param"),
+    (["ladder_axis=depth"], "ladder_axis=depth: rungs d16 and d32 have the same depth (2): a ladder's rungs must vary its axis"),
+    (["ladder_axis=depth", "ladder.d32.overrides=['model.n_embd=32','model.n_head=2','model.n_layer=4']"],
+     "ladder_axis=depth: rungs d16 and d32 also differ in model.n_embd (16 at d16, 32 at d32): a depth ladder varies "
+     "model.n_layer alone"),
+    (["ladder.d32.overrides=['model.n_embd=32','model.n_head=2','optim.momentum=0.5']"],
+     "ladder_axis=params: rungs d16 and d32 also differ in optim.momentum (0.9 at d16, 0.5 at d32)"),
+    (["ladder_axis=width", "predict_params=[1e6]"], "predict_params extrapolates along parameters"),
+    (["ladder.d16.seeds=[0]"], "seed [0] in both selection_seeds and seeds"),
 ])
 def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys):
     own = tmp_path / "conf" / "study"
@@ -190,7 +212,21 @@ def test_trend_cannot_tell_with_wide_intervals_or_too_few_scales():
     assert wide["verdict"] == "cannot tell" and "cannot tell" in wide["sentence"] and wide["slope_lo"] < 0 < wide["slope_hi"]
     one = ladder.ladder_report("t", ["single", "multilevel"], "single",
                                [scale_result("a", 1e5, multiplier(1.2)), scale_result("b", 2e5, None)], [])
-    assert one["trends"][0]["verdict"] == "cannot tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+    assert one["trends"][0]["verdict"] == "too few scales to tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+
+
+def test_two_scales_or_two_seeds_per_scale_are_too_few_for_a_trend():
+    # Two scales with tight intervals: a line through two points always fits, so no word and no interval.
+    two = ladder.ladder_report("t", ["single", "multilevel"], "single",
+                               [scale_result("a", 1e5, multiplier(1.1, 0.001)), scale_result("b", 2e5, multiplier(1.3, 0.001))], [])
+    t = two["trends"][0]
+    assert t["verdict"] == "too few scales to tell" and "slope" not in t and "growing" not in t["sentence"]
+    # Four scales, two evaluation seeds each: their bootstrap intervals are no measurement.
+    results = [scale_result(f"s{i}", n, multiplier(m)) for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], [1.1, 1.2, 1.3, 1.4]))]
+    for r in results:
+        r.comparison["arms"][1]["eval_seeds"] = [1, 2]
+    few = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
+    assert few["verdict"] == "too few seeds to tell" and "fewer than 4 evaluation seeds" in few["sentence"]
 
 
 def test_scatter_beyond_the_intervals_widens_the_slope_interval():
@@ -210,13 +246,13 @@ def test_an_arm_is_found_in_the_verdict_by_its_label_however_it_is_spelt():
 
 def test_ladder_report_files_table_prediction_and_what_is_missing(tmp_path):
     results = [scale_result("s0", 100_000, multiplier(1.2)), scale_result("s1", 200_000, multiplier(1.1)),
-               scale_result("s2", 400_000, None)]
-    results[2].why_no_verdict = None
-    results[2].missing = ["s2/eval/multilevel/optim.lr=0.3,seed=1: crashed: RuntimeError: boom"]
+               scale_result("s1b", 300_000, multiplier(1.05)), scale_result("s2", 400_000, None)]
+    results[3].why_no_verdict = None
+    results[3].missing = ["s2/eval/multilevel/optim.lr=0.3,seed=1: crashed: RuntimeError: boom"]
     report = ladder.ladder_report("toy", ["single", "multilevel"], "single", results, [22_368_512])
     ladder.write_ladder(report, tmp_path / "ladder")
     md = (tmp_path / "ladder.md").read_text()
-    assert "| s0 | 100,000 | 8.0 | 100 | single | budget 1.0: optim.lr=0.1 | the frontier |" in md
+    assert "| s0 | 100,000 | 8.0 | 100 | — | single | budget 1.0: optim.lr=0.1 | the frontier |" in md
     assert "| multilevel | optim.lr=0.3 | 1.200 [1.176, 1.224] | 16.7% [15.0%, 18.3%] | 4 |" in md
     assert "Extrapolation, not a measurement: at 22.4M parameters" in md
     assert "s2/multilevel: not in the verdict" in md and "crashed: RuntimeError: boom" in md
@@ -232,3 +268,33 @@ def test_readme_study_commands_compose_and_pass_the_checks():
     assert {a[0] for a in commands} >= {"study=smoke", "study=cpu_ladder"} and any("--status" in a for a in commands)
     for args in commands:
         schema.check(compose_study([a for a in args if not a.startswith("--")]))
+
+
+def test_the_new_ladders_hold_their_stated_rungs():
+    """The depth ladder's 8-block rung as stated (width 32, context 32, batch 8, 8 tokens per parameter
+    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run; the coarse phases
+    cost ~34% of the fine steps' FLOPs at every rung of both."""
+    from mltrain.flops import train_flops_per_token
+
+    depth, data, cpu = (compose_study([f"study={n}"]) for n in ("depth_ladder", "data_ladder", "cpu_ladder"))
+    with compose.Composer() as composer:
+        sizes = {n: compose.ladder_sizes(c, composer) for n, c in (("depth", depth), ("data", data))}
+        l8 = composer.compose([*depth.common, *depth.ladder.L8.overrides], "L8")
+        assert (l8.model.n_layer, l8.model.n_embd, l8.model.block_size, l8.train.batch_size) == (8, 32, 32, 8)
+        assert sizes["depth"]["L8"].max_steps == 3360 and sizes["depth"]["L8"].tokens_per_param == pytest.approx(8.0)
+        assert [s.on_axis("depth") for s in sizes["depth"].values()] == [4, 8, 12]
+        assert [round(s.tokens_per_param) for s in sizes["data"].values()] == [8, 16, 32]
+        for name, study in (("depth", depth), ("data", data)):
+            for rung, size in sizes[name].items():
+                cfg = composer.compose([*study.common, *study.ladder[rung].overrides, "experiment=multilevel"], rung)
+                per_token = lambda n: train_flops_per_token(n, cfg.model.n_embd, 256, cfg.model.block_size)  # noqa: E731
+                coarse = cfg.multilevel.n_cycles * 2 * cfg.multilevel.coarse_steps * per_token(cfg.model.n_layer // 2)
+                assert coarse / (size.max_steps * per_token(cfg.model.n_layer)) == pytest.approx(0.34, abs=0.005)
+        for arm in ("single", "multilevel", "schedule_control", "stacking", "raptr"):
+            assert data.arms[arm] == cpu.arms[arm]
+            one = ["seed=1", "optim.lr=0.3"]
+            a = composer.compose([*data.common, *data.ladder.t8.overrides, "train.max_steps=1824",
+                                  f"experiment={data.arms[arm].experiment}", *one], "t8")
+            b = composer.compose([*cpu.common, *cpu.ladder.d32.overrides, "train.max_steps=1824",
+                                  f"experiment={cpu.arms[arm].experiment}", *one], "d32")
+            assert a == b, arm

@@ -37,8 +37,9 @@ from mltrain.tools.compare.loading import (
 from mltrain.tools.compare.names import readable
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
-from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap, interpolated_saving,
-                                           loss_interval, multiplier, verdict_word, wallclock_saving)
+from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, bootstrap,
+                                           fit_error, interpolated_saving, loss_interval, multiplier, verdict_word,
+                                           wallclock_saving, within_fit_error)
 
 log = logging.getLogger("mltrain.tools.compare")
 
@@ -95,6 +96,7 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     flops_frontier, clock = frontiers.build(configs, arms, select_seeds)
     fit = _fit(flops_frontier)
     draws, fitted = bootstrap(flops_frontier, fit, arms) if fit.available else ({}, 0)
+    error = fit_error(fit, flops_frontier)
     kept = [a.selected for a in arms if a.run_kind == RunKind.single and a.selected is not None]
     baseline = choose_baseline(configs, baseline_label, kept)
     report = build_report(configs, baseline, flops_frontier, control_label)
@@ -113,8 +115,9 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
         "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "refits": fitted,
                       "what": "evaluation seeds drawn with replacement, the frontier refitted on each draw"},
         "warnings": warnings,
-        "arms": [_arm_entry(a, fit, draws.get(id(a), []), fitted, flops_frontier, clock) for a in arms],
-        "frontier": _frontier_json(flops_frontier, clock, fit, config_names, tuned, select_seeds),
+        "arms": [_arm_entry(a, fit, draws.get(id(a), []), fitted, flops_frontier, clock, error) for a in arms],
+        "frontier": {**_frontier_json(flops_frontier, clock, fit, config_names, tuned, select_seeds, arms),
+                     "fit_error": error},
         "excluded": [{"run": r.source, "label": r.label, "run_kind": r.run_kind, "seed": r.seed,
                       "status": r.status, "reason": r.reason} for r in runs if not r.usable],
         **report,
@@ -191,13 +194,15 @@ def _name_configs(configs: list[Configuration], tuned: Sequence[str], report: di
     return by_key
 
 
-def _arm_entry(arm: Arm, fit: Fit, draws, fitted: int, frontier, clock) -> dict:
+def _arm_entry(arm: Arm, fit: Fit, draws, fitted: int, frontier, clock, error: dict) -> dict:
     runs = arm.eval_runs
     m, per_run = multiplier(fit, runs, draws, fitted)
     if not runs and arm.selected is not None:
         m["why"] = "no run of the kept setting on a seed apart from the selection seeds: nothing left to measure on"
     interpolated = interpolated_saving(frontier, runs, lambda r: r.total_flops())
     selected = arm.setting(arm.selected) if arm.selected is not None else {}
+    is_frontier = arm.run_kind == RunKind.single  # its settings are the frontier: read on its own fit, M is the fit's error
+    within = None if is_frontier else within_fit_error(m, error)
     entry: dict[str, Any] = {
         "arm": arm.name,
         "label": arm.label,
@@ -212,7 +217,9 @@ def _arm_entry(arm: Arm, fit: Fit, draws, fitted: int, frontier, clock) -> dict:
         "multiplier": m,
         "saving_interpolated": interpolated,
         "saving_wallclock": wallclock_saving(clock, runs),
-        "verdict": verdict_word(m, interpolated),
+        "is_frontier": is_frontier,
+        "within_fit_error": within,
+        "verdict": FRONTIER_VERDICT if is_frontier else verdict_word(m, interpolated, within),
         "runs": per_run,
     }
     if arm.run_kind == RunKind.single:
@@ -220,7 +227,19 @@ def _arm_entry(arm: Arm, fit: Fit, draws, fitted: int, frontier, clock) -> dict:
     return entry
 
 
-def _frontier_json(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str], select_seeds) -> dict:
+def _built_from(select_seeds, arms: list[Arm]) -> str:
+    """What the frontier's settings were chosen on, as it happened (not as it was asked)."""
+    if not select_seeds:
+        return "every usable single-level run"
+    singles = [a for a in arms if a.run_kind == RunKind.single]
+    honest = sorted({s for a in singles if not a.optimistic for s in a.selection_seeds}, key=str)
+    if not honest:
+        return (f"the single-level settings kept per budget on the seeds that also measure them: no single-level "
+                f"run has a selection seed ({', '.join(map(str, select_seeds))}), so the frontier is optimistic")
+    return f"the single-level settings kept per budget on seeds {honest}"
+
+
+def _frontier_json(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str], select_seeds, arms: list[Arm]) -> dict:
     runs = {r.source: r for c in frontier.configs for r in c.runs}
     config_of = {r.source: c for c in frontier.configs for r in c.runs}
 
@@ -237,8 +256,7 @@ def _frontier_json(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str],
     return {
         "available": frontier.why is None,
         "why": frontier.why,
-        "built_from": ("every usable single-level run" if not select_seeds else
-                       f"the single-level settings kept per budget on seeds {select_seeds}"),
+        "built_from": _built_from(select_seeds, arms),
         "seeds": frontier.seeds,
         "points": points,
         "fit": fit.as_dict(),

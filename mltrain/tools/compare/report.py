@@ -211,18 +211,40 @@ def _verdict_section(report: dict) -> list[str]:
     for a in report["arms"]:
         m = a["multiplier"]
         fl = a["final_val_loss"]
+        if a.get("is_frontier"):  # the reference itself: its M on its own fit is the fit's error (below)
+            m = {**m, "available": False}
         loss = "—" if fl["mean"] is None else _fmt_loss(fl["mean"]) + (
             f" [{_fmt_loss(fl['lo'])}, {_fmt_loss(fl['hi'])}]" if fl["lo"] is not None else "")
+        cell = "the frontier" if a.get("is_frontier") else _multiplier_cell(m) + (" ‡" if a.get("within_fit_error") else "")
+        savings = ("—", "—") if a.get("is_frontier") else (_saving_cell(a["saving_interpolated"]),
+                                                           _saving_cell(a["saving_wallclock"]))
         lines.append(
             f"| `{a['arm']}` | {a['settings_tried']} | {_setting_text(a['selected'])} "
-            f"| {', '.join(map(str, a['eval_seeds'])) or '—'} | {loss} | {_multiplier_cell(m)} "
-            f"| {_saving_cell(m)} | {_saving_cell(a['saving_interpolated'])} | {_saving_cell(a['saving_wallclock'])} "
+            f"| {', '.join(map(str, a['eval_seeds'])) or '—'} | {loss} | {cell} "
+            f"| {_saving_cell(m)} | {savings[0]} | {savings[1]} "
             f"| {a['verdict']} |")
         for what in ("multiplier", "saving_interpolated", "saving_wallclock"):
+            if a.get("is_frontier"):
+                continue
             if not a[what]["available"] and a[what]["why"]:
                 why.append(f"- `{a['arm']}`, {what.replace('_', ' ')} unavailable: {a[what]['why']}")
-    lines += [""] + _fit_lines(report) + why + ([""] if why else [])
+    lines += [""] + _fit_lines(report) + _fit_error_lines(report) + why + ([""] if why else [])
     return lines
+
+
+def _fit_error_lines(report: dict) -> list[str]:
+    error = report["frontier"].get("fit_error") or {}
+    if not error.get("available"):
+        return []
+    per = ", ".join(f"{_times(e['M'])} at budget {float(e['budget']):g}" for e in error["per_budget"])
+    within = [f"`{a['arm']}`" for a in report["arms"] if a.get("within_fit_error")]
+    return [
+        f"The fit's own error: read on its own fit, the frontier's points give M = {per} (a perfect fit: 1 at "
+        f"every budget). An arm's M between {_times(error['M_lo'])} and {_times(error['M_hi'])} is within the "
+        "fit's error, not a saving or a cost (‡); the single-level arm is the frontier, not judged against it."
+        + (f" Within it here: {', '.join(within)}." if within else ""),
+        "",
+    ]
 
 
 def _fit_lines(report: dict) -> list[str]:

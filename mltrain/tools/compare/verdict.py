@@ -24,7 +24,9 @@ from mltrain.tools.compare.statistics import CONFIDENCE, frontier_flops, interva
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
-MIN_SEEDS_FOR_INTERVAL = 2
+# With n seeds, a draw repeats one seed n times with probability n^(1-n): 11% at 3 seeds, so each 2.5%
+# tail of the bootstrap would be such draws and the "interval" just the spread of single seeds; 1.6% at 4.
+MIN_SEEDS_FOR_INTERVAL = 4
 
 
 def loss_interval(runs: list[Run]) -> dict:
@@ -113,6 +115,35 @@ def multiplier(fit: Fit, runs: list[Run], draws: np.ndarray, fitted: int) -> tup
     return out, per_run
 
 
+def fit_error(fit: Fit, frontier: Frontier) -> dict:
+    """The fitted frontier read at its own points: per budget, M = C_eq / C of the frontier's points
+    (geometric mean over the evaluation seeds, as an arm's M is). A perfect fit gives 1 at every budget;
+    the range is the fit's own error at its data, and an arm's M inside it is no saving or cost."""
+    out: dict[str, Any] = {"available": False, "why": None, "per_budget": [], "M_lo": None, "M_hi": None,
+                           "what": "M of the frontier's own points on its fit, per budget (geometric mean over "
+                                   "the evaluation seeds); 1 everywhere for a perfect fit"}
+    if not fit.available:
+        return {**out, "why": f"no fit of the frontier: {fit.why}"}
+    by_budget: dict[Any, list[float]] = {}
+    for p in frontier.points:
+        reading = read(fit, p.flops, p.loss)
+        if reading.multiplier:
+            by_budget.setdefault(p.budget, []).append(math.log(reading.multiplier))
+    per = [{"budget": b, "M": math.exp(float(np.mean(v))), "n": len(v)}
+           for b, v in sorted(by_budget.items(), key=lambda kv: float(kv[0]))]
+    if not per:
+        return {**out, "why": "no frontier point reads on its fit (every one at or below the fitted floor)"}
+    ms = [e["M"] for e in per]
+    return {**out, "available": True, "per_budget": per, "M_lo": min(ms), "M_hi": max(ms)}
+
+
+def within_fit_error(m: dict, error: dict) -> Optional[bool]:
+    """Whether an arm's M lies inside the fit's own error at the frontier's points (None: no M or no error)."""
+    if not m.get("available") or not error.get("available"):
+        return None
+    return bool(error["M_lo"] <= m["M"] <= error["M_hi"])
+
+
 def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], Optional[float]]) -> dict:
     """The saving 1 − x_run / x*, x* read on the frontier's points (linear in log x between them), over
     the runs; a run beyond the frontier's ends has only a bound and is left out (counted)."""
@@ -154,12 +185,18 @@ def wallclock_saving(clock: Frontier, runs: list[Run]) -> dict:
     return out
 
 
-def verdict_word(m: dict, interpolated: dict) -> str:
-    """From the multiplier's interval; from the interpolated saving's when there is no multiplier."""
+FRONTIER_VERDICT = "the frontier"  # the single-level arm is the reference, never judged against its own fit
+WITHIN_FIT_ERROR = "within the fit's own error"
+
+
+def verdict_word(m: dict, interpolated: dict, within: Optional[bool] = None) -> str:
+    """From the multiplier's interval; from the interpolated saving's when there is no multiplier. An M
+    inside the fit's own error (`within`) is no saving or cost, however tight its interval."""
     if m["available"]:
         if m["M_lo"] is None:
             return f"too few seeds (n={m['n']})"
-        return "saves FLOPs" if m["M_lo"] > 1 else ("costs FLOPs" if m["M_hi"] < 1 else "no evidence either way")
+        word = "saves FLOPs" if m["M_lo"] > 1 else ("costs FLOPs" if m["M_hi"] < 1 else "no evidence either way")
+        return WITHIN_FIT_ERROR if within and word != "no evidence either way" else word
     if not interpolated["available"]:
         return "no verdict"
     if interpolated["saving_lo"] is None:

@@ -64,10 +64,26 @@ class ScaleSize:
     max_steps: int
     tokens_per_step: int  # train.batch_size x model.block_size
     tags: tuple[str, ...] = ()  # logger.tags the runs have already (the study adds its name)
+    n_layer: int = 0  # model.n_layer and model.n_embd of the composed config (the depth and width axes)
+    n_embd: int = 0
 
     @property
     def tokens_per_param(self) -> float:
         return self.max_steps * self.tokens_per_step / self.n_params
+
+    def on_axis(self, axis: str) -> float:
+        """This rung's value on a ladder axis (schema.LADDER_AXES), read from its composed config."""
+        return float({"params": self.n_params, "depth": self.n_layer, "width": self.n_embd,
+                      "tokens_per_param": self.tokens_per_param}[axis])
+
+
+# Per ladder axis: the keys its rungs may set differently (a key matches itself and the keys below it).
+# Beyond these, only what follows from the axis may differ: the steps (through the token budget), the
+# warm-up and the coarse steps, which the yaml sizes per rung.
+AXIS_KEYS = {"params": ("model",), "depth": ("model.n_layer",), "width": ("model.n_embd", "model.n_head"),
+             "tokens_per_param": ()}
+FOLLOWS_FROM_AXIS = ("train.max_steps", "schedule.warmup_steps", "multilevel.coarse_steps")
+AXIS_WORDS = {"params": "parameters", "depth": "depth", "width": "width", "tokens_per_param": "tokens per parameter"}
 
 
 def parameter_count(cfg: Any) -> int:
@@ -85,8 +101,9 @@ def steps_for(tokens_per_param: float, n_params: int, tokens_per_step: int) -> i
 
 
 def ladder_sizes(study: Any, composer: Composer) -> dict[str, ScaleSize]:
-    """Each scale's size and steps, from the common settings and the scale's overrides."""
-    sizes = {}
+    """Each scale's size and steps, from the common settings and the scale's overrides; ConfigError when
+    the rungs do not vary the study's ladder_axis alone (see check_rungs)."""
+    sizes, configs = {}, {}
     for name, scale in study.ladder.items():
         where = f"scale {name}"
         cfg = composer.compose([*study.common, *study.extra, *scale.overrides], where)
@@ -97,8 +114,39 @@ def ladder_sizes(study: Any, composer: Composer) -> dict[str, ScaleSize]:
         per_step = int(cfg.train.batch_size) * int(cfg.model.block_size)
         ratio = scale.tokens_per_param if scale.tokens_per_param is not None else study.tokens_per_param
         steps = scale.max_steps if scale.max_steps is not None else steps_for(ratio, n, per_step)
-        sizes[name] = ScaleSize(n, int(steps), per_step, tuple(cfg.logger.tags))
+        sizes[name] = ScaleSize(n, int(steps), per_step, tuple(cfg.logger.tags), int(cfg.model.n_layer),
+                                int(cfg.model.n_embd))
+        cfg.train.max_steps = int(steps)
+        configs[name] = cfg
+    check_rungs(study.ladder_axis, sizes, configs)
     return sizes
+
+
+def check_rungs(axis: str, sizes: dict[str, ScaleSize], configs: dict[str, Any]) -> None:
+    """ConfigError (one line) when two rungs share their value on the axis (a ladder that does not vary
+    it), or differ in a key other than the axis's own and those that follow from it."""
+    from mltrain.runs.keys import is_bookkeeping, matches
+    from mltrain.training.resume import config_differences
+
+    names = list(sizes)
+    seen: dict[float, str] = {}
+    for name in names:
+        value = sizes[name].on_axis(axis)
+        if value in seen:
+            raise ConfigError(f"ladder_axis={axis}: rungs {seen[value]} and {name} have the same "
+                              f"{AXIS_WORDS[axis]} ({value:g}): a ladder's rungs must vary its axis")
+        seen[value] = name
+    allowed = (*AXIS_KEYS[axis], *FOLLOWS_FROM_AXIS)
+    first = names[0] if names else None
+    for name in names[1:]:
+        for diff in config_differences(configs[first], configs[name]):
+            key = diff.split(" (", 1)[0]
+            if not matches(key, allowed) and not is_bookkeeping(key):
+                raise ConfigError(
+                    f"ladder_axis={axis}: rungs {first} and {name} also differ in {diff.replace(' there', f' at {first}').replace(' here', f' at {name}')}"
+                    f": a {AXIS_WORDS[axis]} ladder varies {', '.join(AXIS_KEYS[axis]) or 'the token budget'} alone "
+                    f"(and what follows from it: {', '.join(FOLLOWS_FROM_AXIS)}); set other keys in common"
+                )
 
 
 def setting_key(arm: str, setting: dict[str, str]) -> tuple:

@@ -1,22 +1,27 @@
-"""Stage 4, the ladder report: does an arm's saving survive scale?
+"""Stage 4, the ladder report: does an arm's saving survive along the ladder's axis?
 
-From each scale's verdict (mltrain-compare's comparison dict) it writes `ladder.md`, `ladder.json` and
-`ladder.png`: per scale and arm the tuned settings, the compute multiplier M and the saving 1 - 1/M
-with their intervals, tokens per parameter; the multiplier against model size; and per arm the trend.
+From each rung's verdict (mltrain-compare's comparison dict) it writes `ladder.md`, `ladder.json` and
+`ladder.png`: per rung and arm the tuned settings, the compute multiplier M and the saving 1 - 1/M
+with their intervals, tokens per parameter; the multiplier against the study's `ladder_axis`
+(parameters, depth, width or tokens per parameter: each rung's value read from its composed config);
+and per arm the trend along that axis.
 
-The trend is the slope b of log M = a + b log N over the scales (N: the model's parameters), fitted
-by weighted least squares (scipy's curve_fit) with each scale's own 95% interval as its error. When
-the scales scatter about the line more than their intervals allow (reduced chi-square > 1) the slope's
+The trend is the slope b of log M = a + b log x over the rungs (x: the rung's value on the axis), fitted
+by weighted least squares (scipy's curve_fit) with each rung's own 95% interval as its error. When
+the rungs scatter about the line more than their intervals allow (reduced chi-square > 1) the slope's
 error is widened by that scatter (the Birge ratio) and the interval uses Student's t with n - 2
 degrees of freedom; otherwise the normal quantile. In one sentence:
 
-* flat: the whole interval lies within +-FLAT_SLOPE (M changes by less than ~3.5% per doubling of N);
+* flat: the whole interval lies within +-FLAT_SLOPE (M changes by less than ~3.5% per doubling of x);
 * growing / shrinking: the interval lies above / below zero;
-* cannot tell: anything else (an interval that crosses zero without being narrow, fewer than two
-  scales with a multiplier, or scales without intervals that are too few to estimate the scatter).
+* cannot tell: anything else (an interval that crosses zero without being narrow);
+* too few scales / seeds to tell: fewer than MIN_SCALES_FOR_TREND rungs with a multiplier measured on
+  at least MIN_SEEDS_FOR_TREND evaluation seeds. Two rungs always lie on a line, so nothing would
+  check the straight line the slope assumes; and with fewer than 4 seeds a rung's bootstrap interval
+  is bounded by draws that repeat one seed (see compare's verdict), so its weight is no measurement.
 
-A prediction at a larger size (`predict_params`) is the fitted line carried beyond the ladder, with its
-interval, and is always printed as an extrapolation.
+A prediction at a larger size (`predict_params`, parameters ladders only) is the fitted line carried
+beyond the ladder, with its interval, and is always printed as an extrapolation.
 """
 
 from __future__ import annotations
@@ -28,10 +33,18 @@ from typing import Any, Optional
 
 import numpy as np
 
+from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 from mltrain.tools.study.plan import label_parts
 
 FLAT_SLOPE = 0.05
 Z95 = 1.959963984540054
+MIN_SCALES_FOR_TREND = 3
+MIN_SEEDS_FOR_TREND = MIN_SEEDS_FOR_INTERVAL
+# The axis as the report and the plot name it: (word in "log M against log <word>", axis label, unit)
+AXES = {"params": ("N", "model parameters N", "parameters"),
+        "depth": ("depth", "depth: blocks (model.n_layer)", "blocks"),
+        "width": ("width", "width: model.n_embd", "wide"),
+        "tokens_per_param": ("tokens per parameter", "training tokens per parameter", "tokens per parameter")}
 
 
 @dataclass
@@ -47,6 +60,11 @@ class ScaleResult:
     comparison: Optional[dict] = None  # compare_dirs' dict; None when there is no verdict
     why_no_verdict: Optional[str] = None
     missing: list[str] = field(default_factory=list)  # runs that did not end: "name: why"
+    axis_value: Optional[float] = None  # the rung's value on the study's ladder_axis (None: its parameters)
+
+    @property
+    def x(self) -> float:
+        return float(self.axis_value if self.axis_value is not None else self.n_params)
 
     def arm(self, arm: str) -> Optional[dict]:
         """The comparison's entry for a study arm."""
@@ -74,14 +92,22 @@ def _sigma(m: dict) -> Optional[float]:
     return max((math.log(hi) - math.log(lo)) / (2 * Z95), 1e-12)
 
 
-def fit_trend(points: list[tuple[float, dict]]) -> dict:
-    """Slope of log M against log N from (N, multiplier dict) points (see the module docstring)."""
+def fit_trend(points: list[tuple[float, dict, int]]) -> dict:
+    """Slope of log M against log x from (x, multiplier dict, evaluation seeds) points (see the module
+    docstring)."""
     from scipy import optimize, stats
 
-    usable = [(n, m) for n, m in points if m.get("available") and (m.get("M") or 0) > 0]
+    measured = [(n, m, k) for n, m, k in points if m.get("available") and (m.get("M") or 0) > 0]
+    usable = [(n, m) for n, m, k in measured if k >= MIN_SEEDS_FOR_TREND]
     out: dict[str, Any] = {"n_scales": len(usable)}
-    if len(usable) < 2:
-        return {**out, "verdict": "cannot tell", "why": f"a multiplier at {len(usable)} scale(s); a trend needs 2"}
+    if len(usable) < MIN_SCALES_FOR_TREND:
+        few_seeds = len(measured) - len(usable)
+        word = "too few seeds to tell" if few_seeds and len(measured) >= MIN_SCALES_FOR_TREND else "too few scales to tell"
+        why = (f"a multiplier at {len(measured)} scale(s)"
+               + (f", {few_seeds} of them on fewer than {MIN_SEEDS_FOR_TREND} evaluation seeds" if few_seeds else "")
+               + f"; a trend needs {MIN_SCALES_FOR_TREND} scales with {MIN_SEEDS_FOR_TREND} seeds or more each "
+               "(two scales always lie on a line; fewer seeds give no interval to weigh a scale by)")
+        return {**out, "verdict": word, "why": why}
     x = np.log([n for n, _ in usable])
     y = np.log([m["M"] for _, m in usable])
     sigmas = [_sigma(m) for _, m in usable]
@@ -129,14 +155,20 @@ def predict(trend: dict, n_params: float) -> Optional[dict]:
             "beyond_largest": n_params / trend["n_max"]}
 
 
-def trend_sentence(arm: str, trend: dict) -> str:
+def trend_sentence(arm: str, trend: dict, axis: str = "params") -> str:
+    word, _, unit = AXES[axis]
+    along = "scale" if axis == "params" else word
     if "slope" not in trend:
-        return f"{arm}: cannot tell how the compute multiplier changes with scale ({trend['why']})."
-    span = f"over {trend['n_scales']} scales ({_params(trend['n_min'])} to {_params(trend['n_max'])} parameters)"
-    slope = f"slope of log M against log N {trend['slope']:+.3f} [{trend['slope_lo']:+.3f}, {trend['slope_hi']:+.3f}]"
+        return f"{arm}: {trend['verdict']} how the compute multiplier changes with {along} ({trend['why']})."
+    span = f"over {trend['n_scales']} scales ({axis_text(trend['n_min'], axis)} to {axis_text(trend['n_max'], axis)} {unit})"
+    slope = f"slope of log M against log {word} {trend['slope']:+.3f} [{trend['slope_lo']:+.3f}, {trend['slope_hi']:+.3f}]"
     if trend["verdict"] == "cannot tell":
-        return f"{arm}: cannot tell whether the compute multiplier changes with scale: {slope} {span}."
-    return f"{arm}: the compute multiplier is {trend['verdict']} with scale: {slope} {span}."
+        return f"{arm}: cannot tell whether the compute multiplier changes with {along}: {slope} {span}."
+    return f"{arm}: the compute multiplier is {trend['verdict']} with {along}: {slope} {span}."
+
+
+def axis_text(x: float, axis: str) -> str:
+    return _params(x) if axis == "params" else f"{x:g}"
 
 
 def _params(n: float) -> str:
@@ -172,7 +204,7 @@ def _settings_text(entry: Optional[dict]) -> str:
 
 
 def ladder_report(study: str, arms: list[str], frontier: str, results: list[ScaleResult],
-                  predict_params: list[float]) -> dict:
+                  predict_params: list[float], axis: str = "params") -> dict:
     """The ladder's numbers (what ladder.json holds)."""
     scales = []
     for r in results:
@@ -182,50 +214,72 @@ def ladder_report(study: str, arms: list[str], frontier: str, results: list[Scal
             rows.append({"arm": arm, "label": r.labels.get(arm), "found": entry is not None,
                          **({k: entry.get(k) for k in ("settings_tried", "selected", "selected_by_budget",
                                                        "final_val_loss", "multiplier", "saving_interpolated",
-                                                       "saving_wallclock", "eval_seeds")} if entry else {})})
-        scales.append({"scale": r.name, "n_params": r.n_params, "max_steps": r.max_steps,
+                                                       "saving_wallclock", "eval_seeds", "within_fit_error",
+                                                       "verdict")} if entry else {})})
+        scales.append({"scale": r.name, "x": r.x, "n_params": r.n_params, "max_steps": r.max_steps,
                        "tokens_per_param": r.tokens_per_param, "arms": rows,
                        "verdict": None if r.comparison is None else "comparison.json",
                        "why_no_verdict": r.why_no_verdict, "warnings": (r.comparison or {}).get("warnings", []),
+                       "fit_error": ((r.comparison or {}).get("frontier") or {}).get("fit_error"),
                        "optimistic": (r.comparison or {}).get("optimistic"), "missing_runs": r.missing})
     trends = []
     for arm in arms:
         if arm == frontier:
             continue
-        points = [(r.n_params, (r.arm(arm) or {}).get("multiplier") or {}) for r in results]
+        points = [(r.x, (r.arm(arm) or {}).get("multiplier") or {}, len((r.arm(arm) or {}).get("eval_seeds") or []))
+                  for r in results]
         trend = fit_trend(points)
-        trend["sentence"] = trend_sentence(arm, trend)
-        trend["predictions"] = [p for p in (predict(trend, n) for n in predict_params) if p]
+        trend["sentence"] = trend_sentence(arm, trend, axis)
+        trend["predictions"] = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
         trends.append({"arm": arm, **trend})
-    return {"study": study, "frontier_arm": frontier, "flat_slope": FLAT_SLOPE, "scales": scales, "trends": trends}
+    return {"study": study, "axis": axis, "axis_label": AXES[axis][1], "frontier_arm": frontier,
+            "flat_slope": FLAT_SLOPE, "min_scales_for_trend": MIN_SCALES_FOR_TREND,
+            "min_seeds_for_trend": MIN_SEEDS_FOR_TREND, "scales": scales, "trends": trends}
+
+
+def _fit_error_text(fit_error: Optional[dict]) -> str:
+    if not fit_error or not fit_error.get("available"):
+        return "—"
+    return f"{fit_error['M_lo']:.3f} to {fit_error['M_hi']:.3f}"
 
 
 def render_markdown(report: dict) -> str:
-    lines = [f"# Study {report['study']}: does the saving survive scale?", "",
-             f"Per scale, each arm tuned on the selection seeds and measured on the evaluation seeds against "
+    axis = report.get("axis", "params")
+    along = "scale" if axis == "params" else AXES[axis][0]
+    lines = [f"# Study {report['study']}: does the saving survive along {along}?", "",
+             f"Per rung, each arm tuned on the selection seeds and measured on the evaluation seeds against "
              f"the tuned single-level frontier (arm `{report['frontier_arm']}`); the numbers are "
              "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
-             "FLOPs for the same held-out loss over the run's FLOPs); saving = 1 - 1/M; 95% intervals.", "",
-             "## Trend", ""]
+             "FLOPs for the same held-out loss over the run's FLOPs); saving = 1 - 1/M; 95% intervals. "
+             "The fit's own error: M read at the frontier's own points (each budget's, over the evaluation "
+             "seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) is "
+             "within the fit's error, not a saving.", "",
+             f"## Trend along {along}", ""]
     for t in report["trends"]:
         lines.append(f"- {t['sentence']}")
         for p in t["predictions"]:
             lines.append(f"  - Extrapolation, not a measurement: at {_params(p['n_params'])} parameters "
                          f"({p['beyond_largest']:.3g}x the largest scale) the fitted line gives M = {p['M']:.3f} "
                          f"[{p['M_lo']:.3f}, {p['M_hi']:.3f}], if the trend held that far.")
-    lines += ["", "## Per scale", "",
-              "| scale | parameters | tokens/param | steps | arm | tuned settings | M [95%] | saving [95%] | eval seeds |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    extra = axis not in ("params", "tokens_per_param")
+    lines += ["", "## Per rung", "",
+              f"| scale |{f' {AXES[axis][0]} |' if extra else ''} parameters | tokens/param | steps | fit's own error (M) "
+              "| arm | tuned settings | M [95%] | saving [95%] | eval seeds |",
+              "|---|" + ("---|" if extra else "") + "---|---|---|---|---|---|---|---|---|"]
     for s in report["scales"]:
         for i, row in enumerate(s["arms"]):
-            head = (f"{s['scale']} | {s['n_params']:,} | {s['tokens_per_param']:.1f} | {s['max_steps']:,}" if i == 0
-                    else " | | | ")
+            x = f" {s['x']:g} |" if extra else ""
+            head = (f"{s['scale']} |{x} {s['n_params']:,} | {s['tokens_per_param']:.1f} | {s['max_steps']:,} "
+                    f"| {_fit_error_text(s.get('fit_error'))}" if i == 0 else " |" + (" |" if extra else "") + " | | |")
             m, saving = _multiplier_text(row.get("multiplier")) if row["arm"] != report["frontier_arm"] else ("the frontier", "—")
+            if row.get("within_fit_error"):
+                m += " ‡"
             if not row["found"]:
                 m, saving = "no result", "—"
             seeds = len(row.get("eval_seeds") or [])
             lines.append(f"| {head} | {row['arm']} | {_settings_text(row)} | {m} | {saving} | {seeds or '—'} |")
-    lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md)."]
+    lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md). "
+              "‡ within the fit's own error at that rung: not a saving."]
     notes = [(s["scale"], w) for s in report["scales"] for w in s["warnings"]]
     if notes:
         lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]
@@ -238,7 +292,7 @@ def render_markdown(report: dict) -> str:
 
 
 def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
-    """The multiplier against model size, per arm, with intervals and the fitted trend."""
+    """The multiplier against the ladder's axis, per arm, with intervals and the fitted trend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -255,8 +309,8 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
             m = next((r.get("multiplier") for r in s["arms"] if r["arm"] == trend["arm"]), None) or {}
             if not m.get("available") or not m.get("M"):
                 continue
-            lo, hi = m.get("M_lo", m["M"]), m.get("M_hi", m["M"])
-            ax.errorbar([s["n_params"] * shift], [m["M"]], yerr=[[m["M"] - lo], [hi - m["M"]]], fmt="o",
+            lo, hi = m.get("M_lo") or m["M"], m.get("M_hi") or m["M"]  # no interval (too few seeds): a bare point
+            ax.errorbar([s.get("x", s["n_params"]) * shift], [m["M"]], yerr=[[m["M"] - lo], [hi - m["M"]]], fmt="o",
                         color=color, mfc="white" if m.get("extrapolated") else color, capsize=3)
         if "slope" in trend:
             n = np.geomspace(trend["n_min"], trend["n_max"], 20)
@@ -266,9 +320,14 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
     ax.set_yscale("log")
     for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
         axis(ScalarFormatter())  # 1.2, not 1.2 x 10^0
-    ax.set_xlabel("model parameters N")
+    if report.get("axis", "params") != "params":  # the rungs' own values as the ticks: 4, 8, 12 blocks
+        ax.set_xticks([s["x"] for s in report["scales"]], [f"{s['x']:g}" for s in report["scales"]])
+        ax.xaxis.set_minor_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axis = report.get("axis", "params")
+    ax.set_xlabel(AXES[axis][1] + " (log scale)")
     ax.set_ylabel("compute multiplier M (95% interval)")
-    ax.set_title(f"{report['study']}: multiplier vs model size (hollow: beyond the frontier's data)", fontsize=9)
+    ax.set_title(f"{report['study']}: multiplier vs {AXES[axis][0]} (hollow: beyond the frontier's data)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)

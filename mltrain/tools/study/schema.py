@@ -151,6 +151,9 @@ def check(study: Any) -> None:
         _check_scale(name, scale, study.tokens_per_param)
     if study.launcher.n_jobs is not None and study.launcher.n_jobs < 1:
         raise ConfigError(f"launcher.n_jobs={study.launcher.n_jobs} must be >= 1")
+    if study.predict_params and study.ladder_axis != "params":
+        raise ConfigError(f"predict_params extrapolates along parameters; this ladder's axis is {study.ladder_axis}: "
+                          "leave predict_params empty")
     for p in study.predict_params:
         if not p > 0:
             raise ConfigError(f"predict_params: {p} must be a positive number of parameters")

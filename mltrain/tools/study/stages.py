@@ -89,7 +89,8 @@ def run(study: Study, command: str) -> int:
             write_json(layout.root / "study.json", OmegaConf.to_container(cfg, resolve=True), indent=2)
             study.progress = _progress(study, study.out or console)
             results = [_scale(study, scale) for scale in cfg.ladder]
-            report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params))
+            report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
+                                          cfg.ladder_axis)
             ladder.write_ladder(report, layout.ladder)
     except KeyboardInterrupt:
         print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
@@ -252,7 +253,8 @@ def read_choices(layout: Layout, scale: str) -> Optional[dict[str, Choice]]:
 def _verdict(study: Study, scale: str) -> ladder.ScaleResult:
     cfg, size = study.cfg, study.sizes[scale]
     result = ladder.ScaleResult(scale, size.n_params, size.max_steps, size.tokens_per_param, study.labels[scale],
-                                {arm: study.kinds[(scale, arm)] for arm in cfg.arms})
+                                {arm: study.kinds[(scale, arm)] for arm in cfg.arms},
+                                axis_value=size.on_axis(cfg.ladder_axis))
     paths = [p for p in (study.layout.sweep(scale, stage, arm) for stage in (TUNE, EVAL) for arm in cfg.arms) if p.exists()]
     tune = varied_keys(cfg)
     try:
