@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import GPT2_CACHE_NAMES, GPT2_FIXTURES, ML, compose_config, read_rows  # noqa: F401 (ML: tests/test_readme.py)
+from helpers import GPT2_CACHE_NAMES, GPT2_FIXTURES, compose_config, read_rows  # noqa: F401
 
 from mltrain.config import register_configs
 from mltrain.data import load_tokens

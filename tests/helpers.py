@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -441,3 +442,52 @@ def free_port() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return str(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands the README and docs/ show
+
+REPO = Path(__file__).resolve().parents[1]
+DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # the README and docs/*.md: what users read
+
+
+def bash_blocks(path: Path) -> str:
+    return "\n".join(re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S))
+
+
+def documented_commands(program: str) -> list[tuple[str, list[str]]]:
+    """(file, arguments) of each call of `program` in the bash blocks of the README and docs/*.md."""
+    return [(path.relative_to(REPO).as_posix(), args) for path in DOC_FILES for args in shell_commands(bash_blocks(path), program)]
+
+
+def doc_commands(program: str) -> list[list[str]]:
+    """The arguments of each call of `program` shown in the README and docs/*.md."""
+    return [args for _, args in documented_commands(program)]
+
+
+def shell_calls(text: str) -> list[list[str]]:
+    """The words of each command in shell text (continuations joined, comments and the scripts' $out
+    variable left out, `a && b` as two commands), after any VAR=value assignments."""
+    calls = []
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.split("#")[0].strip() if line.lstrip().startswith("#") else line.split("  #")[0].strip()
+        for part in line.split("&&"):
+            words = shlex.split(part.replace("$out", "out"))
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+                words = words[1:]  # an environment assignment before the command
+            if words:
+                calls.append(words)
+    return calls
+
+
+def shell_commands(text: str, program: str) -> list[list[str]]:
+    """The arguments of each call of `program` in shell text: `program ...` after any VAR=value
+    assignments, and for mltrain also the module form under a launcher (`torchrun ... -m mltrain.cli ...`,
+    `srun python -m mltrain.cli ...`)."""
+    commands = []
+    for words in shell_calls(text):
+        if Path(words[0]).name == program:
+            commands.append(words[1:])
+        elif program == "mltrain" and "mltrain.cli" in words:
+            commands.append(words[words.index("mltrain.cli") + 1:])
+    return commands

@@ -262,9 +262,9 @@ def test_ladder_report_files_table_prediction_and_what_is_missing(tmp_path):
 
 
 def test_readme_study_commands_compose_and_pass_the_checks():
-    from test_readme import readme_commands
+    from helpers import doc_commands
 
-    commands = readme_commands("mltrain-study")
+    commands = doc_commands("mltrain-study")
     assert {a[0] for a in commands} >= {"study=smoke", "study=cpu_ladder"} and any("--status" in a for a in commands)
     for args in commands:
         schema.check(compose_study([a for a in args if not a.startswith("--")]))

@@ -4,8 +4,8 @@
 Training and preparation commands are composed with Hydra and validated exactly as `mltrain` would at
 start-up (a sweep line with its first value of each swept key); `mltrain-compare`, `mltrain-sample` and
 `mltrain-export` run for real on short runs made here; the scripts' lines are parsed by the scripts' own
-argument parsers; a line of any other program fails. (`mltrain-study` lines: tests/test_study.py, through
-readme_commands.) The README stays the door (12 KB at most), and every relative link of the README and
+argument parsers; a line of any other program fails. (`mltrain-study` lines: tests/tools/test_study.py, through
+helpers.doc_commands.) The README stays the door (12 KB at most), and every relative link of the README and
 docs/ points at a file, and a heading, that exists.
 """
 
@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ML, compose_config
+from helpers import DOC_FILES, ML, REPO, bash_blocks, compose_config, doc_commands, documented_commands, shell_calls, shell_commands  # noqa: F401
 from hydra import compose, initialize_config_module
 
 from mltrain.tools.compare import main as compare_main
@@ -26,54 +26,12 @@ from mltrain.config import validate
 from mltrain.data import prepare as _prepare  # noqa: F401  (registers prepare_schema)
 from mltrain.run import run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 README = ROOT / "README.md"
-DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = DOC_FILES
 INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && .venv/bin/mltrain coarsening=evenodd'
 TESTS = ".venv/bin/python -m pytest -q"
 TOOLS = {"mltrain", "mltrain-prepare", "mltrain-compare", "mltrain-study", "mltrain-sample", "mltrain-export"}
-
-
-def bash_blocks(path: Path) -> str:
-    return "\n".join(re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S))
-
-
-def documented_commands(program: str) -> list[tuple[str, list[str]]]:
-    """(file, arguments) of each call of `program` in the bash blocks of the README and docs/*.md."""
-    return [(path.relative_to(ROOT).as_posix(), args) for path in DOCS for args in shell_commands(bash_blocks(path), program)]
-
-
-def readme_commands(program: str) -> list[list[str]]:
-    """The arguments of each call of `program` shown in the README and docs/*.md (the name is older than docs/)."""
-    return [args for _, args in documented_commands(program)]
-
-
-def shell_calls(text: str) -> list[list[str]]:
-    """The words of each command in shell text (continuations joined, comments and the scripts' $out
-    variable left out, `a && b` as two commands), after any VAR=value assignments."""
-    calls = []
-    for line in text.replace("\\\n", " ").splitlines():
-        line = line.split("#")[0].strip() if line.lstrip().startswith("#") else line.split("  #")[0].strip()
-        for part in line.split("&&"):
-            words = shlex.split(part.replace("$out", "out"))
-            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
-                words = words[1:]  # an environment assignment before the command
-            if words:
-                calls.append(words)
-    return calls
-
-
-def shell_commands(text: str, program: str) -> list[list[str]]:
-    """The arguments of each call of `program` in shell text: `program ...` after any VAR=value
-    assignments, and for mltrain also the module form under a launcher (`torchrun ... -m mltrain.cli ...`,
-    `srun python -m mltrain.cli ...`)."""
-    commands = []
-    for words in shell_calls(text):
-        if Path(words[0]).name == program:
-            commands.append(words[1:])
-        elif program == "mltrain" and "mltrain.cli" in words:
-            commands.append(words[words.index("mltrain.cli") + 1:])
-    return commands
 
 
 def first_values(args: list[str]) -> list[str]:
@@ -131,7 +89,7 @@ def test_readme_prepare_commands_compose(where, args):
 def test_readme_compare_command_runs(tmp_path, monkeypatch):
     for name, extra in (("single", []), ("ml", ML)):
         run(compose_config(*extra), run_dir=tmp_path / "multirun" / name)
-    (args,) = readme_commands("mltrain-compare")
+    (args,) = doc_commands("mltrain-compare")
     monkeypatch.chdir(tmp_path)
     assert compare_main(args) == 0
     report = json.loads((tmp_path / "report" / "comparison.json").read_text())
@@ -148,11 +106,11 @@ def test_readme_sample_and_export_commands_run(tmp_path, monkeypatch, capsys):
     from mltrain.tools.sample import main as sample_main
     from mltrain.runs.weights import load_weights
 
-    (sample_args,) = readme_commands("mltrain-sample")
-    (export_args,) = readme_commands("mltrain-export")
+    (sample_args,) = doc_commands("mltrain-sample")
+    (export_args,) = doc_commands("mltrain-export")
     run_dir = sample_args[0]
     assert export_args[0] == run_dir
-    (train_args,) = [a for a in readme_commands("mltrain") if f"hydra.run.dir={run_dir}" in a]
+    (train_args,) = [a for a in doc_commands("mltrain") if f"hydra.run.dir={run_dir}" in a]
     overrides = [a for a in train_args if not a.startswith("hydra.")] + ["train.progress=false"]
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -181,7 +139,7 @@ def long_runs_commands() -> list[list[str]]:
 def test_readme_long_runs_commands_stop_on_ctrl_c_and_resume_to_the_end(tmp_path):
     import signal
 
-    from cli_helpers import cli, kill, one_line, start, stderr_of, summary, wait_until
+    from helpers import cli, kill, one_line, start, stderr_of, summary, wait_until
 
     first, resume, sweep = long_runs_commands()
     assert resume == [*first, "train.resume=true"] and sweep[0] == "-m" and "train.resume=true" in sweep
@@ -257,7 +215,7 @@ def test_documented_pytest_lines_use_registered_markers():
 
 # Written elsewhere in the same piece of work (issue 26, item 1): linked already, checked once it is here.
 # Remove this set when docs/architecture.md is merged.
-ARRIVING = {ROOT / "docs" / n for n in ("architecture.md", "depth_ladder.md", "data_ladder.md", "adamw_check.md")}
+ARRIVING = {ROOT / "docs" / n for n in ("depth_ladder.md", "data_ladder.md", "adamw_check.md")}
 
 
 def prose(text: str) -> str:
