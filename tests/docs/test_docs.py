@@ -13,7 +13,6 @@ import argparse
 import importlib.util
 import json
 import re
-import shlex
 import tomllib
 from pathlib import Path
 
