@@ -48,7 +48,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from mltrain.runs import atomic
+from mltrain import atomic
 from mltrain.data import inputs, shards
 from mltrain.interrupts import CtrlC
 from mltrain.errors import DataError, MltrainError, first_line, report
@@ -589,7 +589,7 @@ class PrepareGuard(Callback):
     """Before Hydra creates its log folder under prepare.out_dir: one line, not a traceback, when it cannot."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from mltrain.runs import guarded
+        from mltrain import guarded
 
         out, logs = Path(os.path.expanduser(str(config.prepare.out_dir))), Path(config.hydra.run.dir)
         try:

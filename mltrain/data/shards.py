@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mltrain import atomic
 from mltrain.data import inputs
 from mltrain.errors import DataError
-from mltrain.runs import atomic
 
 log = logging.getLogger(__name__)
 

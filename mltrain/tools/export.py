@@ -28,9 +28,9 @@ from safetensors.torch import save as save_safetensors
 
 from mltrain.errors import ConfigError, MltrainError, StorageError, report, tool_main
 from mltrain.model import GPT, GPTConfig, Norm
-from mltrain.runs import guarded
-from mltrain.runs.atomic import full_or_denied
-from mltrain.runs.guarded import write_bytes, write_json  # never through a link below the export's folder
+from mltrain import guarded
+from mltrain.atomic import full_or_denied
+from mltrain.guarded import write_bytes, write_json  # never through a link below the export's folder
 from mltrain.runs.weights import load_weights, model_config, read_info, run_note
 
 PROG = "mltrain-export"

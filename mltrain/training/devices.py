@@ -1,4 +1,4 @@
-"""Which device and precision this process trains with.
+"""Which device and precision this process trains with, and the device's peak FLOPs (for MFU).
 
 - One process: `device=auto` is the first GPU when there is one, else the CPU.
 - Data parallel (torchrun, SLURM tasks): rank r on a node trains on GPU LOCAL_RANK (or on the only GPU
@@ -25,7 +25,7 @@ import torch
 
 from mltrain.training.distributed import World
 from mltrain.errors import ConfigError
-from mltrain.runs.atomic import open_no_follow
+from mltrain.atomic import open_no_follow
 
 log = logging.getLogger("mltrain")
 
@@ -129,3 +129,27 @@ def claim_sweep_gpu(lock_dir: Path, job_num: int) -> Optional[str]:
         log.warning("more parallel sweep jobs than GPUs (%d): job #%d shares GPU %s", len(pool), job_num, _claimed)
     os.environ["CUDA_VISIBLE_DEVICES"] = _claimed
     return _claimed
+
+
+# ---------------------------------------------------------------------------------------------
+# Peak FLOPs, for MFU
+
+# Dense bf16 peak of common accelerators, for MFU. Unknown devices (and CPUs) report no MFU.
+_PEAK_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "A10G": 125e12,
+    "4090": 165e12,
+}
+
+
+def peak_flops(device: torch.device) -> Optional[float]:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, value in _PEAK_BF16_FLOPS.items():
+        if key in name:
+            return value
+    return None

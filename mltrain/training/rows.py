@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import torch
 
-from mltrain.method.coarsening import ModelView
+from mltrain.views import ModelView
 from mltrain.method.kinds import StepKind
 
 

@@ -21,10 +21,10 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from tqdm.auto import tqdm
 
-from mltrain.method.coarsening import ModelView
+from mltrain.views import ModelView
 from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
-from mltrain.training.flops import train_flops_per_token
+from mltrain.flops import train_flops_per_token
 from mltrain.training.optim import set_lr
 from mltrain.training.rows import NonFiniteLoss, PendingRow, nonfinite_error, step_name
 

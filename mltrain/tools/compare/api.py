@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mltrain.method.kinds import RunKind
-from mltrain.runs import guarded
+from mltrain import guarded
 from mltrain.runs.files import json_default
 from mltrain.tools.compare import frontier as frontiers
 from mltrain.tools.compare.analysis import build_report, choose_baseline, exclude_mismatched
@@ -134,7 +134,7 @@ def _write(report: dict, out: Path, configs: list[Configuration], baseline, plot
     from mltrain.tools.compare.plot import plot as draw
     from mltrain.tools.compare.report import render_markdown
 
-    # never through a link: checked for all three before any is written (runs/guarded.py)
+    # never through a link: checked for all three before any is written (mltrain/guarded.py)
     guarded.refuse_linked([out / f"comparison.{ext}" for ext in ("png", "md", "json")], out)
     guarded.write_json(out / "comparison.json", report, root=out, indent=2, default=json_default)
     guarded.write_text(out / "comparison.md", render_markdown(markdown_safe(report)), root=out)

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from mltrain.method.kinds import RunKind
-from mltrain.runs import guarded
+from mltrain import guarded
 from mltrain.tools.compare.loading import Configuration, Run
 
 TITLES = {"val": "validation loss (fine model)"}

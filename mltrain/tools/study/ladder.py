@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mltrain.runs import guarded
+from mltrain import guarded
 from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 from mltrain.tools.study.plan import label_parts
@@ -340,7 +340,7 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
 
 def write_ladder(report: dict, base: Path, root: Optional[Path] = None) -> None:
     """ladder.json, ladder.md and ladder.png next to each other (`base` without a suffix), never
-    through a link below `root` (the study's folder; runs/guarded.py); the plot last, so a full disk
+    through a link below `root` (the study's folder; mltrain/guarded.py); the plot last, so a full disk
     there leaves the numbers and the report written."""
     root = root if root is not None else base.parent
     paths = [base.with_suffix(s) for s in (".json", ".md", ".png")]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator, TextIO
 
 from mltrain.interrupts import CtrlC
-from mltrain.runs.atomic import open_no_follow
+from mltrain.atomic import open_no_follow
 
 # mltrain's exit statuses: a run stopped by SIGINT, SIGTERM or SIGUSR1 (it wrote a checkpoint first)
 STOPPED = (130, 143, 138)
