@@ -17,11 +17,19 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
   single-level run with as many optimizer steps: its FLOP saving (1 - FLOPs_ml / FLOPs_single) next
   to its wall-clock saving (1 - time_ml / time_single). Equal savings mean coarse steps cost wall time
   in proportion to their FLOPs.
+* overhead (--overhead, CPU): on a micro model (compute negligible) the host time each method's harness
+  spends per step beyond forward, backward, clip and optimizer step: a plan of single-level,
+  multilevel, stacking, layer-dropping and RaPTr training is run through the real runner (LR schedule,
+  sampler, sub-path draws, row bookkeeping, metrics rows, the signal check and checkpoint cadence),
+  its steps are recorded, and the same steps are replayed bare; the difference per step, beside the
+  same figure for a bare nanoGPT-style loop (get_batch, cosine LR, `loss.item()` every 10 steps)
+  around the same model. Timed by process CPU time (`--clock wall` for wall time).
 * compile (--compile): dynamo's own counters (frames compiled, graphs) after warm-up and at the end:
   `recompiles_after_warmup` must be 0, i.e. the fine and each coarse model compiled once.
 
     python scripts/bench.py                                   # tiny: nanoGPT's CPU recipe shape
     python scripts/bench.py --model gpt22m --batch 64 --compile   # the paper's model, on a GPU
+    python scripts/bench.py --overhead --threads 1            # host time per step, per method
 
 The tiny shape is nanoGPT's "baby GPT on a CPU" recipe (4 blocks, 4 heads, d=128, context 64,
 batch 12) on the embedded corpus with byte tokens; gpt22m is the paper's model (vocabulary 50257,
@@ -183,6 +191,166 @@ def session(cfg, out_dir: Path, name: str):
     return built
 
 
+# ---------------------------------------------------------------------------------------------
+# --overhead: the harness's host time per step, beyond forward/backward/update
+
+OVERHEAD_MODEL = ["model=tiny", "model.n_layer=4", "model.n_head=1", "model.n_embd=8", "model.block_size=8",
+                  "train.batch_size=2"]
+OVERHEAD_METHODS = {
+    "single": [],
+    "multilevel": ["coarsening=evenodd", "multilevel.n_cycles=2", "multilevel.coarse_steps=40",
+                   "multilevel.coarse_log_interval=10"],
+    "stacking": ["experiment=stacking"],
+    "layer_drop": ["experiment=layer_drop", "layer_drop.gamma=0.01"],
+    "raptr": ["experiment=raptr"],
+}
+
+
+class Recorder:
+    """Wraps Trainer._forward_backward and _update for one run of a plan: the (view, optimizer, batch) of
+    every step, so `core_loop` can replay the same work without the harness around it."""
+
+    def __init__(self, trainer):
+        self.trainer, self.steps = trainer, []
+
+    def __enter__(self):
+        t = self.trainer
+        self._fb, self._up = t._forward_backward, t._update
+        record = self.steps
+
+        def forward_backward(view, x, y):
+            record.append([view, None, x, y])
+            return self._fb(view, x, y)
+
+        def update(optimizer, loss):
+            record[-1][1] = optimizer
+            return self._up(optimizer, loss)
+
+        t._forward_backward, t._update = forward_backward, update
+        return self
+
+    def __exit__(self, *exc):
+        del self.trainer._forward_backward, self.trainer._update
+
+
+def core_loop(steps, grad_clip: float) -> Callable[[], None]:
+    """Forward, backward, clip, optimizer step and zero_grad of the recorded steps, nothing else: the work
+    any training loop must do (the batches are already on the device)."""
+    params = {id(opt): [p for g in opt.param_groups for p in g["params"]] for _, opt, _, _ in steps}
+
+    def run() -> None:
+        for view, opt, x, y in steps:
+            _, loss = view(x, y)
+            loss.backward()
+            if grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(params[id(opt)], grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    return run
+
+
+def bare_loop(model, cfg, tokens: np.ndarray, n: int) -> Callable[[], None]:
+    """nanoGPT's loop around the same model: get_batch, cosine LR, forward, backward, clip, step,
+    zero_grad, `loss.item()` every log_interval steps."""
+    t, o, T, B = cfg.train, cfg.optim, cfg.model.block_size, cfg.train.batch_size
+    opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum)
+    params = list(model.parameters())
+    step = [0]
+
+    def run() -> None:
+        for _ in range(n):
+            lr = o.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, step[0] / t.max_steps)))
+            for g in opt.param_groups:
+                g["lr"] = lr
+            ix = torch.randint(len(tokens) - T, (B,))
+            x = torch.stack([torch.from_numpy(tokens[i : i + T].astype(np.int64)) for i in ix])
+            y = torch.stack([torch.from_numpy(tokens[i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
+            _, loss = model(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, t.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step[0] += 1
+            if step[0] % t.log_interval == 0:
+                loss.item()
+
+    return run
+
+
+def harness_run(built, tmp: Path) -> Callable[[], None]:
+    """The plan of `built`, from its start, with the hooks a real run has: the signal check between
+    steps and the checkpoint cadence after each (train.checkpoint_interval=0: never due)."""
+    from mltrain import run as run_module
+    from mltrain.training.checkpoint import CheckpointFolder
+    from mltrain.training.resume import StopSignals
+
+    plan = list(built.runner.plan)
+    saver = run_module.CheckpointSaver(built, CheckpointFolder(tmp, keep=1), None, {}, 0.0)
+    should_stop = run_module._stop_rule(StopSignals())
+
+    def run() -> None:
+        built.runner.plan = plan
+        built.runner.trainer.state = TrainState()
+        built.runner.run(should_stop=should_stop, after_step=saver.after_step)
+
+    return run
+
+
+def measure_overhead(args, tmp: Path) -> dict:
+    """Per method: (harness time - core time) / steps, medians over interleaved rounds; the same for the
+    bare loop around the full model."""
+    n = args.overhead_steps
+    common = [*OVERHEAD_MODEL, "device=cpu", "train.compile=false", "train.progress=false", "train.log_interval=10",
+              "train.eval_interval=1000000", "train.checkpoint_interval=0", "logger=jsonl", "multilevel.diagnostics=false",
+              "multilevel.eval_every_cycle=false", "schedule.warmup_steps=10"]
+    register_configs()
+    kinds: dict[str, Callable[[], None]] = {}
+    steps_of: dict[str, int] = {}
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfgs = {name: compose("config", overrides=[*common, f"train.max_steps={n}", *extra])
+                for name, extra in OVERHEAD_METHODS.items()}
+    for name, cfg in cfgs.items():
+        built = session(cfg, tmp, name)
+        harness = harness_run(built, tmp / name)
+        with Recorder(built.trainer) as rec:
+            harness()  # warm-up, and the steps the core loop replays
+        kinds[f"{name}/harness"] = harness
+        kinds[f"{name}/core"] = core_loop(rec.steps, float(cfg.train.grad_clip))
+        steps_of[name] = len(rec.steps)
+    cfg = cfgs["single"]
+    model = build(cfg, lambda row: None).model
+    data = load_tokens(cfg.data)
+    tokens = np.concatenate(data.train)
+    bare = bare_loop(model, cfg, tokens, n)
+    x, y = BatchSampler(data.train, cfg.train.batch_size, cfg.model.block_size, seed=0).batch(0)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum)
+    kinds["bare/harness"] = bare
+    kinds["bare/core"] = core_loop([(model, opt, x, y)] * n, float(cfg.train.grad_clip))
+    steps_of["bare"] = n
+    for fn in kinds.values():
+        fn()
+    # CPU time of this process, not wall time: on a machine shared with other work a process waiting
+    # for a core is not doing harness work (with --threads 1, the process's CPU time is the step's).
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(args.repeats):
+        for name, fn in kinds.items():
+            t0 = clock()
+            fn()
+            times[name].append(clock() - t0)
+    out = {}
+    for name, steps in steps_of.items():
+        h, c = times[f"{name}/harness"], times[f"{name}/core"]
+        over = [(a - b) / steps * 1e6 for a, b in zip(h, c)]  # per round: harness minus core, µs per step
+        out[name] = {"overhead_us_per_step": statistics.median(over), "step_us": statistics.median(h) / steps * 1e6,
+                     "core_us": statistics.median(c) / steps * 1e6, "steps": steps}
+    return {"config": {"model": OVERHEAD_MODEL, "threads": torch.get_num_threads(), "repeats": args.repeats,
+                       "clock": "process CPU time" if args.clock == "cpu" else "wall",
+                       "torch": torch.__version__, "steps_per_round": steps_of},
+            "overhead": out}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(SHAPES), default="tiny")
@@ -198,6 +366,11 @@ def main() -> None:
     ap.add_argument("--coarse-steps", type=int, default=20, help="steps per coarse phase in the whole run")
     ap.add_argument("--after", type=int, default=20, help="fine steps after the cycles in the whole run")
     ap.add_argument("--run-repeats", type=int, default=3, help="rounds of the whole-run comparison")
+    ap.add_argument("--overhead", action="store_true", help="the harness's host time per step beyond forward/"
+                    "backward/update, per method, on a micro model, beside a bare nanoGPT-style loop (CPU)")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                    help="--overhead: time steps by this process's CPU time (default; a shared machine) or wall time")
+    ap.add_argument("--overhead-steps", type=int, default=200, help="--overhead: steps per round and method")
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a CPU shared "
                     "with other work, 1 avoids OpenMP threads waiting on each other")
     args = ap.parse_args()
@@ -206,7 +379,7 @@ def main() -> None:
     if args.steps % 10:
         ap.error("--steps must be a multiple of 10 (the log interval), so each block ends on a log row")
     with tempfile.TemporaryDirectory(prefix="mltrain-bench-") as tmp:
-        out = measure(args, Path(tmp))
+        out = measure_overhead(args, Path(tmp)) if args.overhead else measure(args, Path(tmp))
     json.dump(out, sys.stdout, indent=2)
     print()
 
