@@ -24,12 +24,19 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
   its steps are recorded, and the same steps are replayed bare; the difference per step, beside the
   same figure for a bare nanoGPT-style loop (get_batch, cosine LR, `loss.item()` every 10 steps)
   around the same model. Timed by process CPU time (`--clock wall` for wall time).
+* side by side (--nanogpt CHECKOUT --shakespeare INPUT_TXT): the whole run, start-up, steps and
+  evaluation, of nanoGPT's own train.py on its CPU recipe (tiny shakespeare, char-level, 4 layers, 4
+  heads, 128 wide, context 64, batch 12, 2,000 iterations, AdamW) beside mltrain's run of the same
+  recipe, each a fresh process, in interleaved rounds; the speed ratio (> 1: mltrain faster) by wall
+  time, CPU time and median step, and both held-out losses. The torch threads of both are --threads
+  (default 1: on a shared CPU, OpenMP threads waiting on each other swamp what is measured).
 * compile (--compile): dynamo's own counters (frames compiled, graphs) after warm-up and at the end:
   `recompiles_after_warmup` must be 0, i.e. the fine and each coarse model compiled once.
 
     python scripts/bench.py                                   # tiny: nanoGPT's CPU recipe shape
     python scripts/bench.py --model gpt22m --batch 64 --compile   # the paper's model, on a GPU
     python scripts/bench.py --overhead --threads 1            # host time per step, per method
+    python scripts/bench.py --nanogpt ~/nanoGPT --shakespeare input.txt   # the whole run beside nanoGPT
 
 The tiny shape is nanoGPT's "baby GPT on a CPU" recipe (4 blocks, 4 heads, d=128, context 64,
 batch 12) on the embedded corpus with byte tokens; gpt22m is the paper's model (vocabulary 50257,
@@ -351,6 +358,120 @@ def measure_overhead(args, tmp: Path) -> dict:
             "overhead": out}
 
 
+# ---------------------------------------------------------------------------------------------
+# --nanogpt: the whole run beside nanoGPT's own train.py, on nanoGPT's CPU recipe
+
+# nanoGPT's README, "I only have a macbook": tiny shakespeare, char-level, on a CPU.
+NANOGPT_RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+                  "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
+                  "--n_embd=128", "--dropout=0.0"]
+
+
+def mltrain_recipe(data: Path, iters: int, run_dir: Path) -> list[str]:
+    """The same run in mltrain's terms: the same text split 90/10 (its last tenth held out), byte tokens
+    (one per character of this ASCII text), the model, batch, AdamW settings, LR schedule (warm-up 100,
+    cosine to 1e-4), clipping, evaluation every 250 steps on 20 batches; the defaults for the rest."""
+    return ["data=text", f"data.path={data}", "data.val_fraction=0.1", "model=tiny", "model.n_layer=4",
+            "model.n_head=4", "model.n_embd=128", "model.block_size=64", "model.dropout=0.0", "train.batch_size=12",
+            f"train.max_steps={iters}", "train.eval_interval=250", "train.eval_batches=20", "optim=adamw",
+            "optim.lr=1e-3", "optim.betas=[0.9,0.99]", "optim.weight_decay=0.1", "schedule.warmup_steps=100",
+            "schedule.min_lr=1e-4", "train.grad_clip=1.0", "train.progress=false", f"hydra.run.dir={run_dir}"]
+
+
+def timed(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float, str]:
+    """Run `cmd`; its wall time, its CPU time (user + system, children included) and its output."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout + proc.stderr
+
+
+def nanogpt_figures(output: str, wall: float) -> dict:
+    """From train.py's log: the last held-out loss, the median iteration, and the start-up (the wall time
+    not inside its loop, whose iterations it times itself, evaluations included)."""
+    import re
+
+    evals = re.findall(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)", output)
+    iters = [float(ms) for ms in re.findall(r"iter \d+: loss [\d.]+, time ([\d.]+)ms", output)]
+    return {"final_val_loss": float(evals[-1][2]), "final_step": int(evals[-1][0]),
+            "step_ms_median": statistics.median(iters), "outside_loop_s": wall - sum(iters) / 1e3}
+
+
+def mltrain_figures(run_dir: Path, wall: float) -> dict:
+    """From the run's files: held-out loss (and its standard error), the median step time from its train
+    rows, start-up (the process's wall time before the run's clock started and after it stopped), and the
+    time spent evaluating and checkpointing (apart from training)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "train/loss" in r]
+    per_step = [(b["train_time_s"] - a["train_time_s"]) / (b["step"] - a["step"]) * 1e3 for a, b in zip(train, train[1:])]
+    return {"final_val_loss": summary["final_val_loss"], "final_val_loss_se": summary["final_val_loss_se"],
+            "final_step": summary["fine_steps"], "step_ms_median": statistics.median(per_step),
+            "outside_run_s": wall - summary["wall_time_s"],
+            "evaluation_and_checkpoints_s": summary["wall_time_s"] - summary["train_time_s"]}
+
+
+def side_by_side(args, tmp: Path) -> dict:
+    """Interleaved rounds of nanoGPT's train.py and mltrain on the same recipe, each a fresh process
+    timed whole (start-up, steps, evaluation); ratios within a round, medians over rounds."""
+    import os
+    import shutil
+
+    nanogpt, data = Path(args.nanogpt).resolve(), Path(args.shakespeare).resolve()
+    for need in (nanogpt / "train.py", nanogpt / "configurator.py", nanogpt / "config" / "train_shakespeare_char.py",
+                 nanogpt / "data" / "shakespeare_char" / "prepare.py", data):
+        if not need.is_file():
+            raise SystemExit(f"--nanogpt/--shakespeare: {need} is not a file (a nanoGPT checkout and tiny "
+                             f"shakespeare's input.txt are needed)")
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads or 1), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled",
+           "MLTRAIN_CACHE": str(tmp / "cache")}
+    work = tmp / "nanoGPT"  # a copy: train.py reads configurator.py and data/ from its working dir
+    shutil.copytree(nanogpt, work, ignore=shutil.ignore_patterns(".git", "out*", "*.bin", "*.pkl", "input.txt"))
+    shutil.copyfile(data, work / "data" / "shakespeare_char" / "input.txt")
+    # the data preparation of both, before any timing: nanoGPT's prepare.py, mltrain's token cache
+    timed([sys.executable, "data/shakespeare_char/prepare.py"], work, env)
+    iters = args.nanogpt_iters
+    timed([sys.executable, "-m", "mltrain.cli", *mltrain_recipe(data, 1, tmp / "warm")], tmp, env)
+    nano_cmd = [sys.executable, "train.py", *NANOGPT_RECIPE, f"--max_iters={iters}", f"--lr_decay_iters={iters}",
+                f"--out_dir={tmp / 'out-nanogpt'}"]
+    rounds = []
+    for r in range(args.nanogpt_rounds):
+        runs = {}
+        order = ["nanogpt", "mltrain"] if r % 2 == 0 else ["mltrain", "nanogpt"]
+        for name in order:
+            if name == "nanogpt":
+                wall, cpu, output = timed(nano_cmd, work, env)
+                runs[name] = {"wall_s": wall, "cpu_s": cpu, **nanogpt_figures(output, wall)}
+            else:
+                run_dir = tmp / f"mltrain-{r}"
+                wall, cpu, _ = timed([sys.executable, "-m", "mltrain.cli", *mltrain_recipe(data, iters, run_dir)], tmp, env)
+                runs[name] = {"wall_s": wall, "cpu_s": cpu, **mltrain_figures(run_dir, wall)}
+        print(json.dumps({"round": r, **runs}), file=sys.stderr, flush=True)
+        rounds.append(runs)
+
+    def ratio(key: str) -> float:  # > 1: mltrain is faster
+        return statistics.median(r["nanogpt"][key] / r["mltrain"][key] for r in rounds)
+
+    def median(tool: str, key: str) -> float:
+        return statistics.median(r[tool][key] for r in rounds)
+
+    return {"config": {"recipe": " ".join(NANOGPT_RECIPE), "iters": iters, "rounds": args.nanogpt_rounds,
+                       "threads": int(env["OMP_NUM_THREADS"]), "torch": torch.__version__,
+                       "mltrain": " ".join(mltrain_recipe(data, iters, Path("RUN")))},
+            "speed_vs_nanogpt": {"wall": ratio("wall_s"), "cpu": ratio("cpu_s"), "step": ratio("step_ms_median")},
+            "nanogpt": {k: median("nanogpt", k) for k in rounds[0]["nanogpt"]},
+            "mltrain": {k: median("mltrain", k) for k in rounds[0]["mltrain"]},
+            "rounds": rounds}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(SHAPES), default="tiny")
@@ -371,6 +492,11 @@ def main() -> None:
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
                     help="--overhead: time steps by this process's CPU time (default; a shared machine) or wall time")
     ap.add_argument("--overhead-steps", type=int, default=200, help="--overhead: steps per round and method")
+    ap.add_argument("--nanogpt", metavar="CHECKOUT", help="the whole run beside nanoGPT's train.py (a checkout "
+                    "of karpathy/nanoGPT) on its CPU recipe; needs --shakespeare")
+    ap.add_argument("--shakespeare", metavar="INPUT_TXT", help="--nanogpt: tiny shakespeare's input.txt")
+    ap.add_argument("--nanogpt-iters", type=int, default=2000, help="--nanogpt: iterations (the recipe's 2000)")
+    ap.add_argument("--nanogpt-rounds", type=int, default=3, help="--nanogpt: interleaved rounds")
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a CPU shared "
                     "with other work, 1 avoids OpenMP threads waiting on each other")
     args = ap.parse_args()
@@ -379,7 +505,14 @@ def main() -> None:
     if args.steps % 10:
         ap.error("--steps must be a multiple of 10 (the log interval), so each block ends on a log row")
     with tempfile.TemporaryDirectory(prefix="mltrain-bench-") as tmp:
-        out = measure_overhead(args, Path(tmp)) if args.overhead else measure(args, Path(tmp))
+        if args.nanogpt or args.shakespeare:
+            if not (args.nanogpt and args.shakespeare):
+                ap.error("--nanogpt and --shakespeare go together")
+            out = side_by_side(args, Path(tmp))
+        elif args.overhead:
+            out = measure_overhead(args, Path(tmp))
+        else:
+            out = measure(args, Path(tmp))
     json.dump(out, sys.stdout, indent=2)
     print()
 
