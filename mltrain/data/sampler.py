@@ -66,6 +66,8 @@ class BatchSampler:
         self.local_batch_size = batch_size // world_size
         starts = np.array([len(a) - block_size for a in self.arrays], dtype=np.int64)
         self._cum_starts = np.cumsum(starts)  # valid window starts of arrays[0..i] together
+        self._first_start = np.concatenate([[0], self._cum_starts[:-1]])  # the first flat start of each array
+        self._window = np.arange(block_size + 1, dtype=np.int64)
         self.position = 0
 
     @property
@@ -77,18 +79,33 @@ class BatchSampler:
         """(array index, start offset) of each of the global batch's `batch_size` windows."""
         rng = np.random.default_rng([self.seed, int(index)])
         flat = rng.integers(0, self.n_windows, size=self.batch_size, dtype=np.int64)
+        if len(self.arrays) == 1:
+            return np.zeros_like(flat), flat
         which = np.searchsorted(self._cum_starts, flat, side="right")
-        before = np.concatenate([[0], self._cum_starts[:-1]])
-        return which, flat - before[which]
+        return which, flat - self._first_start[which]
+
+    def stacked(self, index: int) -> torch.Tensor:
+        """Rows [rank*B/W, (rank+1)*B/W) of global batch `index` as one int64 tensor of shape (2, B/W,
+        block_size): x, then y (x shifted by one). Built with one gather per array the rows fall in (no
+        loop over rows), so one copy moves both to a device."""
+        which, offset = self.windows(index)
+        lo, n = self.rank * self.local_batch_size, self.local_batch_size
+        which, offset = which[lo : lo + n], offset[lo : lo + n]
+        out = np.empty((2, n, self.block_size), dtype=np.int64)
+        if len(self.arrays) == 1:
+            rows = self.arrays[0][offset[:, None] + self._window]  # (n, block_size + 1)
+            out[0], out[1] = rows[:, :-1], rows[:, 1:]
+        else:
+            for a in np.unique(which):
+                mask = which == a
+                rows = self.arrays[a][offset[mask, None] + self._window]
+                out[0][mask], out[1][mask] = rows[:, :-1], rows[:, 1:]
+        return torch.from_numpy(out)
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows [rank*B/W, (rank+1)*B/W) of global batch `index`: int64 (x, y), y = x shifted by one."""
-        which, offset = self.windows(index)
-        lo = self.rank * self.local_batch_size
-        rows = np.empty((self.local_batch_size, self.block_size + 1), dtype=np.int64)
-        for i, (a, s) in enumerate(zip(which[lo : lo + self.local_batch_size], offset[lo : lo + self.local_batch_size])):
-            rows[i] = self.arrays[a][s : s + self.block_size + 1]
-        return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
+        x, y = self.stacked(index).unbind(0)
+        return x, y
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.batch(self.position)
