@@ -234,3 +234,21 @@ def test_a_sweep_resumes_its_unfinished_job_starts_the_rest_and_skips_the_finish
     after = snapshot(sweep)
     assert {k: v for k, v in after.items() if k != "multirun.yaml"} == {
         k: v for k, v in everything.items() if k != "multirun.yaml"}
+
+
+def test_a_key_added_to_the_schema_since_a_run_was_saved_is_no_difference_at_its_default():
+    from omegaconf import OmegaConf
+
+    from mltrain.training.resume import config_differences
+
+    cfg = compose_config("coarsening=evenodd")
+    saved = OmegaConf.to_container(cfg, resolve=False)
+    del saved["train"]["max_steps"], saved["multilevel"]["coarse_optim"]["lr"]  # keys an older version lacked
+    assert config_differences(OmegaConf.create(saved), compose_config("coarsening=evenodd",
+                                                                      "multilevel.coarse_optim.lr=null")) == [
+        "train.max_steps (unset there, 24 here)"]  # a value other than the schema's default (1000) differs
+    assert config_differences(OmegaConf.create(saved), compose_config(
+        "coarsening=evenodd", "train.max_steps=1000", "multilevel.coarse_optim.lr=null")) == []
+    assert config_differences(OmegaConf.create(saved), compose_config("coarsening=evenodd", "train.max_steps=1000",
+                                                                      "multilevel.coarse_optim.lr=0.1")) == [
+        "multilevel.coarse_optim.lr (unset there, 0.1 here)"]
