@@ -74,7 +74,3 @@ def check_config(cfg: Any, total_steps: int) -> None:
         raise ConfigError(f"layer_drop.theta_bar={c.theta_bar} must be in (0, 1] (the floor of the keep probability)")
     if not c.gamma >= 0.0:
         raise ConfigError(f"layer_drop.gamma={c.gamma} must be >= 0 (the decay rate of the keep probability per step)")
-    if cfg.train.compile and c.rescale:
-        # Each step's 1/p_l(t) is a new constant to a compiled graph: it would recompile at every step.
-        raise ConfigError("train.compile=true cannot run layer_drop.rescale=true (each step's 1/p is new to the "
-                          "compiled graph, which would recompile every step): set train.compile=false")
