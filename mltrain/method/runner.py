@@ -18,7 +18,7 @@ import torch
 from mltrain.config import StatePolicy
 from mltrain.method.coarsening import Hierarchy, ModelView, fine_view, key_path, path_key
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
-from mltrain.method.paths import SubPath
+from mltrain.method.paths import SubPath, ViewsAhead
 from mltrain.method.plan import Phase, build_plan, fine_steps, run_kind
 from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
@@ -153,9 +153,10 @@ class PlanRunner:
         extra = self._row_columns(phase)
         paths = phase.paths
         eval_view = view if paths is None else self.path_view(paths.eval_path())
+        ahead = None if paths is None else ViewsAhead(paths, self.trainer.model)
         while state.step_in_phase < phase.steps:
-            if paths is not None:  # this step's sub-path of the fine model
-                view = self.path_view(paths.path(state.fine_steps))
+            if ahead is not None:  # this step's sub-path of the fine model
+                view = ahead.view(state.fine_steps)
             lr = self.fine_lr() if fine else self.coarse_lr(state.step_in_phase, phase.steps)
             self.trainer.step(view, optimizer, lr, sampler, kind)
             state.step_in_phase += 1
