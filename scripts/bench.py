@@ -20,10 +20,10 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
 * overhead (--overhead, CPU): on a micro model (compute negligible) the host time each method's harness
   spends per step beyond forward, backward, clip and optimizer step: a plan of single-level,
   multilevel, stacking, layer-dropping and RaPTr training is run through the real runner (LR schedule,
-  sampler, sub-path draws, row bookkeeping, metrics rows, the signal check and checkpoint cadence),
-  its steps are recorded, and the same steps are replayed bare; the difference per step, beside the
-  same figure for a bare nanoGPT-style loop (get_batch, cosine LR, `loss.item()` every 10 steps)
-  around the same model. Timed by process CPU time (`--clock wall` for wall time).
+  sampler, sub-path draws, row bookkeeping, metrics rows, the signal check and checkpoint cadence)
+  with its forward/backward, clipping, optimizer step and zero_grad timed inside the same block: the
+  rest per step, beside the same figure for a bare nanoGPT-style loop (get_batch, cosine LR,
+  `loss.item()` every 10 steps) around the same model. Timed by process CPU time (`--clock wall`).
 * side by side (--nanogpt CHECKOUT --shakespeare INPUT_TXT): the whole run, start-up, steps and
   evaluation, of nanoGPT's own train.py on its CPU recipe (tiny shakespeare, char-level, 4 layers, 4
   heads, 128 wide, context 64, batch 12, 2,000 iterations, AdamW) beside mltrain's run of the same
@@ -213,57 +213,56 @@ OVERHEAD_METHODS = {
 }
 
 
-class Recorder:
-    """Wraps Trainer._forward_backward and _update for one run of a plan: the (view, optimizer, batch) of
-    every step, so `core_loop` can replay the same work without the harness around it."""
+class CoreTimer:
+    """Time spent in the work any training loop must do (forward and backward, clipping, optimizer step,
+    zero_grad), summed over the steps of a block: what is left of the block's time is the harness's."""
 
-    def __init__(self, trainer):
-        self.trainer, self.steps = trainer, []
+    def __init__(self, clock: Callable[[], float]):
+        self.clock, self.spent = clock, 0.0
+
+    def timed(self, fn: Callable) -> Callable:
+        def run(*args, **kwargs):
+            t0 = self.clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent += self.clock() - t0
+
+        return run
+
+
+class Instrumented:
+    """While active, `trainer`'s forward/backward, every optimizer's step and zero_grad and
+    torch.nn.utils.clip_grad_norm_ are timed by `core`, and so is `evaluator`'s held-out evaluation (the
+    plan's last fine step evaluates: not a per-step cost)."""
+
+    def __init__(self, trainer, evaluator, optimizers, core: CoreTimer):
+        self.trainer, self.evaluator, self.optimizers, self.core = trainer, evaluator, optimizers, core
 
     def __enter__(self):
-        t = self.trainer
-        self._fb, self._up = t._forward_backward, t._update
-        record = self.steps
-
-        def forward_backward(view, x, y):
-            record.append([view, None, x, y])
-            return self._fb(view, x, y)
-
-        def update(optimizer, loss):
-            record[-1][1] = optimizer
-            return self._up(optimizer, loss)
-
-        t._forward_backward, t._update = forward_backward, update
+        self._clip = torch.nn.utils.clip_grad_norm_
+        torch.nn.utils.clip_grad_norm_ = self.core.timed(self._clip)
+        self.trainer._forward_backward = self.core.timed(type(self.trainer)._forward_backward.__get__(self.trainer))
+        self.evaluator.log_eval = self.core.timed(type(self.evaluator).log_eval.__get__(self.evaluator))
+        for opt in self.optimizers:
+            opt.step, opt.zero_grad = self.core.timed(opt.step), self.core.timed(opt.zero_grad)
         return self
 
     def __exit__(self, *exc):
-        del self.trainer._forward_backward, self.trainer._update
+        torch.nn.utils.clip_grad_norm_ = self._clip
+        del self.trainer._forward_backward, self.evaluator.log_eval
+        for opt in self.optimizers:
+            del opt.step, opt.zero_grad
 
 
-def core_loop(steps, grad_clip: float) -> Callable[[], None]:
-    """Forward, backward, clip, optimizer step and zero_grad of the recorded steps, nothing else: the work
-    any training loop must do (the batches are already on the device)."""
-    params = {id(opt): [p for g in opt.param_groups for p in g["params"]] for _, opt, _, _ in steps}
-
-    def run() -> None:
-        for view, opt, x, y in steps:
-            _, loss = view(x, y)
-            loss.backward()
-            if grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(params[id(opt)], grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-    return run
-
-
-def bare_loop(model, cfg, tokens: np.ndarray, n: int) -> Callable[[], None]:
+def bare_loop(model, cfg, tokens: np.ndarray, n: int, core: CoreTimer) -> Callable[[], None]:
     """nanoGPT's loop around the same model: get_batch, cosine LR, forward, backward, clip, step,
-    zero_grad, `loss.item()` every log_interval steps."""
+    zero_grad, `loss.item()` every log_interval steps; its core work timed by `core`."""
     t, o, T, B = cfg.train, cfg.optim, cfg.model.block_size, cfg.train.batch_size
     opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum)
     params = list(model.parameters())
     step = [0]
+    clock = core.clock
 
     def run() -> None:
         for _ in range(n):
@@ -273,11 +272,13 @@ def bare_loop(model, cfg, tokens: np.ndarray, n: int) -> Callable[[], None]:
             ix = torch.randint(len(tokens) - T, (B,))
             x = torch.stack([torch.from_numpy(tokens[i : i + T].astype(np.int64)) for i in ix])
             y = torch.stack([torch.from_numpy(tokens[i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
+            t0 = clock()
             _, loss = model(x, y)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, t.grad_clip)
             opt.step()
             opt.zero_grad(set_to_none=True)
+            core.spent += clock() - t0
             step[0] += 1
             if step[0] % t.log_interval == 0:
                 loss.item()
@@ -305,56 +306,54 @@ def harness_run(built, tmp: Path) -> Callable[[], None]:
 
 
 def measure_overhead(args, tmp: Path) -> dict:
-    """Per method: (harness time - core time) / steps, medians over interleaved rounds; the same for the
-    bare loop around the full model."""
+    """Per method: (a block's time - the time inside its core work) / steps, the core work timed inside
+    the same block, so a slow or busy machine scales both alike; medians over interleaved rounds. The
+    same for the bare loop around the full model."""
     n = args.overhead_steps
     common = [*OVERHEAD_MODEL, "device=cpu", "train.compile=false", "train.progress=false", "train.log_interval=10",
               "train.eval_interval=1000000", "train.checkpoint_interval=0", "logger=jsonl", "multilevel.diagnostics=false",
               "multilevel.eval_every_cycle=false", "schedule.warmup_steps=10"]
-    register_configs()
-    kinds: dict[str, Callable[[], None]] = {}
-    steps_of: dict[str, int] = {}
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfgs = {name: compose("config", overrides=[*common, f"train.max_steps={n}", *extra])
-                for name, extra in OVERHEAD_METHODS.items()}
-    for name, cfg in cfgs.items():
-        built = session(cfg, tmp, name)
-        harness = harness_run(built, tmp / name)
-        with Recorder(built.trainer) as rec:
-            harness()  # warm-up, and the steps the core loop replays
-        kinds[f"{name}/harness"] = harness
-        kinds[f"{name}/core"] = core_loop(rec.steps, float(cfg.train.grad_clip))
-        steps_of[name] = len(rec.steps)
-    cfg = cfgs["single"]
-    model = build(cfg, lambda row: None).model
-    data = load_tokens(cfg.data)
-    tokens = np.concatenate(data.train)
-    bare = bare_loop(model, cfg, tokens, n)
-    x, y = BatchSampler(data.train, cfg.train.batch_size, cfg.model.block_size, seed=0).batch(0)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum)
-    kinds["bare/harness"] = bare
-    kinds["bare/core"] = core_loop([(model, opt, x, y)] * n, float(cfg.train.grad_clip))
-    steps_of["bare"] = n
-    for fn in kinds.values():
-        fn()
     # CPU time of this process, not wall time: on a machine shared with other work a process waiting
     # for a core is not doing harness work (with --threads 1, the process's CPU time is the step's).
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    times: dict[str, list[float]] = {k: [] for k in kinds}
+    register_configs()
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfgs = {name: compose("config", overrides=[*common, f"train.max_steps={n}", *extra])
+                for name, extra in OVERHEAD_METHODS.items()}
+    blocks: dict[str, tuple[Callable[[], None], CoreTimer, Callable[[], int]]] = {}
+    for name, cfg in cfgs.items():
+        built = session(cfg, tmp, name)
+        harness = harness_run(built, tmp / name)
+        harness()  # warm-up: every optimizer exists after it
+        runner, core = built.runner, CoreTimer(clock)
+        optimizers = [runner.fine_optimizer, *runner.coarse_optimizers.values()]
+
+        def block(harness=harness, built=built, optimizers=optimizers, core=core):
+            with Instrumented(built.trainer, built.evaluator, optimizers, core):
+                harness()
+
+        blocks[name] = (block, core, lambda state=built.trainer: state.state.optimizer_steps)
+    cfg = cfgs["single"]
+    data = load_tokens(cfg.data)
+    core = CoreTimer(clock)
+    blocks["bare"] = (bare_loop(build(cfg, lambda row: None).model, cfg, np.concatenate(data.train), n, core), core,
+                      lambda: n)
+    for block, _, _ in blocks.values():
+        block()
+    over: dict[str, list[float]] = {k: [] for k in blocks}
+    step: dict[str, list[float]] = {k: [] for k in blocks}
     for _ in range(args.repeats):
-        for name, fn in kinds.items():
+        for name, (block, core, steps) in blocks.items():
+            core.spent = 0.0
             t0 = clock()
-            fn()
-            times[name].append(clock() - t0)
-    out = {}
-    for name, steps in steps_of.items():
-        h, c = times[f"{name}/harness"], times[f"{name}/core"]
-        over = [(a - b) / steps * 1e6 for a, b in zip(h, c)]  # per round: harness minus core, µs per step
-        out[name] = {"overhead_us_per_step": statistics.median(over), "step_us": statistics.median(h) / steps * 1e6,
-                     "core_us": statistics.median(c) / steps * 1e6, "steps": steps}
+            block()
+            total = clock() - t0
+            over[name].append((total - core.spent) / steps() * 1e6)
+            step[name].append(total / steps() * 1e6)
+    out = {name: {"overhead_us_per_step": statistics.median(over[name]), "step_us": statistics.median(step[name]),
+                  "steps": blocks[name][2]()} for name in blocks}
     return {"config": {"model": OVERHEAD_MODEL, "threads": torch.get_num_threads(), "repeats": args.repeats,
-                       "clock": "process CPU time" if args.clock == "cpu" else "wall",
-                       "torch": torch.__version__, "steps_per_round": steps_of},
+                       "clock": "process CPU time" if args.clock == "cpu" else "wall", "torch": torch.__version__},
             "overhead": out}
 
 
