@@ -46,6 +46,7 @@ byte tokens padded to it: the data are not what is measured).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -369,9 +370,11 @@ NANOGPT_RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile
 def mltrain_recipe(data: Path, iters: int, run_dir: Path) -> list[str]:
     """The same run in mltrain's terms: the same text split 90/10 (its last tenth held out), byte tokens
     (one per character of this ASCII text), the model, batch, AdamW settings, LR schedule (warm-up 100,
-    cosine to 1e-4), clipping, evaluation every 250 steps on 20 batches; the defaults for the rest."""
+    cosine to 1e-4), clipping, evaluation every 250 steps on 20 batches, layer norms with a weight and no
+    bias (nanoGPT's); the defaults for the rest."""
     return ["data=text", f"data.path={data}", "data.val_fraction=0.1", "model=tiny", "model.n_layer=4",
-            "model.n_head=4", "model.n_embd=128", "model.block_size=64", "model.dropout=0.0", "train.batch_size=12",
+            "model.n_head=4", "model.n_embd=128", "model.block_size=64", "model.dropout=0.0", "model.norm_affine=true",
+            "train.batch_size=12",
             f"train.max_steps={iters}", "train.eval_interval=250", "train.eval_batches=20", "optim=adamw",
             "optim.lr=1e-3", "optim.betas=[0.9,0.99]", "optim.weight_decay=0.1", "schedule.warmup_steps=100",
             "schedule.min_lr=1e-4", "train.grad_clip=1.0", "train.progress=false", f"hydra.run.dir={run_dir}"]
@@ -418,6 +421,43 @@ def mltrain_figures(run_dir: Path, wall: float) -> dict:
             "evaluation_and_checkpoints_s": summary["wall_time_s"] - summary["train_time_s"]}
 
 
+def nanogpt_on_held_out(work: Path, checkpoint: Path, data: Path, iters: int) -> dict:
+    """nanoGPT's saved model (its best held-out estimate) on mltrain's own held-out sequences, the very
+    batches mltrain's final_val_loss is the mean over (characters mapped to nanoGPT's ids): a paired
+    comparison, free of the two estimates' sampling noise."""
+    import pickle
+
+    from mltrain.training.evaluation import EVAL_SEED
+
+    sys.path.insert(0, str(work))
+    try:
+        from model import GPT as NanoGPT, GPTConfig as NanoConfig  # nanoGPT's model.py
+    finally:
+        sys.path.remove(str(work))
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    with contextlib.redirect_stdout(sys.stderr):  # it prints its size; stdout is this script's JSON
+        model = NanoGPT(NanoConfig(**saved["model_args"]))
+    model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in saved["model"].items()})
+    model.eval()
+    stoi = pickle.loads((work / "data" / "shakespeare_char" / "meta.pkl").read_bytes())["stoi"]
+    table = torch.zeros(256, dtype=torch.long)
+    for ch, i in stoi.items():
+        table[ord(ch)] = i
+    register_configs()
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfg = compose("config", overrides=mltrain_recipe(data, iters, Path("unused"))[:-1])
+    val = BatchSampler(load_tokens(cfg.data).val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")
+    losses = []
+    with torch.no_grad():
+        for i in range(cfg.train.eval_batches):
+            x, y = val.batch(i)
+            logits, _ = model(table[x], table[y])
+            losses.append(F.cross_entropy(logits.transpose(1, 2), table[y], reduction="none").mean(dim=1))
+    per_sequence = torch.cat(losses)
+    return {"loss": per_sequence.mean().item(), "se": (per_sequence.std() / per_sequence.numel() ** 0.5).item(),
+            "checkpoint_step": int(saved["iter_num"]), "sequences": per_sequence.numel()}
+
+
 def side_by_side(args, tmp: Path) -> dict:
     """Interleaved rounds of nanoGPT's train.py and mltrain on the same recipe, each a fresh process
     timed whole (start-up, steps, evaluation); ratios within a round, medians over rounds."""
@@ -441,34 +481,47 @@ def side_by_side(args, tmp: Path) -> dict:
     timed([sys.executable, "-m", "mltrain.cli", *mltrain_recipe(data, 1, tmp / "warm")], tmp, env)
     nano_cmd = [sys.executable, "train.py", *NANOGPT_RECIPE, f"--max_iters={iters}", f"--lr_decay_iters={iters}",
                 f"--out_dir={tmp / 'out-nanogpt'}"]
+    tools = {"mltrain": {**env}}
+    if args.mltrain_other:  # another checkout of mltrain (an earlier commit, say) run the same way, beside
+        other = Path(args.mltrain_other).resolve()
+        conf = other / "mltrain" / "conf"
+        if not conf.exists():  # a plain checkout: the package's conf/ is the top-level one
+            conf.symlink_to(other / "conf", target_is_directory=True)
+        tools["mltrain_other"] = {**env, "PYTHONPATH": str(other)}
     rounds = []
     for r in range(args.nanogpt_rounds):
         runs = {}
-        order = ["nanogpt", "mltrain"] if r % 2 == 0 else ["mltrain", "nanogpt"]
+        order = ["nanogpt", *tools]
+        order = order if r % 2 == 0 else order[::-1]
         for name in order:
             if name == "nanogpt":
                 wall, cpu, output = timed(nano_cmd, work, env)
                 runs[name] = {"wall_s": wall, "cpu_s": cpu, **nanogpt_figures(output, wall)}
             else:
-                run_dir = tmp / f"mltrain-{r}"
-                wall, cpu, _ = timed([sys.executable, "-m", "mltrain.cli", *mltrain_recipe(data, iters, run_dir)], tmp, env)
+                run_dir = tmp / f"{name}-{r}"
+                cmd = [sys.executable, "-m", "mltrain.cli", *mltrain_recipe(data, iters, run_dir)]
+                wall, cpu, _ = timed(cmd, tmp, tools[name])
                 runs[name] = {"wall_s": wall, "cpu_s": cpu, **mltrain_figures(run_dir, wall)}
         print(json.dumps({"round": r, **runs}), file=sys.stderr, flush=True)
         rounds.append(runs)
 
-    def ratio(key: str) -> float:  # > 1: mltrain is faster
-        return statistics.median(r["nanogpt"][key] / r["mltrain"][key] for r in rounds)
+    def ratio(key: str, tool: str) -> float:  # > 1: mltrain is faster
+        return statistics.median(r["nanogpt"][key] / r[tool][key] for r in rounds)
 
     def median(tool: str, key: str) -> float:
         return statistics.median(r[tool][key] for r in rounds)
 
-    return {"config": {"recipe": " ".join(NANOGPT_RECIPE), "iters": iters, "rounds": args.nanogpt_rounds,
-                       "threads": int(env["OMP_NUM_THREADS"]), "torch": torch.__version__,
-                       "mltrain": " ".join(mltrain_recipe(data, iters, Path("RUN")))},
-            "speed_vs_nanogpt": {"wall": ratio("wall_s"), "cpu": ratio("cpu_s"), "step": ratio("step_ms_median")},
-            "nanogpt": {k: median("nanogpt", k) for k in rounds[0]["nanogpt"]},
-            "mltrain": {k: median("mltrain", k) for k in rounds[0]["mltrain"]},
-            "rounds": rounds}
+    out = {"config": {"recipe": " ".join(NANOGPT_RECIPE), "iters": iters, "rounds": args.nanogpt_rounds,
+                      "threads": int(env["OMP_NUM_THREADS"]), "torch": torch.__version__,
+                      "mltrain": " ".join(mltrain_recipe(data, iters, Path("RUN"))), "mltrain_other": args.mltrain_other}}
+    for tool in tools:
+        out[f"speed_vs_nanogpt{tool.removeprefix('mltrain')}"] = {
+            "wall": ratio("wall_s", tool), "cpu": ratio("cpu_s", tool), "step": ratio("step_ms_median", tool)}
+    for tool in ("nanogpt", *tools):
+        out[tool] = {k: median(tool, k) for k in rounds[0][tool]}
+    out["nanogpt"]["on_mltrain_held_out"] = nanogpt_on_held_out(work, tmp / "out-nanogpt" / "ckpt.pt", data, iters)
+    out["rounds"] = rounds
+    return out
 
 
 def main() -> None:
@@ -496,6 +549,8 @@ def main() -> None:
     ap.add_argument("--shakespeare", metavar="INPUT_TXT", help="--nanogpt: tiny shakespeare's input.txt")
     ap.add_argument("--nanogpt-iters", type=int, default=2000, help="--nanogpt: iterations (the recipe's 2000)")
     ap.add_argument("--nanogpt-rounds", type=int, default=3, help="--nanogpt: interleaved rounds")
+    ap.add_argument("--mltrain-other", metavar="CHECKOUT", help="--nanogpt: another mltrain checkout (an earlier "
+                    "commit) run beside, as mltrain_other")
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a CPU shared "
                     "with other work, 1 avoids OpenMP threads waiting on each other")
     args = ap.parse_args()
