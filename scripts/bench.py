@@ -65,6 +65,7 @@ from hydra import compose, initialize_config_module
 
 from mltrain.config import register_configs
 from mltrain.data import BatchSampler, load_tokens
+from mltrain.training.compiling import compile_options
 from mltrain.training.flops import peak_flops, train_flops_per_step
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.plan import Phase
@@ -134,7 +135,7 @@ def plain_loop(cfg, tokens: np.ndarray, device: torch.device, dtype, compile_: b
         opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, fused=fused)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), fused=fused)
-    fwd = torch.compile(model) if compile_ else model
+    fwd = torch.compile(model, **compile_options()) if compile_ else model
     ctx = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
     B, T = t.batch_size, m.block_size
     step = [0]
