@@ -1,13 +1,13 @@
 """`mltrain`: the training command. Hydra parses and composes, RunGuard checks the run dir before Hydra
-writes into it, mltrain/run.py does the work. The other tools' entry points are in mltrain/console.py
-(re-exported here), which loads none of the training stack."""
+writes into it, mltrain/run.py does the work. The other tools' entry points are in mltrain/console.py,
+which loads none of the training stack."""
 
 from __future__ import annotations
 
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -17,17 +17,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mltrain.config import register_configs, resuming, validate
-from mltrain.console import compare_main, export_main, prepare_main, sample_main
 from mltrain.errors import ConfigError, MltrainError, report
-from mltrain.run import RunDiverged, RunInterrupted, run
+from mltrain.run import Checked, RunDiverged, RunInterrupted, preflight, run
 from mltrain.runs import rundir
 from mltrain.runs import sweep as sweeps
 from mltrain.runs.provenance import redact_hydra_records
 from mltrain.training import distributed
-from mltrain.training.resume import check_resume, resume_command, say
+from mltrain.training.resume import resume_command, say
 
-# The tools' entry points are importable from here too (scripts and tests name `mltrain.cli:<tool>_main`).
-__all__ = ["RunGuard", "train_main", "compare_main", "export_main", "prepare_main", "sample_main"]
+__all__ = ["RunGuard", "train_main"]
 
 log = logging.getLogger("mltrain")
 
@@ -36,6 +34,10 @@ log = logging.getLogger("mltrain")
 CONFIG_PATH = "pkg://mltrain.conf"
 
 register_configs()
+
+# What RunGuard.on_run_start checked (run.preflight) for the single run that follows it in this process,
+# handed to the task so that the checks are made once.
+_checked: Optional[Checked] = None
 
 
 def _fail(message: str) -> None:
@@ -61,24 +63,25 @@ class RunGuard(Callback):
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _checked
         run_dir = Path(config.hydra.run.dir)
-        resume = resuming(config.train.resume)
         try:
-            validate(config)
-            if resume:
-                previous = check_resume(run_dir, config)  # reads only; another config: ConfigError
-                if previous is not None and previous.ended:
-                    say(f"{previous.describe()}: nothing to resume, left untouched")
-                    sys.exit(0)
+            checked = preflight(config, run_dir)  # reads only; another config when resuming: ConfigError
+            previous = checked.previous
+            if previous is not None and previous.ended:
+                say(f"{previous.describe()}: nothing to resume, left untouched")
+                sys.exit(0)
             if distributed.world_from_env().is_main:  # one owner: the other ranks of a torchrun job write nothing
-                rundir.claim(run_dir, allow_earlier=resume)  # held until the process ends
+                rundir.claim(run_dir, allow_earlier=resuming(config.train.resume))  # held until the process ends
         except MltrainError as err:
             _fail(str(err))
+        _checked = checked
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         try:
-            sweeps.check_sweep(config)  # every point valid, one job dir each, n_jobs bounded: before any write
+            # every point valid, one job dir each, n_jobs bounded: before any write
+            sweeps.check_sweep(config, validate)
             sweeps.mark_sweep_process()
             rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs",
                          allow_earlier=resuming(config.train.resume))
@@ -111,9 +114,13 @@ class RunGuard(Callback):
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def _train(cfg: DictConfig) -> float | None:
+    global _checked
+    checked, _checked = _checked, None
+    if HydraConfig.get().mode != RunMode.RUN:
+        checked = None  # each job of a multirun is checked by its own run
     try:
         with distributed.one_line_when_a_rank_is_lost():
-            return run(cfg)
+            return run(cfg, checked=checked)
     except (MltrainError, RunDiverged) as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on

@@ -24,20 +24,23 @@ from typing import Any, Iterator, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from mltrain.checks import check_optim, check_schedule, positive
 from mltrain.choice import Choice
-from mltrain.method import rivals
-from mltrain.method.coarsening import StepScale, scheme_class
-from mltrain.method.layer_drop import DropProfile
-from mltrain.method.rivals import DepthMethod
-from mltrain.method.stacking import GrowthOperator, GrowthState
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import ConfigError
+from mltrain.method.coarsening import StepScale, scheme_class
+from mltrain.method.layer_drop import DropProfile
+from mltrain.method.multilevel import Control, Order, StatePolicy
+from mltrain.method.plan import budget_steps
+from mltrain.method.registry import NONE, depth_method_values, method_for
+from mltrain.method.stacking import GrowthOperator, GrowthState
 from mltrain.model import GPTConfig
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.names import short_dirname
-from mltrain.training.compiling import compile_setting
-from mltrain.training.optim import OptimName, ScheduleName, resolve_coarse_optim
 from mltrain.runs.rundir import unique_dir
+from mltrain.training.compiling import compile_setting
+from mltrain.training.distributed import START_TIME_ENV
+from mltrain.training.optim import OptimName, ScheduleName
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 
@@ -56,19 +59,14 @@ class DType(Choice):
     bfloat16 = "bfloat16"
 
 
-class Order(Choice):
-    ascending = "ascending"  # coarse model A (even blocks) first
-    descending = "descending"
+def _depth_method_choice() -> type[Choice]:
+    """`none` and the name of every registered depth method chosen by its name (mltrain/method/registry.py)."""
+    return Choice("DepthMethod", {name: name for name in depth_method_values()})
 
 
-class StatePolicy(Choice):
-    keep = "keep"
-    reset = "reset"
-
-
-class Control(Choice):
-    none = "none"
-    schedule = "schedule"  # the LR-schedule control (see MultilevelConfig.control)
+# The values of `depth_method`, from the registry: Hydra refuses any other while composing. The schema
+# names it by this module attribute, which register_configs() renews when a method was registered since.
+DepthMethod = _depth_method_choice()
 
 
 class LoggerName(Choice):
@@ -250,7 +248,7 @@ class Config:
     multilevel: MultilevelConfig = field(default_factory=MultilevelConfig)
     # A rival depth method instead of single-level or multilevel training (experiment=stacking,
     # layer_drop, raptr set it), and each one's keys.
-    depth_method: DepthMethod = DepthMethod.none
+    depth_method: DepthMethod = NONE
     stacking: StackingConfig = field(default_factory=StackingConfig)
     layer_drop: LayerDropConfig = field(default_factory=LayerDropConfig)
     raptr: RaptrConfig = field(default_factory=RaptrConfig)
@@ -259,9 +257,6 @@ class Config:
     scale: Optional[str] = None  # name of the scale preset, set by conf/scale/*.yaml
 
 
-# A run's start time (seconds since the epoch), set by mltrain.training.distributed.prepare_launch so that every
-# rank of one data-parallel job names the same default run dir.
-START_TIME_ENV = "MLTRAIN_START_TIME"
 _PROCESS_START = time.time()
 
 
@@ -287,7 +282,11 @@ def hydra_subdir(output_dir: str, resume: bool) -> Optional[str]:
 
 
 def register_configs() -> None:
-    """The schema, and the resolvers the config tree uses; idempotent."""
+    """The schema, and the resolvers the config tree uses; idempotent. `depth_method` takes the values of
+    the depth methods registered when it is called (DepthMethod is made again if one was registered since)."""
+    global DepthMethod
+    if [m.value for m in DepthMethod] != depth_method_values():
+        DepthMethod = _depth_method_choice()
     ConfigStore.instance().store(name="mltrain_schema", node=Config)
     OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
     # Default run/sweep dirs: claimed with an atomic mkdir, suffixed when another run took the name in
@@ -316,20 +315,8 @@ def _schema_keys(schema: type, prefix: str = "") -> list[str]:
     return keys
 
 
-def budget_steps(train: Any) -> int:
-    """The fine steps a run trains for: train.max_steps x train.budget, at least 1. The one place the
-    budget is applied: the plan is built with it and everything else (the LR schedule, the last
-    evaluation, the summary) takes the fine steps from the plan; the config itself is never changed."""
-    return max(1, round(train.max_steps * train.budget))
-
-
 # ---------------------------------------------------------------------------------------------
 # Semantic validation (types are Hydra's job; this is everything a type cannot say)
-
-
-def _positive(value: Any, key: str, zero_ok: bool = False) -> None:
-    if value is None or not (value >= 0 if zero_ok else value > 0):  # `not`: NaN fails too
-        raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
 
 
 # Keys of the composed config that are not mltrain's: Hydra's own node (present in callbacks).
@@ -397,13 +384,13 @@ def validate(cfg: Any) -> None:
     if not 0 <= cfg.seed < 2**32:
         raise ConfigError(f"seed={cfg.seed} must be in [0, 2**32)")
     for key in ("n_layer", "n_head", "n_embd", "block_size"):
-        _positive(m[key], f"model.{key}")
+        positive(m[key], f"model.{key}")
     if m.n_embd % m.n_head:
         raise ConfigError(f"model.n_embd={m.n_embd} must be divisible by model.n_head={m.n_head}")
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError(f"model.dropout={m.dropout} must be in [0, 1)")
     if m.vocab_size is not None:
-        _positive(m.vocab_size, "model.vocab_size")
+        positive(m.vocab_size, "model.vocab_size")
     if cfg.data.source == Source.text and not cfg.data.path:
         raise ConfigError("data=text needs data.path (a file, a directory or a glob of text files)")
     if cfg.data.source == Source.shards and not cfg.data.dir:
@@ -411,80 +398,35 @@ def validate(cfg: Any) -> None:
     if not 0.0 < cfg.data.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction} must be in (0, 1)")
     for key in ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval"):
-        _positive(t[key], f"train.{key}")
-    _positive(t.grad_clip, "train.grad_clip", zero_ok=True)
+        positive(t[key], f"train.{key}")
+    positive(t.grad_clip, "train.grad_clip", zero_ok=True)
     if not 0.0 < t.budget <= 10.0 or math.isnan(t.budget):
         raise ConfigError(f"train.budget={t.budget} must be in (0, 10] (a fraction of train.max_steps)")
-    _positive(t.checkpoint_interval, "train.checkpoint_interval", zero_ok=True)
+    positive(t.checkpoint_interval, "train.checkpoint_interval", zero_ok=True)
+    positive(t.keep_checkpoints, "train.keep_checkpoints")
     compile_setting(t.compile)  # auto, true or false
-    _positive(t.stop_check_interval, "train.stop_check_interval")
+    positive(t.stop_check_interval, "train.stop_check_interval")
     if t.peak_flops is not None:
-        _positive(t.peak_flops, "train.peak_flops")
-    _positive(t.keep_checkpoints, "train.keep_checkpoints")
+        positive(t.peak_flops, "train.peak_flops")
     if t.batch_size % t.grad_accum:
         raise ConfigError(
             f"train.batch_size={t.batch_size} must be divisible by train.grad_accum={t.grad_accum}"
         )
-    _validate_optim(cfg.optim, "optim")
-    _validate_schedule(cfg.schedule, "schedule", cfg.optim.lr)
-    _validate_multilevel(cfg)
-    rivals.check_config(cfg, budget_steps(t))  # depth_method: its keys, and that it fits in the run
+    check_optim(cfg.optim, "optim")
+    check_schedule(cfg.schedule, "schedule", cfg.optim.lr)
+    _validate_coarsening(cfg)
+    # The depth method checks its own keys (multilevel: the cycles, the coarse optimizer, the scheme's
+    # keys; a rival: its section) and that it fits in the run's fine steps.
+    method_for(cfg).check_config(budget_steps(t))
 
 
-def _validate_optim(o: Any, key: str) -> None:
-    _positive(o.lr, f"{key}.lr")
-    _positive(o.weight_decay, f"{key}.weight_decay", zero_ok=True)
-    _positive(o.eps, f"{key}.eps")
-    if not 0.0 <= o.momentum < 1.0:
-        raise ConfigError(f"{key}.momentum={o.momentum} must be in [0, 1)")
-    if o.nesterov and o.momentum == 0:
-        raise ConfigError(f"{key}.nesterov=true needs {key}.momentum > 0")
-    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
-        raise ConfigError(f"{key}.betas={list(o.betas)} must be two numbers in [0, 1)")
-
-
-def _validate_schedule(s: Any, key: str, peak_lr: float) -> None:
-    _positive(s.warmup_steps, f"{key}.warmup_steps", zero_ok=True)
-    if not 0.0 <= s.min_lr <= peak_lr:
-        raise ConfigError(f"{key}.min_lr={s.min_lr} must be in [0, peak lr={peak_lr}]")
-
-
-def _validate_multilevel(cfg: Any) -> None:
-    c, ml = cfg.coarsening, cfg.multilevel
+def _validate_coarsening(cfg: Any) -> None:
+    c = cfg.coarsening
     scheme = scheme_class(c.scheme)  # ConfigError naming the registered schemes
     if c.seed is not None and not 0 <= c.seed < 2**32:
         raise ConfigError(f"coarsening.seed={c.seed} must be null or in [0, 2**32)")
-    if not scheme.coarsens:
-        if ml.control != Control.none:
-            raise ConfigError(
-                "multilevel.control=schedule needs a coarsening scheme (it matches that scheme's "
-                "coarse FLOPs), e.g. coarsening=evenodd"
-            )
-        return
-    if not 0.0 <= ml.delta <= 1.0 or math.isnan(ml.delta):
-        raise ConfigError(f"multilevel.delta={ml.delta} must be in [0, 1]")
-    if ml.levels < 2:
-        raise ConfigError(f"multilevel.levels={ml.levels} must be >= 2 with coarsening={c.name}")
-    for key in ("n_cycles", "fine_steps_per_cycle", "coarse_steps", "coarse_log_interval"):
-        _positive(ml[key], f"multilevel.{key}")
-    if ml.coarse_batch_size is not None:
-        _positive(ml.coarse_batch_size, "multilevel.coarse_batch_size")
-        if ml.coarse_batch_size % cfg.train.grad_accum:
-            raise ConfigError(
-                f"multilevel.coarse_batch_size={ml.coarse_batch_size} must be divisible by "
-                f"train.grad_accum={cfg.train.grad_accum}"
-            )
-    fine_in_cycles = ml.n_cycles * ml.fine_steps_per_cycle
-    if fine_in_cycles >= budget_steps(cfg.train):
-        # At least one fine step after the last prolongation, so the final losses describe the model
-        # the run ends with.
+    if not scheme.coarsens and cfg.multilevel.control != Control.none:
         raise ConfigError(
-            f"multilevel.n_cycles*fine_steps_per_cycle={fine_in_cycles} fine steps must be fewer than "
-            f"train.max_steps={cfg.train.max_steps} x train.budget={cfg.train.budget} "
-            "(fine training continues after the cycles)"
+            "multilevel.control=schedule needs a coarsening scheme (it matches that scheme's "
+            "coarse FLOPs), e.g. coarsening=evenodd"
         )
-    co = resolve_coarse_optim(cfg.optim, ml.coarse_optim)
-    _validate_optim(co, "multilevel.coarse_optim")
-    _validate_schedule(ml.coarse_schedule, "multilevel.coarse_schedule", co.lr)
-    # The scheme checks its own keys: k, redraw/seed, step_scale, and that every level divides evenly.
-    scheme.check_config(c, cfg.model.n_layer, ml.levels)

@@ -1,7 +1,8 @@
 """Build the parts from the config, run the plan, write the summary.
 
-    config → validate → data → model → samplers, optimizer, hierarchy → Trainer, Evaluator, PlanRunner
-           → metrics.jsonl / W&B (Tracker), checkpoints/ → summary.json, the weights
+    config → preflight (validate, the resume check) → data → model → samplers, optimizer, hierarchy
+           → Trainer, Evaluator, PlanRunner (training/) → metrics.jsonl / W&B (Tracker),
+             checkpoints/ (training/checkpoint.py CheckpointSaver) → summary.json, the weights
 
 `_run` reads as the run does: build, restore, open the tracker, train, summarize, write the results.
 A run ends `finished`, `interrupted` (SIGINT, SIGTERM or SIGUSR1: the current step is finished and a
@@ -28,10 +29,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mltrain.config import resuming, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
-from mltrain.method.coarsening import Hierarchy, build_scheme
+from mltrain.flops import FLOPS_FORMULA, train_flops_per_step
+from mltrain.memory import check_fits
+from mltrain.method.coarsening import build_scheme
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.plan import planned_steps
-from mltrain.method.runner import PlanRunner, Samplers
 from mltrain.model import GPT, GPTConfig
 from mltrain.runs import rundir
 from mltrain.runs.names import run_label, run_name, sweep_run_name, swept_keys
@@ -40,16 +42,16 @@ from mltrain.runs.tracking import Tracker
 from mltrain.runs.weights import remove_weights, save_weights
 from mltrain.training import distributed
 from mltrain.training.batches import DeviceBatches
-from mltrain.training.checkpoint import Cadence, CheckpointFolder, load_latest
+from mltrain.training.checkpoint import CheckpointFolder, CheckpointSaver, load_latest
 from mltrain.training.compiling import compile_model, compile_options, compiles
-from mltrain.training.devices import enable_tf32, resolve_device, resolve_dtype, sweep_placement
+from mltrain.training.devices import enable_tf32, peak_flops, resolve_device, resolve_dtype, sweep_placement
 from mltrain.training.evaluation import EVAL_SEED, Evaluator
-from mltrain.training.flops import FLOPS_FORMULA, peak_flops, train_flops_per_step
-from mltrain.training.memory import check_fits
 from mltrain.training.optim import build_optimizer
 from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
 from mltrain.training.rows import NonFiniteLoss
+from mltrain.training.runner import PlanRunner, Samplers
 from mltrain.training.trainer import Trainer, TrainState
+from mltrain.views import Hierarchy
 
 log = logging.getLogger("mltrain")
 
@@ -175,17 +177,16 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
     device = resolve_device(cfg.device, world)
     dtype = resolve_dtype(t.dtype, device)
     check_fits(gpt_config, cfg.optim, max(B, coarse_B) // world.size // t.grad_accum, device)
-    enable_tf32(device)
-    distributed.init(world)
+    enable_tf32(device)  # the process group is joined already (run, or prepare_launch under the CLI)
     # the training steps' batches come prefetched, on the device (training/batches.py)
     samplers = Samplers(fine=DeviceBatches(fine, device, t.prefetch), coarse=DeviceBatches(coarse, device, t.prefetch),
                         diag=diag)
     compiled = compiles(t.compile, device)
     model = _model(cfg, gpt_config, device, compiled)
-    hierarchy = None
-    if build_scheme(cfg.coarsening).coarsens:  # multilevel training and its schedule control
-        c = cfg.coarsening
-        hierarchy = Hierarchy(model, build_scheme(c), cfg.multilevel.delta, seed=cfg.seed if c.seed is None else c.seed)
+    hierarchy, c = None, cfg.coarsening
+    scheme = build_scheme(c)
+    if scheme.coarsens:  # multilevel training and its schedule control
+        hierarchy = Hierarchy(model, scheme, cfg.multilevel.delta, seed=cfg.seed if c.seed is None else c.seed)
     # MFU only means something against the bf16 peak, i.e. under bf16 autocast (or a peak given for the run)
     peak = peak_flops(device, t.peak_flops) if dtype == torch.bfloat16 or t.peak_flops else None
     trainer = Trainer(model, t, device, dtype, emit, peak_flops=peak, world=world, compiled=compiled)
@@ -211,7 +212,7 @@ def _model(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, compile
     if compiled:
         # The whole model, once: dynamo guards on the number of blocks a call runs, not on which
         # modules they are (nn.Module parameters are graph inputs), so every coarse model of one
-        # depth reuses one graph, and later cycles compile nothing (checked in tests/test_compile.py).
+        # depth reuses one graph, and later cycles compile nothing (checked in tests/e2e/test_compile_once.py).
         compile_model(model, gpt_config.n_layer)
     return model
 
@@ -220,26 +221,43 @@ def _model(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, compile
 # A run, start to end
 
 
-def run(cfg: DictConfig, run_dir: Optional[str | Path] = None) -> Optional[float]:
+@dataclass(frozen=True)
+class Checked:
+    """What `preflight` found: the config can run, and `previous` is the run dir's earlier run to
+    continue (or, when `previous.ended`, to leave alone); None: a fresh start."""
+
+    previous: Optional[PreviousRun]
+
+
+def preflight(cfg: DictConfig, run_dir: str | Path) -> Checked:
+    """The checks before a run touches anything, in one place (the CLI's RunGuard and `run` both use
+    it): the config (validate), and with train.resume=true the dir's earlier run (check_resume: one made
+    with another config is refused, naming the keys). Reads only; ConfigError for the first problem."""
+    validate(cfg)
+    if not resuming(cfg.train.resume):
+        return Checked(None)
+    return Checked(check_resume(run_dir, cfg))
+
+
+def run(cfg: DictConfig, run_dir: Optional[str | Path] = None, checked: Optional[Checked] = None) -> Optional[float]:
     """Train as `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise).
+    `checked`: what `preflight` found for this config and dir already (the CLI checks before Hydra
+    writes into the dir); None: check here.
 
     Raises RunInterrupted after a stop on a signal, RunDiverged after a non-finite loss, ConfigError
     for a run dir that cannot be used, each before anything of an earlier run is changed."""
-    validate(cfg)
     if run_dir is None:
         run_dir = HydraConfig.get().runtime.output_dir
     run_dir = Path(run_dir)
+    previous = (checked or preflight(cfg, run_dir)).previous
     world = distributed.world_from_env()
     if not world.distributed:
         sweep_placement()  # a parallel sweep worker takes a GPU of its own, before CUDA starts
+    if previous is not None and previous.ended:
+        # printed, not logged: the run's own log file stays as it was
+        say(f"{previous.describe()}: nothing to resume, left untouched")
+        return previous.summary.get("final_val_loss")
     resume = resuming(cfg.train.resume)
-    previous = None
-    if resume:
-        previous = check_resume(run_dir, cfg)  # reads only; another config: ConfigError
-        if previous is not None and previous.ended:
-            # printed, not logged: the run's own log file stays as it was
-            say(f"{previous.describe()}: nothing to resume, left untouched")
-            return previous.summary.get("final_val_loss")
     distributed.init(world)
     # The run owns its directory until it returns (a lock, not only a start-up check): a second run
     # into it is refused, never interleaved. Under the CLI, RunGuard has claimed it already. Rank 0
@@ -343,7 +361,8 @@ def train(session: Session, checkpoints: CheckpointFolder, tracker: Optional[Tra
     after the current step (with a checkpoint), a non-finite loss stops it (train.on_nonfinite=stop)."""
     trainer, runner = session.trainer, session.runner
     outcome = Outcome("finished", _initial_val_loss(session, resumed), StopSignals())
-    saver = CheckpointSaver(session, checkpoints, tracker, resumed, outcome.initial_val)
+    saver = CheckpointSaver(runner, checkpoints, tracker, resumed, outcome.initial_val,
+                            session.cfg.train.checkpoint_interval, session.fine_step_flops)
     signals = outcome.signals
     session.model.train()
     try:
@@ -393,38 +412,6 @@ def _stop_rule(signals: StopSignals, state: Optional[TrainState] = None, every: 
     return agreed
 
 
-class CheckpointSaver:
-    """The run's checkpoints: on their cadence (training/checkpoint.py Cadence), at the end and on a
-    signal. Never one of a state after a bad step (every rank checks), never two of one position;
-    rank 0 writes the one file of the job. Time spent here is not training time."""
-
-    def __init__(self, session: Session, folder: CheckpointFolder, tracker: Optional[Tracker], resumed: dict,
-                 initial_val: float):
-        self.session, self.folder, self.tracker, self.initial_val = session, folder, tracker, initial_val
-        self.cadence = Cadence(session.cfg.train.checkpoint_interval, session.fine_step_flops,
-                               resumed.get("last_checkpoint_flops", 0.0))
-        # a resumed run's position is its checkpoint's: nothing new to save there
-        self.saved_at = session.trainer.state.optimizer_steps if "initial_val_loss" in resumed else -1
-
-    def after_step(self, kind: StepKind) -> None:
-        if self.cadence.due(kind, self.session.trainer.state):
-            self.save()
-
-    def save(self) -> Optional[Path]:
-        trainer = self.session.trainer
-        if trainer.state.optimizer_steps == self.saved_at:  # no step since the last one: it is still a valid
-            return self.folder.latest()  # resume point (a restrict or prolong after it is redone)
-        with trainer.clock.apart():
-            trainer.check_finite(weights=True)  # never a checkpoint of a state after a bad step (every rank)
-            self.cadence.mark(trainer.state)
-            self.saved_at = trainer.state.optimizer_steps
-            if self.tracker is None:  # ranks > 0: rank 0 writes the one checkpoint of the job
-                return None
-            extra = {"initial_val_loss": self.initial_val, "last_checkpoint_flops": self.cadence.last_flops,
-                     **self.tracker.position()}
-            return self.folder.save(self.session.runner, extra)
-
-
 # ---------------------------------------------------------------------------------------------
 # The end of a run: summary.json, the weights, the last line
 
@@ -459,7 +446,7 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
         "held_out": session.evaluator.held_out(),
         "provenance": origin,
         "coarsening": cfg.coarsening.name,
-        "delta": cfg.multilevel.delta if build_scheme(cfg.coarsening).coarsens else None,
+        "delta": cfg.multilevel.delta if session.runner.hierarchy is not None else None,
         "world_size": trainer.world.size,
         "compiled": trainer.compiled,
         **_how_it_ended(outcome, s),

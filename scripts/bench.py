@@ -11,7 +11,7 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
   - `fine_single`: mltrain's fine step in a single-level run, through the real runner (Trainer.step,
     per-step LR, a metrics.jsonl row every log_interval steps);
   - `fine_multilevel`, `coarse`: the fine step and the coarse (even blocks) step of a multilevel run;
-  on CUDA also MFU (FLOPs from mltrain/training/flops.py / time / bf16 peak) and peak memory per kind.
+  on CUDA also MFU (FLOPs from mltrain/flops.py / time / bf16 peak) and peak memory per kind.
 * prolong_ms: one δ-prolongation of the coarse model into the fine one.
 * runs: a whole multilevel run (cycles of 1 fine step + 2 coarse phases, then fine steps) against a
   single-level run with as many optimizer steps: its FLOP saving (1 - FLOPs_ml / FLOPs_single) next
@@ -65,8 +65,8 @@ from hydra import compose, initialize_config_module
 
 from mltrain.config import register_configs
 from mltrain.data import BatchSampler, load_tokens
-from mltrain.training.compiling import compile_options
-from mltrain.training.flops import peak_flops, train_flops_per_step
+from mltrain.flops import train_flops_per_step
+from mltrain.training.devices import peak_flops
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.plan import Phase
 from mltrain.run import build
@@ -135,7 +135,12 @@ def plain_loop(cfg, tokens: np.ndarray, device: torch.device, dtype, compile_: b
         opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, fused=fused)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), fused=fused)
-    fwd = torch.compile(model, **compile_options()) if compile_ else model
+    if compile_:
+        from mltrain.training.compiling import compile_options
+
+        fwd = torch.compile(model, **compile_options())
+    else:
+        fwd = model
     ctx = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
     B, T = t.batch_size, m.block_size
     step = [0]
@@ -296,7 +301,12 @@ def harness_run(built, tmp: Path) -> Callable[[], None]:
     from mltrain.training.resume import StopSignals
 
     plan = list(built.runner.plan)
-    saver = run_module.CheckpointSaver(built, CheckpointFolder(tmp, keep=1), None, {}, 0.0)
+    try:  # train.checkpoint_interval=0: never due
+        from mltrain.training.checkpoint import CheckpointSaver
+
+        saver = CheckpointSaver(built.runner, CheckpointFolder(tmp, keep=1), None, {}, 0.0, 0, built.fine_step_flops)
+    except ImportError:  # an earlier mltrain (--mltrain-other, or on PYTHONPATH to measure it)
+        saver = run_module.CheckpointSaver(built, CheckpointFolder(tmp, keep=1), None, {}, 0.0)
     should_stop = run_module._stop_rule(StopSignals())
 
     def run() -> None:

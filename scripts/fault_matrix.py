@@ -82,7 +82,7 @@ def command(tool: str, args: list[str], limits: Optional[dict] = None, before: s
         "    resource.setrlimit(getattr(resource, name), (value, value))",
         before,
         f"sys.argv = [{tool!r}, *sys.argv[1:]]",
-        f"from mltrain.cli import {ENTRY[tool]}",
+        f"from {'mltrain.cli' if tool == 'mltrain' else 'mltrain.console'} import {ENTRY[tool]}",
         f"{ENTRY[tool]}()",
     ])
     return [sys.executable, "-c", code, *args]

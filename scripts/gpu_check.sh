@@ -15,7 +15,7 @@
 #   smoke       a 50-step compiled multilevel run under torchrun (NCCL, one process per GPU)
 #
 #   bash scripts/gpu_check.sh             # on a machine with a CUDA GPU
-#   bash scripts/gpu_check.sh --dry-run   # the same pipeline, tiny, on the CPU (tests/test_gpu_check.py)
+#   bash scripts/gpu_check.sh --dry-run   # the same pipeline, tiny, on the CPU (tests/e2e/test_gpu_check_script.py)
 #
 # It uses the machine's own Python and CUDA torch (python3, or $PYTHON), never a torch of its own. GPU
 # images often lack hydra-core, omegaconf and antlr4: `bash scripts/gpu_wheels.sh`, run where the package
@@ -128,7 +128,7 @@ part() {
 part device "$PY" - "$DEVICE" <<'EOF'
 import json, os, subprocess, sys
 import torch
-from mltrain.training.flops import peak_flops
+from mltrain.training.devices import peak_flops
 device = torch.device(sys.argv[1])
 out = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -12,7 +12,7 @@ train.stop_check_interval steps), or in the step itself, where there must be non
     python scripts/syncs.py OUT.json [--device cuda] [--steps 200] [METHOD ...]
     python -m torch.distributed.run --nproc_per_node=2 scripts/syncs.py OUT.json    # data parallel
 
-It exits 1 when a method breaks the bound (tests/test_host_syncs.py runs it on the CPU; scripts/gpu_check.sh
+It exits 1 when a method breaks the bound (tests/training/test_host_syncs.py runs it on the CPU; scripts/gpu_check.sh
 on a GPU).
 """
 
@@ -135,7 +135,7 @@ def count(overrides: list[str], steps: int = 48, device: str = "cpu") -> dict:
     from mltrain import run as run_module
     from mltrain.config import register_configs
     from mltrain.run import build
-    from mltrain.training.checkpoint import CheckpointFolder
+    from mltrain.training.checkpoint import CheckpointFolder, CheckpointSaver
     from mltrain.training.resume import StopSignals
 
     register_configs()
@@ -145,7 +145,7 @@ def count(overrides: list[str], steps: int = 48, device: str = "cpu") -> dict:
     session = build(cfg, lambda row: None)
     runner, state = session.runner, session.trainer.state
     folder = CheckpointFolder(Path(os.environ.get("TMPDIR", "/tmp")), 1)
-    saver = run_module.CheckpointSaver(session, folder, None, {}, 0.0)
+    saver = CheckpointSaver(runner, folder, None, {}, 0.0, 0, session.fine_step_flops)
     stop = run_module._stop_rule(StopSignals(), state, int(cfg.train.stop_check_interval))
     runner.run(should_stop=lambda: state.optimizer_steps >= WARMUP, after_step=saver.after_step)
     warm = state.optimizer_steps

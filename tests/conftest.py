@@ -1,6 +1,7 @@
-"""Shared fixtures. `make_config` composes the real config tree at the tests' small size, `train_run`
-trains it into a run dir; `gpt2_cache` gives tiktoken's gpt2 files offline; every test gets private
-caches."""
+"""Shared fixtures (their helpers, and every other helper the tests share, are in tests/helpers.py):
+`make_config` composes the real config tree at the tests' small size, `train_run` trains it into a run
+dir; `gpt2_cache` gives tiktoken's gpt2 files offline; every test gets private caches. The end-to-end
+runs in tests/e2e/ are marked slow, as a folder (`-m "not slow"` leaves them out)."""
 
 from __future__ import annotations
 
@@ -10,38 +11,24 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
+import torch
+from helpers import GPT2_CACHE_NAMES, GPT2_FIXTURES, compose_config, read_rows  # noqa: F401
 
 from mltrain.config import register_configs
+from mltrain.data import load_tokens
 from mltrain.run import run
+from mltrain.runs.weights import save_weights
 
 register_configs()
 
-REPO = Path(__file__).resolve().parents[1]
-GPT2_FIXTURES = REPO.parent / "shared" / "fixtures" / "gpt2-bpe"
-# tiktoken's cache names: the sha1 of each file's download URL (see ../shared/fixtures/README.md).
-GPT2_CACHE_NAMES = {
-    "encoder.json": "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6",
-    "vocab.bpe": "6d1cbeee0f20b3d9449abfede4726ed8212e3aee",
-}
+E2E = Path(__file__).resolve().parent / "e2e"
 
 
-# The tests' one training size: seconds on 2 CPU cores, big enough to learn. `ML` adds a short
-# multilevel plan (3 cycles of 2 coarse models x 4 steps).
-TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-        "train.max_steps=24", "train.eval_interval=12", "train.eval_batches=2", "train.log_interval=4",
-        "train.progress=false", "schedule.warmup_steps=2"]
-ML = ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=4", "multilevel.coarse_log_interval=2"]
-
-
-def compose_config(*overrides: str, tiny: bool = True, hydra: bool = False):
-    """The config `mltrain <overrides>` would run (at the tests' size unless tiny=False)."""
-    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        return compose("config", overrides=[*(TINY if tiny else []), *overrides], return_hydra_config=hydra)
-
-
-def read_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/e2e/ is an end-to-end run: marked slow."""
+    for item in items:
+        if E2E in item.path.parents:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -91,3 +78,32 @@ def gpt2_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
         os.environ.pop("TIKTOKEN_CACHE_DIR", None)
     else:
         os.environ["TIKTOKEN_CACHE_DIR"] = saved
+
+
+@pytest.fixture
+def verdict(monkeypatch):
+    """mltrain-compare's tuned verdict; the stand-in (helpers.standin_compare_dirs) where it is not there yet."""
+    import mltrain.tools.compare as compare
+
+    if not hasattr(compare, "compare_dirs"):
+        import helpers
+
+        monkeypatch.setattr(compare, "compare_dirs", helpers.standin_compare_dirs, raising=False)
+    return compare
+
+
+@pytest.fixture
+def warm_cache():
+    """The embedded corpus tokenized once, so a file-size limit hits the run's own files, not the cache."""
+    load_tokens(compose_config().data)
+
+
+@pytest.fixture
+def weights_dir(tmp_path):
+    """A run dir holding a small model's final weights (and nothing else)."""
+    from mltrain.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    run_dir = tmp_path / "run"
+    save_weights(run_dir, GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=256)), "bytes")
+    return run_dir

@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from mltrain.runs import atomic
+from mltrain import atomic
 from mltrain.errors import DataError, MltrainError, StorageError
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from mltrain.runs import atomic
+from mltrain import atomic
 from mltrain.data import shards
 from mltrain.interrupts import CtrlC
 from mltrain.errors import DataError, MltrainError, first_line, report

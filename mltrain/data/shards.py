@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mltrain.runs import atomic
+from mltrain import atomic
 from mltrain.errors import DataError
 
 log = logging.getLogger(__name__)

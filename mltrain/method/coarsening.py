@@ -1,5 +1,6 @@
-"""Coarsening schemes: which fine blocks each coarse model stands for, the coarse *view*, restriction
-and prolongation. Nothing here knows about optimizers, data or schedules.
+"""Coarsening schemes: which fine blocks each coarse model stands for, restriction and prolongation.
+Nothing here knows about optimizers, data or schedules, and nothing here imports torch: the views that
+run a coarse model and the hierarchy that moves weights between levels are mltrain/views.py.
 
 A coarse model is a list of *groups* of positions in its parent (the fine model, or a coarser model at
 deeper levels). Coarse block i stands for group i:
@@ -25,24 +26,22 @@ scheme is a class with a `name` and a `partition` (plus `restrict`/`prolong` if 
 
 and is then chosen with `coarsening.scheme=reversed`.
 
-Views share the fine model's embedding, final norm and head (no copies), and a view of a view recurses
-for more than two levels (12 → 6 → 3 blocks).
+A scheme's restriction and prolongation act on blocks (torch modules) handed to them; the hierarchy
+(mltrain/views.py) calls them under torch.no_grad().
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
-import torch
-import torch.nn as nn
 
 from mltrain.choice import Choice
 from mltrain.errors import CoarseningError
-from mltrain.method.kinds import model_name
-from mltrain.model import GPT
+
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 Groups = list[tuple[int, ...]]  # one coarse model: for each of its blocks, the parent positions it stands for
 
@@ -133,11 +132,9 @@ class Scheme:
         """The coarse model's blocks: a subset scheme runs the parent's own modules (no copies)."""
         return [parent_blocks[g[0]] for g in groups]
 
-    @torch.no_grad()
     def restrict(self, coarse: Sequence[nn.Module], parent: Sequence[nn.Module], groups: Groups) -> None:
         """Initialise the coarse weights from the parent: nothing to do when they are the parent's."""
 
-    @torch.no_grad()
     def prolong(self, coarse: Sequence[nn.Module], parent: Sequence[nn.Module], groups: Groups, delta: float) -> None:
         """Carry trained coarse weights into the parent: a selected block already holds them; the
         blocks after it in its group are mixed, θ ← (1-δ)·θ + δ·θ_coarse."""
@@ -179,6 +176,14 @@ def _mix(target: nn.Module, source: nn.Module, delta: float) -> None:
     """θ_target ← (1-δ)·θ_target + δ·θ_source, parameter by parameter (same module structure)."""
     for name, p in target.named_parameters():
         p.mul_(1.0 - delta).add_(source.get_parameter(name), alpha=delta)
+
+
+def _stacked(tensors: Sequence[Any]) -> Any:
+    """torch.stack(tensors) with the tensors' own methods (this module does not import torch)."""
+    out = tensors[0].new_empty((len(tensors), *tensors[0].shape))
+    for i, t in enumerate(tensors):
+        out[i] = t
+    return out
 
 
 def _groups_from_selection(selected: Sequence[int], n_parent: int) -> Groups:
@@ -255,118 +260,12 @@ class Average(Scheme):
     def coarse_blocks(self, parent_blocks: Sequence[nn.Module], groups: Groups) -> list[nn.Module]:
         return [copy.deepcopy(parent_blocks[0]) for _ in groups]
 
-    @torch.no_grad()
     def restrict(self, coarse: Sequence[nn.Module], parent: Sequence[nn.Module], groups: Groups) -> None:
         for coarse_block, group in zip(coarse, groups):
             for name, p in coarse_block.named_parameters():
-                p.copy_(torch.stack([parent[j].get_parameter(name) for j in group]).mean(dim=0))
+                p.copy_(_stacked([parent[j].get_parameter(name) for j in group]).mean(dim=0))
 
-    @torch.no_grad()
     def prolong(self, coarse: Sequence[nn.Module], parent: Sequence[nn.Module], groups: Groups, delta: float) -> None:
         for coarse_block, group in zip(coarse, groups):
             for j in group:
                 _mix(parent[j], coarse_block, delta)
-
-
-# ---------------------------------------------------------------------------------------------
-# Views
-
-
-@dataclass(eq=False)
-class ModelView:
-    """An ordered list of blocks run between the fine model's embeddings and head."""
-
-    model: GPT
-    blocks: list[nn.Module]
-    level: int = 0
-    path: tuple[int, ...] = ()  # index of the coarse model chosen at each level; () is the fine model
-    parent: Optional["ModelView"] = None
-    groups: Groups = field(default_factory=list)  # positions in parent.blocks
-    owns_blocks: bool = False  # True when the blocks are separate storage (`average`)
-    # Euler step of every block (coarsening.step_scale), or one per block (a sub-path whose blocks stand
-    # for the ones it skips, mltrain/method/paths.py)
-    step_size: float | tuple[float, ...] = 1.0
-
-    def __call__(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None):
-        return self.model(idx, targets, blocks=self.blocks, step_size=self.step_size)
-
-    @property
-    def n_blocks(self) -> int:
-        return len(self.blocks)
-
-    @property
-    def name(self) -> str:
-        return model_name(self.path)
-
-    def parameters(self) -> list[nn.Parameter]:
-        seen: dict[int, nn.Parameter] = {}
-        for module in [*self.model.shared_modules(), *self.blocks]:
-            for p in module.parameters():
-                seen.setdefault(id(p), p)
-        return list(seen.values())
-
-
-def path_key(path: tuple[int, ...]) -> str:
-    """A path as the key of a checkpoint's state dicts: `0.1` (a stored format: never a display name)."""
-    return ".".join(map(str, path))
-
-
-def key_path(key: str) -> tuple[int, ...]:
-    return tuple(int(i) for i in key.split("."))
-
-
-def fine_view(model: GPT) -> ModelView:
-    return ModelView(model=model, blocks=list(model.blocks))
-
-
-class Hierarchy:
-    """Builds the coarse views of a fine model with a scheme and moves weights between levels.
-
-    `view(path, cycle)` is deterministic in (path, cycle): for a random scheme with `redraw`, the
-    partition is drawn from (seed, cycle, path), otherwise from (seed, path), so a resumed run sees the
-    same views.
-    """
-
-    def __init__(self, model: GPT, scheme: Scheme, delta: float, seed: int = 0):
-        self.model, self.scheme, self.delta, self.seed = model, scheme, delta, seed
-        self.fine = fine_view(model)
-        self._views: dict[tuple[int, tuple[int, ...]], ModelView] = {}
-        self._storage: dict[tuple[int, ...], list[nn.Module]] = {}  # owned coarse blocks, by path
-
-    def view(self, path: tuple[int, ...], cycle: int = 0) -> ModelView:
-        if not path:
-            return self.fine
-        draw = cycle if self.scheme.redraw else 0
-        key = (draw, path)
-        if key not in self._views:
-            parent = self.view(path[:-1], cycle)
-            groups = self.scheme.partition(parent.n_blocks, [self.seed, draw, *path[:-1]])[path[-1]]
-            if self.scheme.owns_blocks:  # one storage per path, whatever the cycle
-                if path not in self._storage:
-                    self._storage[path] = self.scheme.coarse_blocks(parent.blocks, groups)
-                blocks = self._storage[path]
-            else:
-                blocks = self.scheme.coarse_blocks(parent.blocks, groups)
-            self._views[key] = ModelView(
-                self.model, blocks, level=len(path), path=path, parent=parent, groups=groups,
-                owns_blocks=self.scheme.owns_blocks, step_size=parent.step_size * self.scheme.step_factor(),
-            )
-        return self._views[key]
-
-    def restrict(self, view: ModelView) -> None:
-        """Initialise the coarse weights from the parent (a no-op for subset schemes)."""
-        self.scheme.restrict(view.blocks, view.parent.blocks, view.groups)
-
-    def prolong(self, view: ModelView) -> None:
-        """Carry the trained coarse weights back into the parent, mixing by δ."""
-        self.scheme.prolong(view.blocks, view.parent.blocks, view.groups, self.delta)
-
-    # Owned coarse blocks (`average`); subset schemes have nothing beyond the fine model.
-    def state_dict(self) -> dict:
-        return {path_key(path): [b.state_dict() for b in blocks] for path, blocks in self._storage.items()}
-
-    def load_state_dict(self, state: dict) -> None:
-        for key, blocks in state.items():
-            view = self.view(key_path(key))
-            for block, block_state in zip(view.blocks, blocks):
-                block.load_state_dict(block_state)

@@ -2,26 +2,60 @@
 the names of the models a plan trains.
 
 Torch-free on purpose: the tools that read run files (mltrain-compare, mltrain-study) use these names
-without importing the training code. Each is a `Choice` (a str Enum), so a value written to
-summary.json or metrics.jsonl is the plain string and compares equal to it.
+without importing the training code. A run kind is a registered depth method's name (RunKind); phase
+and step kinds are `Choice`s (str Enums). Each compares equal to, and is written to summary.json or
+metrics.jsonl as, its plain string.
 """
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from mltrain.choice import Choice
+from mltrain.method.registry import method_names
 
 
-class RunKind(Choice):
-    """What a run trains: the method, as summary.json's `run_kind` records it."""
+class _RegisteredKinds(type):
+    """RunKind's members are the registered depth methods (method/registry.py), in registration order:
+    `RunKind.single`, `list(RunKind)`, `"raptr" in RunKind`."""
 
-    single = "single"  # single-level training: the baseline every other kind is measured against
-    multilevel = "multilevel"  # coarse models trained in cycles and prolonged into the fine model
-    # The multilevel plan with every coarse phase replaced by fine steps at the coarse LR for the same
-    # FLOPs: isolates what the high-LR phase alone does, with no coarse model.
-    schedule_control = "schedule_control"
-    stacking = "stacking"  # a shallow model grown by copying its blocks (progressive stacking)
-    layer_drop = "layer_drop"  # every step skips blocks at random (progressive layer dropping)
-    raptr = "raptr"  # stages of random sub-paths of growing length (RaPTr)
+    def __iter__(cls) -> Iterator["RunKind"]:
+        return iter([cls(name) for name in method_names()])
+
+    def __len__(cls) -> int:
+        return len(method_names())
+
+    def __contains__(cls, value: object) -> bool:
+        return str(value) in method_names()
+
+    def __getattr__(cls, name: str) -> "RunKind":
+        if name in method_names():
+            return cls(name)
+        raise AttributeError(f"{name!r} is not a registered depth method (mltrain/method/registry.py)")
+
+
+class RunKind(str, metaclass=_RegisteredKinds):
+    """What a run trains: the name of its depth method, as summary.json's `run_kind` records it. Each
+    registered method is one kind (single-level training is the baseline every other kind is measured
+    against); `RunKind(text)` refuses a name no method has (ValueError). One object per kind, as an
+    Enum's members: `run_kind(cfg) is RunKind.single`."""
+
+    _members: dict[str, "RunKind"] = {}
+
+    def __new__(cls, value: object) -> "RunKind":
+        text = str(value)
+        if text not in method_names():
+            raise ValueError(f"{text!r} is not a run kind (the registered depth methods: {', '.join(method_names())})")
+        if text not in cls._members:
+            cls._members[text] = super().__new__(cls, text)
+        return cls._members[text]
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:
+        return f"RunKind({str(self)!r})"
 
 
 class PhaseKind(Choice):

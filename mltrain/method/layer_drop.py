@@ -22,6 +22,8 @@ import numpy as np
 from mltrain.choice import Choice
 from mltrain.errors import ConfigError
 from mltrain.method.paths import PathPolicy, Stage, SubPath, step_rng
+from mltrain.method.registry import register_method
+from mltrain.method.rivals import Rival
 
 STREAM = 1  # keeps layer dropping's draws apart from other methods' (paths.step_rng)
 
@@ -61,16 +63,24 @@ class LayerDrop(PathPolicy):
         return SubPath(tuple(int(i) for i in kept), scales)
 
 
-def stages(cfg: Any, total_steps: int) -> list[Stage]:
-    c = cfg.layer_drop
-    policy = LayerDrop(cfg.model.n_layer, float(c.theta_bar), float(c.gamma), DropProfile(c.profile),
-                       bool(c.rescale), cfg.seed)
-    return [Stage(total_steps, policy)]
+@register_method
+class LayerDropping(Rival):
+    """Every step skips blocks at random (progressive layer dropping)."""
 
+    name = "layer_drop"
+    sections = ("layer_drop",)
 
-def check_config(cfg: Any, total_steps: int) -> None:
-    c = cfg.layer_drop
-    if not 0.0 < c.theta_bar <= 1.0:
-        raise ConfigError(f"layer_drop.theta_bar={c.theta_bar} must be in (0, 1] (the floor of the keep probability)")
-    if not c.gamma >= 0.0:
-        raise ConfigError(f"layer_drop.gamma={c.gamma} must be >= 0 (the decay rate of the keep probability per step)")
+    def stages(self, total_steps: int) -> list[Stage]:
+        c = self.cfg.layer_drop
+        policy = LayerDrop(self.cfg.model.n_layer, float(c.theta_bar), float(c.gamma), DropProfile(c.profile),
+                           bool(c.rescale), self.cfg.seed)
+        return [Stage(total_steps, policy)]
+
+    def check_keys(self, total_steps: int) -> None:
+        c = self.cfg.layer_drop
+        if not 0.0 < c.theta_bar <= 1.0:
+            raise ConfigError(f"layer_drop.theta_bar={c.theta_bar} must be in (0, 1] (the floor of the keep "
+                              "probability)")
+        if not c.gamma >= 0.0:
+            raise ConfigError(f"layer_drop.gamma={c.gamma} must be >= 0 (the decay rate of the keep probability "
+                              "per step)")

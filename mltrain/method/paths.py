@@ -4,7 +4,8 @@ The rival depth methods (stacking, layer dropping, RaPTr: mltrain/method/rivals.
 model's blocks through a different sub-model at each step. A `PathPolicy` says which: `path(step)` gives
 the positions of the blocks to run, in depth order, and optionally each one's Euler step (x + h·F(x):
 a block that stands for the ones skipped around it takes a longer step). The plan gives a train phase a
-policy; the runner asks it at every step and trains the view it names with the one step function.
+policy; the runner asks it at every step and trains the view it names (mltrain/views.py path_view) with
+the one step function.
 
 A random policy draws from a generator seeded by (run seed, stream, step) alone, never from a global
 RNG state, so every rank of a data-parallel job draws the same blocks at the same step, and a resumed
@@ -14,15 +15,9 @@ run draws what the uninterrupted run would have.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
-
-from mltrain.method.coarsening import ModelView
-from mltrain.model import GPT
-
-if TYPE_CHECKING:
-    from mltrain.method.stacking import Growth
 
 
 @dataclass(frozen=True)
@@ -32,10 +27,6 @@ class SubPath:
 
     blocks: tuple[int, ...]
     scales: Optional[tuple[float, ...]] = None
-
-    def view(self, model: GPT) -> ModelView:
-        """A view running these blocks of `model` between its embeddings and head (no copies)."""
-        return ModelView(model, [model.blocks[i] for i in self.blocks], step_size=self.scales or 1.0)
 
 
 class PathPolicy:
@@ -52,29 +43,25 @@ class PathPolicy:
         return None
 
 
-class ViewsAhead:
-    """The views a sub-path policy names for the steps of a phase, made for the next AHEAD steps at once:
-    each is `policy.path(step).view(model)`, drawn in one tight loop (one draw right after a step's
-    work, its caches cold, costs several times more)."""
-
-    AHEAD = 64
-
-    def __init__(self, policy: PathPolicy, model: GPT):
-        self.policy, self.model = policy, model
-        self._start, self._views = 0, []
-
-    def view(self, step: int) -> ModelView:
-        i = step - self._start
-        if not 0 <= i < len(self._views):
-            self._start, i = step, 0
-            self._views = [self.policy.path(s).view(self.model) for s in range(step, step + self.AHEAD)]
-        return self._views[i]
-
-
 def step_rng(seed: int, stream: int, step: int) -> np.random.Generator:
     """The generator of one step's draw: numpy's SeedSequence of (seed, stream, step). `stream` keeps
     the draws of different methods apart."""
     return np.random.default_rng([seed, stream, step])
+
+
+class BlockCopies:
+    """A change of the fine model's blocks made between two steps (a stacking growth): block j becomes a
+    copy of block `sources()[j]` as it was before the change (the same modules, new weights). With
+    `copies_state` each copy's optimizer state is a copy of its source's; otherwise the whole optimizer
+    state is cleared. A description: mltrain/training/growth.py carries it out. Subclasses are frozen
+    dataclasses, like policies."""
+
+    def sources(self) -> list[int]:
+        raise NotImplementedError
+
+    @property
+    def copies_state(self) -> bool:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -84,7 +71,7 @@ class Stage:
 
     steps: int
     paths: Optional[PathPolicy] = None
-    growth: Optional["Growth"] = None
+    growth: Optional[BlockCopies] = None
 
 
 def stage_lengths(ends: Sequence[float], total: int) -> list[int]:

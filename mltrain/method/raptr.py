@@ -21,6 +21,8 @@ import numpy as np
 
 from mltrain.errors import ConfigError
 from mltrain.method.paths import PathPolicy, Stage, SubPath, stage_lengths, step_rng
+from mltrain.method.registry import register_method
+from mltrain.method.rivals import Rival
 
 STREAM = 2  # keeps RaPTr's draws apart from other methods' (paths.step_rng)
 STAGES = 4  # stages of the paper's schedules
@@ -45,6 +47,51 @@ class RandomPaths(PathPolicy):
         return SubPath(blocks, tuple(1.0 if i in self.fixed else scale for i in blocks))
 
 
+@register_method
+class Raptr(Rival):
+    """Stages of random sub-paths of growing length (RaPTr)."""
+
+    name = "raptr"
+    sections = ("raptr",)
+
+    def stages(self, total_steps: int) -> list[Stage]:
+        n, c, fixed = self.cfg.model.n_layer, self.cfg.raptr, fixed_blocks(self.cfg)
+        out = []
+        for length, steps in zip(path_lengths(self.cfg), _stage_steps(self.cfg, total_steps)):
+            paths: Optional[PathPolicy] = None  # a path of every block: the full model
+            if length < n:
+                paths = RandomPaths(n, length, fixed, bool(c.rescale), self.cfg.seed)
+            out.append(Stage(steps, paths))
+        return out
+
+    def check_keys(self, total_steps: int) -> None:
+        n, c = self.cfg.model.n_layer, self.cfg.raptr
+        lengths, n_fixed = path_lengths(self.cfg), len(fixed_blocks(self.cfg))
+        if not lengths:
+            raise ConfigError("raptr.path_lengths=[] names no stage: give one path length per stage, "
+                              "the last the full depth")
+        if any(not 1 <= p <= n for p in lengths):
+            raise ConfigError(f"raptr.path_lengths={lengths} must be between 1 and the depth (model.n_layer={n})")
+        if lengths[-1] != n:
+            raise ConfigError(f"raptr.path_lengths={lengths} must end at the full model ({n} blocks, model.n_layer)")
+        if any(b < a for a, b in zip(lengths, lengths[1:])):
+            raise ConfigError(f"raptr.path_lengths={lengths} must not decrease from stage to stage")
+        if lengths[0] < n_fixed:
+            raise ConfigError(f"raptr.path_lengths={lengths}: a path of {lengths[0]} blocks cannot hold the {n_fixed} "
+                              "fixed blocks (raptr.fix_first, raptr.fix_last)")
+        if c.stage_fractions is not None:
+            f = list(c.stage_fractions)
+            if len(f) != len(lengths):
+                raise ConfigError(f"raptr.stage_fractions has {len(f)} entries for {len(lengths)} stages "
+                                  "(raptr.path_lengths)")
+            if any(not x > 0 for x in f) or abs(sum(f) - 1.0) > 1e-6:
+                raise ConfigError(f"raptr.stage_fractions={f} must be positive and sum to 1")
+        steps = _stage_steps(self.cfg, total_steps)
+        if min(steps) < 1:
+            raise ConfigError(f"raptr stages of {steps} steps do not fit in train.max_steps x train.budget = "
+                              f"{total_steps} steps: every stage needs at least one")
+
+
 def fixed_blocks(cfg: Any) -> tuple[int, ...]:
     n, c = cfg.model.n_layer, cfg.raptr
     return tuple(sorted({*([0] if c.fix_first else []), *([n - 1] if c.fix_last else [])}))
@@ -63,41 +110,3 @@ def _stage_steps(cfg: Any, total_steps: int) -> list[int]:
     fractions = cfg.raptr.stage_fractions or [1.0 / n_stages] * n_stages
     return stage_lengths(np.cumsum(fractions)[:-1].tolist(), total_steps)
 
-
-def stages(cfg: Any, total_steps: int) -> list[Stage]:
-    n, c, fixed = cfg.model.n_layer, cfg.raptr, fixed_blocks(cfg)
-    out = []
-    for length, steps in zip(path_lengths(cfg), _stage_steps(cfg, total_steps)):
-        paths: Optional[PathPolicy] = None  # a path of every block: the full model
-        if length < n:
-            paths = RandomPaths(n, length, fixed, bool(c.rescale), cfg.seed)
-        out.append(Stage(steps, paths))
-    return out
-
-
-def check_config(cfg: Any, total_steps: int) -> None:
-    n, c = cfg.model.n_layer, cfg.raptr
-    lengths, n_fixed = path_lengths(cfg), len(fixed_blocks(cfg))
-    if not lengths:
-        raise ConfigError("raptr.path_lengths=[] names no stage: give one path length per stage, "
-                          "the last the full depth")
-    if any(not 1 <= p <= n for p in lengths):
-        raise ConfigError(f"raptr.path_lengths={lengths} must be between 1 and the depth (model.n_layer={n})")
-    if lengths[-1] != n:
-        raise ConfigError(f"raptr.path_lengths={lengths} must end at the full model ({n} blocks, model.n_layer)")
-    if any(b < a for a, b in zip(lengths, lengths[1:])):
-        raise ConfigError(f"raptr.path_lengths={lengths} must not decrease from stage to stage")
-    if lengths[0] < n_fixed:
-        raise ConfigError(f"raptr.path_lengths={lengths}: a path of {lengths[0]} blocks cannot hold the {n_fixed} "
-                          "fixed blocks (raptr.fix_first, raptr.fix_last)")
-    if c.stage_fractions is not None:
-        f = list(c.stage_fractions)
-        if len(f) != len(lengths):
-            raise ConfigError(f"raptr.stage_fractions has {len(f)} entries for {len(lengths)} stages "
-                              "(raptr.path_lengths)")
-        if any(not x > 0 for x in f) or abs(sum(f) - 1.0) > 1e-6:
-            raise ConfigError(f"raptr.stage_fractions={f} must be positive and sum to 1")
-    steps = _stage_steps(cfg, total_steps)
-    if min(steps) < 1:
-        raise ConfigError(f"raptr stages of {steps} steps do not fit in train.max_steps x train.budget = "
-                          f"{total_steps} steps: every stage needs at least one")

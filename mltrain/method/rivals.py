@@ -1,56 +1,48 @@
 """The rival depth methods, chosen with `depth_method=` (the `stacking`, `layer_drop` and `raptr`
-experiment presets set it): which one a config names, its stages, and its checks.
+experiment presets set it): the base class of each (`Rival`), which turns its stages into a plan.
 
 Each method trains the fine model's own blocks through sub-paths (mltrain/method/paths.py), with the
 fine optimizer, the fine LR schedule and the fine data stream, so each of its steps is a fine step
-(paired by seed with single-level runs) that costs what the blocks it ran cost. A method is a module
-with `stages(cfg, total_steps)` and `check_config(cfg, total_steps)`; the plan turns its stages into
-train phases (and grow phases, for stacking).
+(paired by seed with single-level runs) that costs what the blocks it ran cost. A method is a `Rival`
+registered with `@register_method` (stacking.py, layer_drop.py, raptr.py): its `stages` become train
+phases (after a grow phase, for stacking), its `check_keys` check its own section.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any, Optional
-
-from mltrain.choice import Choice
 from mltrain.errors import ConfigError
-from mltrain.method import layer_drop, raptr, stacking
 from mltrain.method.coarsening import scheme_class
-from mltrain.method.kinds import RunKind
+from mltrain.method.kinds import PhaseKind
 from mltrain.method.paths import Stage
+from mltrain.method.plan import Phase
+from mltrain.method.registry import DepthMethod
 
 
-class DepthMethod(Choice):
-    none = "none"  # single-level or multilevel training (coarsening=)
-    stacking = "stacking"  # progressive stacking (mltrain/method/stacking.py)
-    layer_drop = "layer_drop"  # progressive layer dropping (mltrain/method/layer_drop.py)
-    raptr = "raptr"  # random path training (mltrain/method/raptr.py)
+class Rival(DepthMethod):
+    """A depth method made of stages over sub-paths of the fine model (chosen with depth_method=<name>)."""
+
+    def stages(self, total_steps: int) -> list[Stage]:
+        raise NotImplementedError
+
+    def check_keys(self, total_steps: int) -> None:
+        """ConfigError unless the method's own section can run `total_steps` fine steps."""
+
+    def check_config(self, total_steps: int) -> None:
+        cfg = self.cfg
+        if scheme_class(cfg.coarsening.scheme).coarsens:
+            raise ConfigError(f"depth_method={self.name} trains sub-paths of the fine model itself and cannot be "
+                              f"combined with coarsening={cfg.coarsening.name}: use coarsening=none")
+        self.check_keys(total_steps)
+
+    def plan(self, total_steps: int) -> list[Phase]:
+        return stage_phases(self.stages(total_steps))
 
 
-_METHODS: dict[DepthMethod, ModuleType] = {
-    DepthMethod.stacking: stacking,
-    DepthMethod.layer_drop: layer_drop,
-    DepthMethod.raptr: raptr,
-}
-
-
-def rival_kind(cfg: Any) -> Optional[RunKind]:
-    """The run kind of the rival method `cfg` names, or None (single-level or multilevel training)."""
-    method = DepthMethod(cfg.depth_method)
-    return None if method == DepthMethod.none else RunKind(method.value)
-
-
-def stages(cfg: Any, total_steps: int) -> list[Stage]:
-    return _METHODS[DepthMethod(cfg.depth_method)].stages(cfg, total_steps)
-
-
-def check_config(cfg: Any, total_steps: int) -> None:
-    """ConfigError (one line) unless the rival method `cfg` names can run `total_steps` fine steps."""
-    method = DepthMethod(cfg.depth_method)
-    if method == DepthMethod.none:
-        return
-    if scheme_class(cfg.coarsening.scheme).coarsens:
-        raise ConfigError(f"depth_method={method} trains sub-paths of the fine model itself and cannot be combined "
-                          f"with coarsening={cfg.coarsening.name}: use coarsening=none")
-    _METHODS[method].check_config(cfg, total_steps)
+def stage_phases(stages: list[Stage]) -> list[Phase]:
+    """A rival method's stages as fine train phases, each after its growth (if any)."""
+    plan = []
+    for stage in stages:
+        if stage.growth is not None:
+            plan.append(Phase(PhaseKind.grow, growth=stage.growth))
+        plan.append(Phase(PhaseKind.train, (), stage.steps, paths=stage.paths))
+    return plan

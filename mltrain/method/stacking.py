@@ -15,14 +15,13 @@ scripts start each stage's optimizer afresh) or `copy` (each copy gets a copy of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
-
-import torch
+from typing import Optional
 
 from mltrain.choice import Choice
 from mltrain.errors import ConfigError
-from mltrain.method.paths import PathPolicy, Stage, SubPath, increasing_fractions, stage_lengths
-from mltrain.model import GPT
+from mltrain.method.paths import BlockCopies, PathPolicy, Stage, SubPath, increasing_fractions, stage_lengths
+from mltrain.method.registry import register_method
+from mltrain.method.rivals import Rival
 
 
 class GrowthOperator(Choice):
@@ -49,8 +48,9 @@ class Prefix(PathPolicy):
 
 
 @dataclass(frozen=True)
-class Growth:
-    """Grow the first `depth` blocks to depth × factor blocks by copying them."""
+class Growth(BlockCopies):
+    """Grow the first `depth` blocks to depth × factor blocks by copying them (mltrain/training/growth.py
+    copies the weights and carries the optimizer state)."""
 
     operator: GrowthOperator
     depth: int
@@ -64,60 +64,47 @@ class Growth:
             return [j % n for j in range(n * g)]
         return [j // g for j in range(n * g)]
 
-    @torch.no_grad()
-    def apply(self, model: GPT, optimizer: torch.optim.Optimizer) -> None:
-        """Overwrite blocks 0 … depth·factor−1 of `model` in place with copies of the first `depth`
-        (their weights as they were before the growth), and carry the optimizer state as configured."""
-        blocks = model.blocks
-        weights = [{k: v.clone() for k, v in blocks[i].state_dict().items()} for i in range(self.depth)]
-        states = [[_clone_state(optimizer.state.get(p)) for p in blocks[i].parameters()] for i in range(self.depth)]
-        for j, i in enumerate(self.sources()):
-            blocks[j].load_state_dict(weights[i])  # copy_ into the existing parameters: optimizer and DDP keep them
-        if self.optimizer_state == GrowthState.reset:
-            optimizer.state.clear()
-            return
-        for j, i in enumerate(self.sources()):
-            for p, state in zip(blocks[j].parameters(), states[i]):
-                optimizer.state.pop(p, None)
-                if state is not None:
-                    optimizer.state[p] = _clone_state(state)
+    @property
+    def copies_state(self) -> bool:
+        return self.optimizer_state == GrowthState.copy
 
 
-def _clone_state(state: Optional[dict]) -> Optional[dict]:
-    if not state:
-        return None
-    return {k: v.clone() if torch.is_tensor(v) else v for k, v in state.items()}
+@register_method
+class Stacking(Rival):
+    """A shallow model grown by copying its blocks (progressive stacking)."""
 
+    name = "stacking"
+    sections = ("stacking",)
 
-def stages(cfg: Any, total_steps: int) -> list[Stage]:
-    """One stage per depth: the shallow model up to the first growth, …, the full model to the end."""
-    c, n_layer = cfg.stacking, cfg.model.n_layer
-    depth = n_layer // c.factor ** len(c.grow_at)
-    out = []
-    for s, steps in enumerate(stage_lengths(list(c.grow_at), total_steps)):
-        growth = None
-        if s > 0:
-            growth = Growth(GrowthOperator(c.operator), depth, c.factor, GrowthState(c.optimizer_state))
-            depth *= c.factor
-        out.append(Stage(steps, Prefix(depth) if depth < n_layer else None, growth))
-    return out
+    def stages(self, total_steps: int) -> list[Stage]:
+        """One stage per depth: the shallow model up to the first growth, …, the full model to the end."""
+        c, n_layer = self.cfg.stacking, self.cfg.model.n_layer
+        depth = n_layer // c.factor ** len(c.grow_at)
+        out = []
+        for s, steps in enumerate(stage_lengths(list(c.grow_at), total_steps)):
+            growth = None
+            if s > 0:
+                growth = Growth(GrowthOperator(c.operator), depth, c.factor, GrowthState(c.optimizer_state))
+                depth *= c.factor
+            out.append(Stage(steps, Prefix(depth) if depth < n_layer else None, growth))
+        return out
 
-
-def check_config(cfg: Any, total_steps: int) -> None:
-    c, n_layer = cfg.stacking, cfg.model.n_layer
-    grow_at = list(c.grow_at)
-    if c.factor < 2:
-        raise ConfigError(f"stacking.factor={c.factor} must be >= 2 (the depth multiplies by it at each growth)")
-    if not grow_at:
-        raise ConfigError("stacking.grow_at=[] has no growth: give the fractions of train.max_steps where the "
-                          "model grows")
-    if not increasing_fractions(grow_at):
-        raise ConfigError(f"stacking.grow_at={grow_at} must be increasing fractions of train.max_steps in (0, 1)")
-    growth = c.factor ** len(grow_at)
-    if n_layer % growth:
-        raise ConfigError(f"model.n_layer={n_layer} is not divisible by stacking.factor^len(stacking.grow_at)="
-                          f"{c.factor}^{len(grow_at)}={growth}: the growths must start from a whole number of blocks")
-    steps = stage_lengths(grow_at, total_steps)
-    if min(steps) < 1:
-        raise ConfigError(f"stacking.grow_at={grow_at} gives stages of {steps} steps in train.max_steps x train.budget "
-                          f"= {total_steps} steps: every stage needs at least one")
+    def check_keys(self, total_steps: int) -> None:
+        c, n_layer = self.cfg.stacking, self.cfg.model.n_layer
+        grow_at = list(c.grow_at)
+        if c.factor < 2:
+            raise ConfigError(f"stacking.factor={c.factor} must be >= 2 (the depth multiplies by it at each growth)")
+        if not grow_at:
+            raise ConfigError("stacking.grow_at=[] has no growth: give the fractions of train.max_steps where the "
+                              "model grows")
+        if not increasing_fractions(grow_at):
+            raise ConfigError(f"stacking.grow_at={grow_at} must be increasing fractions of train.max_steps in (0, 1)")
+        growth = c.factor ** len(grow_at)
+        if n_layer % growth:
+            raise ConfigError(f"model.n_layer={n_layer} is not divisible by stacking.factor^len(stacking.grow_at)="
+                              f"{c.factor}^{len(grow_at)}={growth}: the growths must start from a whole number "
+                              "of blocks")
+        steps = stage_lengths(grow_at, total_steps)
+        if min(steps) < 1:
+            raise ConfigError(f"stacking.grow_at={grow_at} gives stages of {steps} steps in train.max_steps x "
+                              f"train.budget = {total_steps} steps: every stage needs at least one")

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from mltrain.runs import atomic
+from mltrain import atomic
 
 log = logging.getLogger("mltrain.runs.files")
 
@@ -48,24 +48,24 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     atomic.write_json(path, data, indent=2, default=json_default)
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict]:
+def read_metrics(path: str | os.PathLike, strict: bool = False) -> list[dict]:
     """All rows of a metrics.jsonl, in file order. Blank and unparseable lines (a partial last line left
-    by a crash) are skipped with one warning."""
+    by a crash) are skipped with one warning; with `strict`, the first line that is not one whole JSON
+    object raises ValueError naming it (every line a whole row: what the run-file contract promises)."""
     rows, bad = [], 0
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             line = line.strip()
-            if not line:
-                continue
             try:
-                row = json.loads(line)
+                row = json.loads(line) if line else None
             except json.JSONDecodeError:
-                bad += 1
-                continue
+                row = None
             if isinstance(row, dict):
                 rows.append(row)
-            else:
-                bad += 1
+                continue
+            if strict:
+                raise ValueError(f"{path}: line {number} is not a whole row: {line[:80]!r}")
+            bad += int(bool(line))
     if bad:
         log.warning("%s: skipped %d unreadable line(s)", path, bad)
     return rows

@@ -17,9 +17,10 @@ that read run files use it.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 from mltrain.method.kinds import RunKind
+from mltrain.method.registry import method_class
 
 BOOKKEEPING_KEYS = (
     "hydra",
@@ -37,17 +38,30 @@ BOOKKEEPING_KEYS = (
     "data.prepare_if_missing",
 )
 SEED_KEY = "seed"  # changes the computation, but a seed is a replicate of a configuration, not another one
-# The config sections each method reads beyond the common ones. A run's label leaves out the sections
-# of the other methods: they cannot change what it computes (a study's common `multilevel.n_cycles=8`
-# does not split its layer-dropping runs into another configuration).
-METHOD_KEYS = {
-    RunKind.single: (),
-    RunKind.multilevel: ("multilevel", "coarsening"),
-    RunKind.schedule_control: ("multilevel", "coarsening"),
-    RunKind.stacking: ("stacking",),
-    RunKind.layer_drop: ("layer_drop",),
-    RunKind.raptr: ("raptr",),
-}
+# The fraction of train.max_steps a run trains for: single-level runs at several budgets make the
+# frontier mltrain-compare measures savings against (the axis mltrain-study sweeps for it).
+BUDGET_KEY = "train.budget"
+
+
+class _MethodSections(Mapping):
+    """Run kind -> the config sections its depth method reads beyond the common ones (each registered
+    method's `sections`, method/registry.py). A run's label leaves out the sections of the other methods:
+    they cannot change what it computes (a study's common `multilevel.n_cycles=8` does not split its
+    layer-dropping runs into another configuration)."""
+
+    def __getitem__(self, kind: str) -> tuple[str, ...]:
+        if kind not in RunKind:
+            raise KeyError(kind)
+        return method_class(kind).sections
+
+    def __iter__(self) -> Iterator[RunKind]:
+        return iter(RunKind)
+
+    def __len__(self) -> int:
+        return len(RunKind)
+
+
+METHOD_KEYS: Mapping[str, tuple[str, ...]] = _MethodSections()
 
 
 def unread_keys(run_kind: Optional[str]) -> tuple[str, ...]:
@@ -58,10 +72,18 @@ def unread_keys(run_kind: Optional[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for keys in METHOD_KEYS.values() for k in keys if k not in own))
 
 
+def split_override(override: str) -> tuple[str, Optional[str]]:
+    """An override as written: the text before its first `=` and the text after it, None when it has no
+    `=` (`~a.b`): `+a.b=1` -> (`+a.b`, `1`). The one place an override string is split; override_key
+    and override_value read a key and a value from it."""
+    key, sep, value = str(override).partition("=")
+    return key, (value if sep else None)
+
+
 def override_key(override: str) -> str:
     """The config key an override sets: `+a.b=1` -> `a.b`; `~a.b` -> `a.b`; `hydra/launcher=joblib` ->
     `hydra.launcher`; `group@package=value` -> `group`."""
-    key = str(override).split("=", 1)[0].strip().lstrip("+~")
+    key = split_override(override)[0].strip().lstrip("+~")
     return key.split("@", 1)[0].replace("/", ".")
 
 
@@ -82,8 +104,8 @@ def label_overrides(label: str) -> list[str]:
 
 def override_value(override: str) -> Optional[str]:
     """The value an override sets (`seed=3` -> `3`), or None for a deletion without one (`~a.b`)."""
-    text = str(override)
-    return text.split("=", 1)[1].strip() if "=" in text else None
+    value = split_override(override)[1]
+    return value.strip() if value is not None else None
 
 
 def matches(key: str, prefixes: Iterable[str]) -> bool:

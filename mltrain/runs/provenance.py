@@ -21,6 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from mltrain.runs.keys import split_override
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 REDACTED = "<redacted>"
 # Words that make a key secret: as a whole part of a key (`hydra.job.env_set.HF_TOKEN`, `api_key`), or
@@ -41,10 +43,9 @@ def is_secret_key(key: str) -> bool:
 
 def secret_override(override: str) -> bool:
     """Whether a `key=value` override (or command-line word) sets a secret-looking key."""
-    text = str(override)
-    if "=" not in text:
+    key, value = split_override(override)
+    if value is None:
         return False
-    key, value = text.split("=", 1)
     if is_secret_key(key):
         return True
     # a whole mapping at once: +hydra.job.env_set={WANDB_API_KEY:...}
@@ -52,7 +53,7 @@ def secret_override(override: str) -> bool:
 
 
 def redact_override(override: str) -> str:
-    return f"{str(override).split('=', 1)[0]}={REDACTED}" if secret_override(override) else str(override)
+    return f"{split_override(override)[0]}={REDACTED}" if secret_override(override) else str(override)
 
 
 def redact_tree(node: Any, key: str = "") -> Any:
@@ -87,7 +88,7 @@ def redact_yaml_files(paths: list[Path]) -> None:
     any is left as it is (byte for byte), a missing one is skipped."""
     from omegaconf import OmegaConf
 
-    from mltrain.runs.atomic import atomic_open
+    from mltrain.atomic import atomic_open
 
     for path in paths:
         if not path.is_file() or path.is_symlink():

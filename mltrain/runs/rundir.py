@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Callable, Optional
 
 from mltrain.errors import ConfigError, StorageError
-from mltrain.runs.atomic import link_message, open_no_follow
+from mltrain.atomic import link_message, open_no_follow
 
 LOCK_FILE = ".mltrain.lock"
 RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what a run writes once it has started training

@@ -1,6 +1,6 @@
 """A sweep (`mltrain -m`) checked whole before its first job, its failures said once, its workers bounded.
 
-* `check_sweep(config)`, before the sweep dir is claimed: every point of the sweep is composed as the
+* `check_sweep(config, validate)`, before the sweep dir is claimed: every point of the sweep is composed as the
   launcher will compose it and validated (a bad value of the last point stops the sweep before the
   first job starts, not hours later); two points that would share one job dir (they differ only in
   keys that job-dir names leave out, e.g. `train.progress`) are refused before Hydra writes either
@@ -21,11 +21,12 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mltrain.errors import ConfigError
+from mltrain.runs.keys import split_override
 
 SWEEP_PID_ENV = "MLTRAIN_SWEEP_PID"  # the sweep's main process, inherited by the launcher's workers
 WATCH_INTERVAL_S = 1.0
@@ -82,10 +83,9 @@ def _job_config(config: DictConfig, overrides: list[str], num: int) -> DictConfi
     return job
 
 
-def check_sweep(config: DictConfig) -> None:
-    """ConfigError (one line, nothing written) for a sweep that cannot run whole: see the module docstring."""
-    from mltrain.config import validate
-
+def check_sweep(config: DictConfig, validate: Callable[[DictConfig], None]) -> None:
+    """ConfigError (one line, nothing written) for a sweep that cannot run whole: see the module docstring.
+    `validate` is the run config's own check (mltrain/config.py validate), applied to every point."""
     check_launcher(config)
     jobs = job_overrides(config)
     if jobs is None:
@@ -94,10 +94,10 @@ def check_sweep(config: DictConfig) -> None:
     values: dict[str, set] = {}
     for overrides in jobs:
         for o in overrides:
-            values.setdefault(o.split("=", 1)[0], set()).add(o)
+            values.setdefault(_key_text(o), set()).add(o)
     swept = {key for key, seen in values.items() if len(seen) > 1}  # what tells the points apart
     for num, overrides in enumerate(jobs):
-        shown = [o for o in overrides if o.split("=", 1)[0] in swept]
+        shown = [o for o in overrides if _key_text(o) in swept]
         point = f"sweep point #{num} ({' '.join(shown) or 'no overrides'})"
         try:
             job = _job_config(config, overrides, num)
@@ -113,9 +113,14 @@ def check_sweep(config: DictConfig) -> None:
         dirs[subdir] = num
 
 
+def _key_text(override: str) -> str:
+    """An override's key as the command line spells it (`+a.b`): what tells the sweep's points apart."""
+    return split_override(override)[0]
+
+
 def _shared_dir(config: DictConfig, a: list[str], i: int, b: list[str], j: int, subdir: str, swept: set) -> str:
-    differ = sorted({o.split("=", 1)[0] for o in set(a) ^ set(b)})
-    a, b = ([o for o in a if o.split("=", 1)[0] in swept] or a), ([o for o in b if o.split("=", 1)[0] in swept] or b)
+    differ = sorted({_key_text(o) for o in set(a) ^ set(b)})
+    a, b = ([o for o in a if _key_text(o) in swept] or a), ([o for o in b if _key_text(o) in swept] or b)
     why = (f"they differ only in {', '.join(differ)}, which job-dir names leave out "
            f"(hydra.job.config.override_dirname.exclude_keys)" if differ else "they are the same point")
     return (f"sweep points #{i} ({' '.join(a)}) and #{j} ({' '.join(b)}) would share the job dir "

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from mltrain.errors import StorageError
-from mltrain.runs import atomic
+from mltrain import atomic
 from mltrain.runs.files import METRICS, RUN_RECORD, SUMMARY, json_default, write_json_atomic, write_run_record
 from mltrain.runs.provenance import redact_tree
 from mltrain.runs.wandb_mirror import WandbMirror, setting

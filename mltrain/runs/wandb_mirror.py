@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from mltrain.errors import first_line
-from mltrain.runs import atomic
+from mltrain import atomic
 from mltrain.runs.names import shorten
 from mltrain.runs.provenance import redacted_argv
 

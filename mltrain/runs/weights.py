@@ -30,7 +30,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from mltrain.runs.atomic import write_bytes, write_json
+from mltrain.atomic import write_bytes, write_json
 from mltrain.data import get_tokenizer
 from mltrain.errors import DataError
 from mltrain.model import GPT, GPTConfig
@@ -155,7 +155,7 @@ def weight_bytes(cfg: GPTConfig) -> int:
 
 def check_room(cfg: GPTConfig, copies: float, device: Any, what: str) -> None:
     """DataError when `copies` times the model's weights cannot fit in the memory free on `device`."""
-    from mltrain.training.memory import available_bytes
+    from mltrain.memory import available_bytes
 
     need = int(weight_bytes(cfg) * copies)
     free: Optional[int] = available_bytes(torch.device(device))

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save as save_safetensors
 
-from mltrain.runs.atomic import full_or_denied, write_bytes, write_json
+from mltrain.atomic import full_or_denied, write_bytes, write_json
 from mltrain.errors import ConfigError, MltrainError, StorageError, tool_main
 from mltrain.model import GPT, GPTConfig, Norm
 from mltrain.runs.weights import load_weights, model_config, read_info

@@ -14,7 +14,9 @@ changed. Files are written atomically (a preempted save never leaves a half file
 checkpoint, keys missing) is named in one warning and the next older one is used instead
 (`load_latest`).
 
-`run_dir/checkpoints/step-<fine steps>-<optimizer steps>.pt`: the newest `keep` are kept.
+`run_dir/checkpoints/step-<fine steps>-<optimizer steps>.pt`: the newest `keep` are kept. When they are
+taken (`CheckpointSaver`, the runner's after-step hook): every train.checkpoint_interval fine steps (or
+their FLOPs inside coarse phases), at the end and on a signal.
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from mltrain.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
 from mltrain.errors import CheckpointError, StorageError
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind
 from mltrain.method.paths import describe
 from mltrain.method.plan import Phase
-from mltrain.method.runner import PlanRunner
-from mltrain.runs.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
 from mltrain.runs.keys import is_bookkeeping
+from mltrain.runs.tracking import Tracker
 from mltrain.training.resume import new_key_at_default
+from mltrain.training.runner import PlanRunner
 
 log = logging.getLogger("mltrain")
 
@@ -93,9 +96,12 @@ def data_fingerprint(*splits: Sequence[np.ndarray]) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """Config values as types torch.load(weights_only=True) reads back (an Enum becomes its value)."""
+    """Config values as types torch.load(weights_only=True) reads back (an Enum becomes its value, a run
+    kind its plain string)."""
     if isinstance(value, Enum):
         return value.value
+    if isinstance(value, str):
+        return str(value)
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
@@ -330,3 +336,35 @@ class Cadence:
 
     def mark(self, state: Any) -> None:
         self.last_flops = state.flops
+
+
+class CheckpointSaver:
+    """A run's checkpoints into `folder`: on their cadence (Cadence: every `interval` fine steps, or their
+    FLOPs inside coarse phases), at the end and on a signal (`save`). Never one of a state after a bad
+    step (every rank checks), never two of one position; rank 0 writes the one file of the job (ranks > 0
+    have no `tracker`). Time spent here is not training time. `after_step` is the runner's hook."""
+
+    def __init__(self, runner: PlanRunner, folder: CheckpointFolder, tracker: Optional[Tracker], resumed: dict,
+                 initial_val: float, interval: int, fine_step_flops: float):
+        self.runner, self.folder, self.tracker, self.initial_val = runner, folder, tracker, initial_val
+        self.cadence = Cadence(interval, fine_step_flops, resumed.get("last_checkpoint_flops", 0.0))
+        # a resumed run's position is its checkpoint's: nothing new to save there
+        self.saved_at = runner.trainer.state.optimizer_steps if "initial_val_loss" in resumed else -1
+
+    def after_step(self, kind: StepKind) -> None:
+        if self.cadence.due(kind, self.runner.trainer.state):
+            self.save()
+
+    def save(self) -> Optional[Path]:
+        trainer = self.runner.trainer
+        if trainer.state.optimizer_steps == self.saved_at:  # no step since the last one: it is still a valid
+            return self.folder.latest()  # resume point (a restrict or prolong after it is redone)
+        with trainer.clock.apart():
+            trainer.check_finite(weights=True)  # never a checkpoint of a state after a bad step (every rank)
+            self.cadence.mark(trainer.state)
+            self.saved_at = trainer.state.optimizer_steps
+            if self.tracker is None:  # ranks > 0: rank 0 writes the one checkpoint of the job
+                return None
+            extra = {"initial_val_loss": self.initial_val, "last_checkpoint_flops": self.cadence.last_flops,
+                     **self.tracker.position()}
+            return self.folder.save(self.runner, extra)

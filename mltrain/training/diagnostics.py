@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mltrain.method.coarsening import ModelView
+from mltrain.views import ModelView
 from mltrain.training import distributed
 from mltrain.training.trainer import Trainer
 

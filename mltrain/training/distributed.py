@@ -54,9 +54,11 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from mltrain.config import START_TIME_ENV
 from mltrain.errors import ConfigError, MltrainError
 
+# A run's start time (seconds since the epoch), set by prepare_launch so that every rank of one
+# data-parallel job names the same default run dir (mltrain/config.py start_time reads it).
+START_TIME_ENV = "MLTRAIN_START_TIME"
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)  # one step, an evaluation or rank 0's checkpoint may take long
 RENDEZVOUS_TIMEOUT_ENV = "MLTRAIN_RENDEZVOUS_TIMEOUT_S"
 RENDEZVOUS_TIMEOUT_S = 120.0  # ranks started together meet in seconds; missing ones are said in minutes

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from mltrain.method.coarsening import ModelView
+from mltrain.views import ModelView
 from mltrain.training import distributed
 from mltrain.training.trainer import Trainer
 

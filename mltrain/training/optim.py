@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from mltrain.choice import Choice
 
@@ -25,15 +24,6 @@ class OptimName(Choice):
 class ScheduleName(Choice):
     cosine = "cosine"  # linear warm-up, then cosine from the peak LR to min_lr at the end
     constant = "constant"  # linear warm-up, then the peak LR
-
-
-def resolve_coarse_optim(fine: Any, coarse: Any) -> DictConfig:
-    """The coarse optimizer config: the fine one with every non-null coarse field overriding it."""
-    merged = OmegaConf.to_container(OmegaConf.create(fine), resolve=True, enum_to_str=True)
-    for key, value in OmegaConf.to_container(OmegaConf.create(coarse), resolve=True, enum_to_str=True).items():
-        if value is not None:
-            merged[key] = value
-    return OmegaConf.create(merged)
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any, device: torch.device) -> torch.optim.Optimizer:

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from mltrain.method.coarsening import ModelView
+from mltrain.views import ModelView
 from mltrain.method.kinds import StepKind
 
 
@@ -154,3 +154,23 @@ def nonfinite_error(state: Any, kind: StepKind, pending: PendingRow) -> NonFinit
     bad = now - pending.steps + (first if first is not None else pending.steps - 1) + 1
     where = step_name(state, pending.view, kind, bad, now) if pending.view is not None else f"a {kind} step"
     return NonFiniteLoss(f"non-finite training loss at {where}")
+
+
+class SteadyRate:
+    """Training FLOPs and time of the train rows measured without a compile in them, per level: the
+    steady-state rate a summary's MFU is taken from."""
+
+    def __init__(self) -> None:
+        self.flops: dict[int, float] = {}
+        self.seconds: dict[int, float] = {}
+
+    def add(self, level: int, flops: float, seconds: float) -> None:
+        self.flops[level] = self.flops.get(level, 0.0) + flops
+        self.seconds[level] = self.seconds.get(level, 0.0) + seconds
+
+    def mfu(self, peak: Optional[float]) -> dict[str, float]:
+        """{level: FLOPs per second / peak} (levels as strings, as JSON keeps them); empty without a peak."""
+        if not peak:
+            return {}
+        return {str(level): self.flops[level] / self.seconds[level] / peak
+                for level in sorted(self.flops) if self.seconds[level] > 0}

@@ -21,13 +21,13 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from tqdm.auto import tqdm
 
-from mltrain.method.coarsening import ModelView
+from mltrain.views import ModelView
 from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
-from mltrain.training.optim import set_lr
-from mltrain.training.rows import NonFiniteLoss, PendingRow, nonfinite_error, step_name
+from mltrain.flops import train_flops_per_token
 from mltrain.training.compiling import CompileLimitError, CompileWatch
-from mltrain.training.flops import SteadyRate, train_flops_per_token
+from mltrain.training.optim import set_lr
+from mltrain.training.rows import NonFiniteLoss, PendingRow, SteadyRate, nonfinite_error, step_name
 
 log = logging.getLogger("mltrain")
 
@@ -115,7 +115,8 @@ class Trainer:
         # Under data parallel, the one DistributedDataParallel wrapper every training step goes
         # through (see mltrain/training/distributed.py); None in one process.
         self.replica: Optional[torch.nn.Module] = None
-        self.replica_parameters: list[torch.nn.Parameter] = []  # the parameters DDP reduces        # train.compile: per-step Euler steps reach the graph as a tensor, rows say when they compiled
+        self.replica_parameters: list[torch.nn.Parameter] = []  # the parameters DDP reduces
+        # train.compile: per-step Euler steps reach the graph as a tensor, rows say when they compiled
         self.compiled, self.compiles = compiled, CompileWatch(compiled)
         self.steady = SteadyRate()  # FLOPs and training time of the rows without a compile, per level
         self._steps: tuple[Optional[tuple], Optional[torch.Tensor]] = (None, None)

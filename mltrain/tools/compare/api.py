@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mltrain.method.kinds import RunKind
-from mltrain.runs.atomic import refuse_links
+from mltrain.atomic import refuse_links
 from mltrain.runs.files import write_json_atomic
 from mltrain.tools.compare import frontier as frontiers
 from mltrain.tools.compare.analysis import build_report, choose_baseline, exclude_mismatched

@@ -21,8 +21,9 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from mltrain.method.kinds import RunKind
-from mltrain.runs.keys import label_overrides, matches, override_key, unread_keys
-from mltrain.tools.compare.loading import BUDGET_KEY, Configuration, Run
+from mltrain.runs.keys import (BUDGET_KEY, SEED_KEY, label_overrides, matches, override_key, override_value,
+                               unread_keys)
+from mltrain.tools.compare.loading import Configuration, Run
 
 TUNED_KEYS = ("optim.lr", "multilevel.coarse_optim.lr", "schedule.warmup_steps", "optim.weight_decay")
 NOT_SET = "default"  # a tuned key no override and no config file gives a value for
@@ -34,7 +35,8 @@ def label_parts(label: str) -> dict[str, str]:
         return {}
     out = {}
     for part in label_overrides(label):
-        out[override_key(part)] = part.split("=", 1)[1] if "=" in part else ""
+        value = override_value(part)
+        out[override_key(part)] = value if value is not None else ""
     return out
 
 
@@ -103,7 +105,7 @@ def setting_of(run: Run, tuned: Sequence[str]) -> dict[str, Any]:
 
 def arm_label(label: str, tuned: Sequence[str]) -> str:
     """The label minus seed, train.budget and the tuned keys (its order kept: sorted by key)."""
-    drop = set(tuned) | {BUDGET_KEY, "seed"}
+    drop = set(tuned) | {BUDGET_KEY, SEED_KEY}
     if label in ("", "default"):
         return ""
     return ",".join(p for p in label_overrides(label) if override_key(p) not in drop)

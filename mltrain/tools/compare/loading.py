@@ -21,14 +21,13 @@ import numpy as np
 from mltrain.errors import CompareError, first_line
 from mltrain.method.kinds import RunKind
 from mltrain.runs.files import METRICS, SUMMARY, read_metrics, read_run_record, read_summary
-from mltrain.runs.keys import label_overrides, seed_of
+from mltrain.runs.keys import BUDGET_KEY, label_overrides, override_key, override_value, seed_of
 from mltrain.runs.names import run_label
 
 log = logging.getLogger("mltrain.tools.compare")
 
 # Reports list kinds in RunKind's order; a kind this version does not know comes after them.
 KINDS_ORDER = {kind.value: i for i, kind in enumerate(RunKind)}
-BUDGET_KEY = "train.budget"
 FINISHED = "finished"
 
 
@@ -78,9 +77,9 @@ class Run:
         if _finite(value):
             return float(value)
         for part in label_overrides(self.label):
-            if part.startswith(BUDGET_KEY + "="):
+            if override_key(part) == BUDGET_KEY and override_value(part) is not None:
                 try:
-                    return float(part.split("=", 1)[1])
+                    return float(override_value(part))
                 except ValueError:
                     break
         return 1.0
@@ -120,7 +119,7 @@ class Run:
 
 
 def label_family(label: str) -> str:
-    parts = [p for p in label_overrides(label) if not p.startswith(BUDGET_KEY + "=")]
+    parts = [p for p in label_overrides(label) if override_key(p) != BUDGET_KEY]
     return ",".join(parts) or "default"
 
 

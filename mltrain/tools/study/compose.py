@@ -90,7 +90,7 @@ def parameter_count(cfg: Any) -> int:
     """Parameters of the model `cfg` describes, its vocabulary from the tokenizer (nothing allocated)."""
     from mltrain.data.tokenizers import get_tokenizer
     from mltrain.run import model_config
-    from mltrain.training.memory import parameter_count as count
+    from mltrain.memory import parameter_count as count
 
     return count(model_config(cfg, get_tokenizer(cfg.data.tokenizer).n_vocab))[0]
 

@@ -246,7 +246,7 @@ def _fit_error_text(fit_error: Optional[dict]) -> str:
 def render_markdown(report: dict) -> str:
     axis = report.get("axis", "params")
     along = "scale" if axis == "params" else AXES[axis][0]
-    lines = [f"# Study {report['study']}: does the saving survive along {AXES[axis][1]}?", "",
+    lines = [f"# Study {report['study']}: does the saving survive along {along}?", "",
              f"Per rung, each arm tuned on the selection seeds and measured on the evaluation seeds against "
              f"the tuned single-level frontier (arm `{report['frontier_arm']}`); the numbers are "
              "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
@@ -336,7 +336,7 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
 
 def write_ladder(report: dict, base: Path) -> None:
     """ladder.md, ladder.json and ladder.png next to each other (`base` without a suffix)."""
-    from mltrain.runs.atomic import write_json
+    from mltrain.atomic import write_json
 
     base.parent.mkdir(parents=True, exist_ok=True)
     plot_ladder(report, base.with_suffix(".png"))

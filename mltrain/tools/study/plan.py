@@ -26,6 +26,7 @@ from typing import Any, Iterable, Optional
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from mltrain.errors import ConfigError
+from mltrain.runs.keys import override_value
 from mltrain.runs.names import short_dirname
 from mltrain.tools.study.schema import BUDGET, SEED, eval_seeds, frontier_arm, tuned_keys
 
@@ -72,7 +73,7 @@ def value_text(value: Any) -> str:
 
 def setting_text(key: str, value: Any) -> str:
     """The canonical value text of `key=value` (the part after '=')."""
-    return canonical(f"{key}={value_text(value)}").split("=", 1)[1]
+    return override_value(canonical(f"{key}={value_text(value)}"))
 
 
 def merged(*groups: Iterable[str]) -> list[str]:

@@ -22,9 +22,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from mltrain.errors import ConfigError
-
-BUDGET = "train.budget"  # the frontier axis: swept by the single-level arm, never a tuned key
-SEED = "seed"
+from mltrain.runs.keys import BUDGET_KEY as BUDGET  # the frontier axis: swept by the single-level arm, never tuned
+from mltrain.runs.keys import SEED_KEY as SEED
+from mltrain.runs.keys import override_key
 LADDER_AXES = ("params", "depth", "width", "tokens_per_param")  # what a ladder's rungs may vary
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # arm and scale names become folder names
 
@@ -201,5 +201,5 @@ def _check_scale(name: str, scale: Any, study_ratio: Optional[float]) -> None:
         raise ConfigError(f"scale {name}: max_steps={scale.max_steps} must be >= 1")
     if scale.max_steps is None and not ratio > 0:
         raise ConfigError(f"scale {name}: tokens_per_param={ratio} must be > 0")
-    if any(o.split("=", 1)[0].lstrip("+~") == "train.max_steps" for o in scale.overrides):
+    if any(override_key(o) == "train.max_steps" for o in scale.overrides):
         raise ConfigError(f"scale {name}: set its steps with max_steps or tokens_per_param, not train.max_steps in overrides")

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.runs import rundir
-from mltrain.runs.atomic import write_json
+from mltrain.atomic import write_json
 from mltrain.tools.study import compose, ladder
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,

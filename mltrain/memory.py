@@ -1,0 +1,104 @@
+"""Will the model fit? A lower bound on training memory, checked before anything is allocated.
+
+The parameter count is the model's own arithmetic (tests/model/test_memory_count.py checks it against the
+model built on PyTorch's `meta` device for every kind of norm, bias and attention): building it there
+costs a second of start-up in a fresh process (torch loads its meta kernels). The bound counts only what training certainly holds
+at once, in fp32: the weights, their gradients, the optimizer's state (SGD with momentum: one copy,
+AdamW: two), the buffers, and the logits of one micro-batch with their gradient
+(micro-batch x context x vocabulary, twice). Activations are left out: a run refused here would
+certainly run out of memory, one accepted may still do so.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import torch
+
+from mltrain.errors import ConfigError
+from mltrain.model import Attention, GPTConfig, Norm
+
+FP32 = 4
+
+
+def parameter_count(config: GPTConfig) -> tuple[int, int]:
+    """(parameters, bytes of buffers) of GPT(config), without building it."""
+    d, bias = config.n_embd, config.bias
+
+    def linear(n_in: int, n_out: int) -> int:
+        return n_in * n_out + (n_out if bias else 0)
+
+    affine = config.norm_affine
+    norm = (d if affine else 0) + (d if affine and bias and Norm(config.norm) == Norm.layernorm else 0)
+    block = 2 * norm + linear(d, 3 * d) + linear(d, d) + linear(d, 4 * d) + linear(4 * d, d)
+    params = config.vocab_size * d + config.block_size * d + config.n_layer * block + norm  # the head is tied
+    explicit = Attention(config.attention) == Attention.explicit
+    buffers = config.n_layer * config.block_size**2 if explicit else 0  # one bool causal mask per block
+    return params, buffers
+
+
+def optimizer_copies(optim: Any) -> int:
+    """fp32 copies of the parameters the optimizer keeps as state."""
+    if str(optim.name) == "adamw":
+        return 2  # exp_avg, exp_avg_sq
+    return 1 if optim.momentum > 0 else 0  # the momentum buffer
+
+
+def training_bytes(params: int, buffer_bytes: int, copies: int, micro_batch: int, block_size: int, vocab: int) -> int:
+    logits = micro_batch * block_size * vocab * FP32
+    return params * FP32 * (2 + copies) + buffer_bytes + 2 * logits
+
+
+def available_bytes(device: torch.device) -> Optional[int]:
+    """Memory a new allocation can use on `device` (None when unknown)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type != "cpu":
+        return None
+    available = None
+    try:
+        with open("/proc/meminfo") as f:
+            info = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f if ":" in line)}
+        if "MemAvailable" in info:
+            available = info["MemAvailable"] + info.get("SwapFree", 0)  # a bound: refuse only the impossible
+    except (OSError, ValueError, IndexError):
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return None
+    # A container's own limit (cgroup v2) can be far below what the host reports.
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            available = min(available, max(int(limit) - used, 0))
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB"
+
+
+def check_fits(model_config: GPTConfig, optim: Any, micro_batch: int, device: torch.device) -> int:
+    """ConfigError naming the model's size when it cannot train on `device`; returns its parameter count."""
+    params, buffers = parameter_count(model_config)
+    need = training_bytes(params, buffers, optimizer_copies(optim), micro_batch, model_config.block_size,
+                          model_config.vocab_size)
+    free = available_bytes(device)
+    if free is not None and need > free:
+        c = model_config
+        raise ConfigError(
+            f"the model has {params:,} parameters ({c.n_layer} blocks, d={c.n_embd}, context {c.block_size}, "
+            f"vocab {c.vocab_size}): training it needs at least {_gb(need)} (weights, gradients, {optim.name} "
+            f"state and the logits of a {micro_batch}-sequence micro-batch), more than the {_gb(free)} "
+            f"available on {device.type}; choose a smaller model.* or train.batch_size, or a larger train.grad_accum"
+        )
+    return params

@@ -1,0 +1,185 @@
+"""Multilevel training (`coarsening=<scheme>`) and its schedule control (`multilevel.control=schedule`).
+
+One cycle at level l (the paper's, for levels=2; at level 0 followed by a held-out evaluation when
+multilevel.eval_every_cycle):
+    train the level-l model (fine_steps_per_cycle fine steps at level 0, coarse_steps at levels ≥ 1);
+    then, if a coarser level exists, for each coarse model c of it (multilevel.order):
+        restrict c  →  diagnostics (coarse vs parent)  →  cycle(c, l+1)  →  prolong c into level l.
+n_cycles of those run first; fine-only training then continues to the run's fine steps
+(train.max_steps × train.budget, plan.budget_steps).
+
+The schedule control is the same plan with every coarse phase replaced by fine steps at the coarse LR
+for the same FLOPs: it isolates what the high-LR phase alone does, with no coarse model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from mltrain.checks import check_optim, check_schedule, positive
+from mltrain.choice import Choice
+from mltrain.errors import ConfigError
+from mltrain.flops import train_flops_per_token
+from mltrain.method.coarsening import build_scheme, scheme_class
+from mltrain.method.kinds import PhaseKind
+from mltrain.method.plan import Phase
+from mltrain.method.registry import NONE, DepthMethod, register_method
+
+
+class Order(Choice):
+    ascending = "ascending"  # coarse model A (even blocks) first
+    descending = "descending"
+
+
+class StatePolicy(Choice):
+    keep = "keep"
+    reset = "reset"
+
+
+class Control(Choice):
+    none = "none"
+    schedule = "schedule"  # the LR-schedule control (see MultilevelConfig.control)
+
+
+def resolve_coarse_optim(fine: Any, coarse: Any) -> DictConfig:
+    """The coarse optimizer config: the fine one with every non-null coarse field overriding it."""
+    merged = OmegaConf.to_container(OmegaConf.create(fine), resolve=True, enum_to_str=True)
+    for key, value in OmegaConf.to_container(OmegaConf.create(coarse), resolve=True, enum_to_str=True).items():
+        if value is not None:
+            merged[key] = value
+    return OmegaConf.create(merged)
+
+
+@register_method
+class Multilevel(DepthMethod):
+    """Coarse models trained in cycles and prolonged into the fine model (a coarsening scheme, no control)."""
+
+    name = "multilevel"
+    sections = ("multilevel", "coarsening")
+    by_name = False
+
+    @classmethod
+    def chosen(cls, cfg: Any) -> bool:
+        return (str(cfg.depth_method) == NONE and scheme_class(cfg.coarsening.scheme).coarsens
+                and cfg.multilevel.control == cls.control)
+
+    control = Control.none  # the multilevel.control value that chooses this method
+
+    def check_config(self, total_steps: int) -> None:
+        cfg = self.cfg
+        c, ml = cfg.coarsening, cfg.multilevel
+        if not 0.0 <= ml.delta <= 1.0 or math.isnan(ml.delta):
+            raise ConfigError(f"multilevel.delta={ml.delta} must be in [0, 1]")
+        if ml.levels < 2:
+            raise ConfigError(f"multilevel.levels={ml.levels} must be >= 2 with coarsening={c.name}")
+        for key in ("n_cycles", "fine_steps_per_cycle", "coarse_steps", "coarse_log_interval"):
+            positive(ml[key], f"multilevel.{key}")
+        if ml.coarse_batch_size is not None:
+            positive(ml.coarse_batch_size, "multilevel.coarse_batch_size")
+            if ml.coarse_batch_size % cfg.train.grad_accum:
+                raise ConfigError(
+                    f"multilevel.coarse_batch_size={ml.coarse_batch_size} must be divisible by "
+                    f"train.grad_accum={cfg.train.grad_accum}"
+                )
+        fine_in_cycles = ml.n_cycles * ml.fine_steps_per_cycle
+        if fine_in_cycles >= total_steps:
+            # At least one fine step after the last prolongation, so the final losses describe the model
+            # the run ends with.
+            raise ConfigError(
+                f"multilevel.n_cycles*fine_steps_per_cycle={fine_in_cycles} fine steps must be fewer than "
+                f"train.max_steps={cfg.train.max_steps} x train.budget={cfg.train.budget} "
+                "(fine training continues after the cycles)"
+            )
+        co = resolve_coarse_optim(cfg.optim, ml.coarse_optim)
+        check_optim(co, "multilevel.coarse_optim")
+        check_schedule(ml.coarse_schedule, "multilevel.coarse_schedule", co.lr)
+        # The scheme checks its own keys: k, redraw/seed, step_scale, and that every level divides evenly.
+        scheme_class(c.scheme).check_config(c, cfg.model.n_layer, ml.levels)
+
+    def plan(self, total_steps: int) -> list[Phase]:
+        """Its cycles, then fine training to `total_steps` fine steps."""
+        ml, steps = self.cfg.multilevel, self.coarse_phase_steps()
+        plan = []
+        for c in range(ml.n_cycles):
+            plan += self._cycle((), c, steps)
+            if ml.eval_every_cycle:  # held-out loss right after the cycle's last prolongation
+                plan.append(Phase(PhaseKind.evaluate, (), cycle=c))
+        rest = total_steps - ml.n_cycles * ml.fine_steps_per_cycle
+        if rest > 0:
+            plan.append(Phase(PhaseKind.train, (), rest))
+        return plan
+
+    def coarse_phase_steps(self) -> Callable[[int], int]:
+        """The steps of the next coarse phase at a level: coarse_steps, at every level."""
+        return lambda level: self.cfg.multilevel.coarse_steps
+
+    def _cycle(self, path: tuple[int, ...], c: int, coarse_steps: Callable[[int], int]) -> list[Phase]:
+        """Cycle `c` at the level of `path`: train that model, then restrict, recurse into and prolong each
+        of its coarse models."""
+        ml, level = self.cfg.multilevel, len(path)
+        steps = ml.fine_steps_per_cycle if level == 0 else coarse_steps(level)
+        phases = [Phase(PhaseKind.train, path, steps, c)]
+        if level + 1 < ml.levels:
+            for child in self._children():
+                sub = path + (child,)
+                phases += [Phase(PhaseKind.restrict, sub, cycle=c), Phase(PhaseKind.diagnose, sub, cycle=c)]
+                phases += self._cycle(sub, c, coarse_steps)
+                phases.append(Phase(PhaseKind.prolong, sub, cycle=c))
+        return phases
+
+    def _children(self) -> list[int]:
+        """The coarse models of one level, in the order multilevel.order trains them."""
+        children = list(range(build_scheme(self.cfg.coarsening).n_coarse_models))
+        return children[::-1] if self.cfg.multilevel.order == Order.descending else children
+
+
+@register_method
+class ScheduleControl(Multilevel):
+    """The multilevel plan with every coarse phase replaced by fine steps of the fine model at the coarse
+    optimizer and LR, for as many steps as cost the same FLOPs (multilevel.control=schedule): isolates
+    what the high-LR phase alone does, with no coarse model. Needs a coarsening scheme to know those
+    FLOPs; nothing is coarsened or prolonged."""
+
+    name = "schedule_control"
+    control = Control.schedule
+
+    def coarse_phase_steps(self) -> Callable[[int], int]:
+        return ControlSteps(self.cfg).next
+
+
+def control_ratio(cfg: Any, level: int) -> float:
+    """FLOPs of one level-`level` coarse step over one fine step (same batch size)."""
+    m, scheme = cfg.model, build_scheme(cfg.coarsening)
+    depth = m.n_layer
+    for _ in range(level):
+        depth = scheme.coarse_depth(depth)
+    coarse = train_flops_per_token(depth, m.n_embd, m.vocab_size, m.block_size)
+    fine = train_flops_per_token(m.n_layer, m.n_embd, m.vocab_size, m.block_size)
+    return coarse / fine
+
+
+def control_steps(cfg: Any, level: int) -> int:
+    """Fine steps that cost the same FLOPs as one phase of `coarse_steps` level-`level` coarse steps
+    (rounded; the plan spreads the rounding over the run, see ControlSteps)."""
+    return max(1, round(cfg.multilevel.coarse_steps * control_ratio(cfg, level)))
+
+
+class ControlSteps:
+    """Fine-step counts for the schedule control's phases that match the coarse phases' FLOPs over the
+    whole run: phase i of a level gets round(i · x) - round((i-1) · x) steps, x = coarse_steps × the
+    coarse/fine cost ratio, so the total is within half a step of the coarse FLOPs it replaces instead
+    of drifting by up to half a step per phase."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.done: dict[int, tuple[int, int]] = {}  # level -> (phases so far, steps so far)
+
+    def next(self, level: int) -> int:
+        phases, steps = self.done.get(level, (0, 0))
+        target = round((phases + 1) * self.cfg.multilevel.coarse_steps * control_ratio(self.cfg, level))
+        n = target - steps
+        self.done[level] = (phases + 1, target)
+        return n

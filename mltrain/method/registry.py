@@ -1,0 +1,98 @@
+"""The depth methods: one registered class per way of training the fine model's depth.
+
+A method is a `DepthMethod` subclass registered with `@register_method`. It says everything the rest of
+mltrain asks about it, in one place:
+
+    name       the run kind its runs record (summary.json's `run_kind`; method/kinds.py RunKind lists the
+               registered names, in registration order)
+    sections   the config sections it reads beyond the common ones (a run's label leaves out the
+               sections of the other methods: runs/keys.py METHOD_KEYS)
+    chosen     when a config selects it: by default `depth_method=<name>`; single-level and multilevel
+               training (and its controls) are chosen by `coarsening=` and `multilevel.control=` under
+               `depth_method=none` and set `by_name = False`
+    check_config(total_steps)   ConfigError (one line) for a config it cannot run
+    plan(total_steps)           its phases (method/plan.py Phase), for `total_steps` fine steps
+
+A new method is one class:
+
+    @register_method
+    class Reversed(Rival):                # method/rivals.py: a plan of fine train phases over sub-paths
+        name = "reversed"
+        def stages(self, total_steps): ...
+
+and is then chosen with `depth_method=reversed` (the schema's `depth_method` values come from this
+registry when mltrain/config.py register_configs() runs). The built-in methods are registered when
+`mltrain.method` is imported. Torch-free: the tools that read run files list the run kinds from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from mltrain.errors import ConfigError
+
+NONE = "none"  # depth_method=none: single-level or multilevel training, chosen by the coarsening scheme
+
+
+class DepthMethod:
+    """A depth method for the config `cfg` (see the module docstring)."""
+
+    name: ClassVar[str]
+    sections: ClassVar[tuple[str, ...]] = ()
+    by_name: ClassVar[bool] = True  # chosen with depth_method=<name>
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    @classmethod
+    def chosen(cls, cfg: Any) -> bool:
+        """Whether `cfg` selects this method."""
+        return cls.by_name and str(cfg.depth_method) == cls.name
+
+    def check_config(self, total_steps: int) -> None:
+        """ConfigError with one clear line unless this method can run `total_steps` fine steps of `cfg`."""
+
+    def plan(self, total_steps: int) -> list[Any]:
+        """The run's phases (method/plan.py Phase, which builds on this module): `total_steps` fine steps
+        in all (train.max_steps x train.budget)."""
+        raise NotImplementedError
+
+
+_METHODS: dict[str, type[DepthMethod]] = {}
+
+
+def register_method(cls: type[DepthMethod]) -> type[DepthMethod]:
+    """Class decorator: make `cls` a depth method (a run kind, and `depth_method=<cls.name>` if by_name)."""
+    name = getattr(cls, "name", None)
+    if not name or name == NONE or hasattr(str, name):
+        raise TypeError(f"{cls.__name__} needs a `name` (not {NONE!r}, not a str attribute) to be registered as a "
+                        f"depth method")
+    _METHODS[name] = cls
+    return cls
+
+
+def method_names() -> list[str]:
+    """The registered methods' names (the run kinds), in registration order."""
+    return list(_METHODS)
+
+
+def method_class(name: str) -> type[DepthMethod]:
+    """The method registered as `name`; KeyError for another name."""
+    return _METHODS[str(name)]
+
+
+def depth_method_values() -> list[str]:
+    """The values `depth_method=` takes: `none`, then each method chosen by its name."""
+    return [NONE, *(name for name, cls in _METHODS.items() if cls.by_name)]
+
+
+def method_for(cfg: Any) -> DepthMethod:
+    """The method `cfg` selects; ConfigError naming the valid values for an unknown `depth_method`."""
+    asked = str(cfg.depth_method)
+    if asked not in depth_method_values():
+        raise ConfigError(f"depth_method={asked!r} is not one of {', '.join(depth_method_values())} "
+                          "(the registered depth methods)")
+    for cls in _METHODS.values():
+        if cls.chosen(cfg):
+            return cls(cfg)
+    raise ConfigError(f"no registered depth method runs depth_method={asked} with coarsening={cfg.coarsening.name}")

@@ -1,0 +1,25 @@
+"""Single-level training: the baseline every other depth method is measured against."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mltrain.method.coarsening import scheme_class
+from mltrain.method.kinds import PhaseKind
+from mltrain.method.plan import Phase
+from mltrain.method.registry import NONE, DepthMethod, register_method
+
+
+@register_method
+class Single(DepthMethod):
+    """The fine model alone, for the whole run: one train phase (`depth_method=none`, `coarsening=none`)."""
+
+    name = "single"
+    by_name = False
+
+    @classmethod
+    def chosen(cls, cfg: Any) -> bool:
+        return str(cfg.depth_method) == NONE and not scheme_class(cfg.coarsening.scheme).coarsens
+
+    def plan(self, total_steps: int) -> list[Phase]:
+        return [Phase(PhaseKind.train, (), total_steps)]

@@ -1,0 +1,47 @@
+"""Every finished run writes its weights and they reproduce its held-out loss; the tools' console scripts
+exit 2 with one line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mltrain.model import GPT
+from mltrain.run import run
+from mltrain.runs.weights import INFO_FILE, load_weights
+
+
+def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(tmp_path, make_config):
+    cfg = make_config("scale=smoke", "coarsening=evenodd", "train.progress=false", tiny=False)
+    run_dir = tmp_path / "run"
+    run(cfg, run_dir=run_dir)
+    info = json.loads((run_dir / INFO_FILE).read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert info["tokenizer"] == "bytes" and info["eot_token"] is None
+    assert info["model"]["n_layer"] == 2 and info["model"]["n_embd"] == 32 and info["model"]["vocab_size"] == 256
+    assert info["n_params"] == summary["n_params"]
+    model, _ = load_weights(run_dir)
+    torch.manual_seed(cfg.seed)
+    assert not torch.equal(model.wpe.weight, GPT(model.config).wpe.weight)  # trained, not the initial weights
+
+    # The saved model is the one that was evaluated last: the same held-out batches give the same loss.
+    from mltrain.data import BatchSampler, load_tokens
+    from mltrain.training.evaluation import EVAL_SEED
+
+    data = load_tokens(cfg.data)
+    val = BatchSampler(data.val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")
+    with torch.no_grad():
+        losses = [model(*val.batch(i))[1].item() for i in range(cfg.train.eval_batches)]
+    assert sum(losses) / len(losses) == pytest.approx(summary["final_val_loss"], rel=1e-5)
+
+
+def test_console_scripts_exit_2_with_one_line(tmp_path):
+    for prog, args in (("mltrain-sample", [str(tmp_path / "nope")]),
+                       ("mltrain-export", [str(tmp_path / "nope"), "out"])):
+        entry = prog.replace("mltrain-", "") + "_main"
+        code = f"import sys; from mltrain.console import {entry}; sys.argv = [{prog!r}, *{args!r}]; {entry}()"
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [f"{prog}: error: {tmp_path / 'nope'}: no such run directory"]

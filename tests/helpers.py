@@ -1,0 +1,493 @@
+"""The helpers the tests share, in one module: the tests' training size and config composition, a
+run's files read back, the CLI and the tools run in subprocesses (and stopped, killed, waited for), made-up
+run dirs and weights, and a stand-in for mltrain-compare's tuned verdict."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from mltrain.config import register_configs
+from mltrain.model import GPT, GPTConfig
+from mltrain.runs.files import METRICS, read_metrics
+from mltrain.runs.keys import BUDGET_KEY, SEED_KEY, override_key, override_value
+from mltrain.runs.names import run_label
+from mltrain.runs.rundir import LOCK_FILE
+from mltrain.runs.weights import save_weights
+from mltrain.tools.compare import main as compare_main
+from mltrain.tools.study.cli import main as study_main
+
+
+REPO = Path(__file__).resolve().parents[1]
+GPT2_FIXTURES = REPO.parent / "shared" / "fixtures" / "gpt2-bpe"
+# tiktoken's cache names: the sha1 of each file's download URL (see ../shared/fixtures/README.md).
+GPT2_CACHE_NAMES = {
+    "encoder.json": "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6",
+    "vocab.bpe": "6d1cbeee0f20b3d9449abfede4726ed8212e3aee",
+}
+
+
+# The tests' one training size: seconds on 2 CPU cores, big enough to learn. `ML` adds a short
+# multilevel plan (3 cycles of 2 coarse models x 4 steps).
+TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
+        "train.max_steps=24", "train.eval_interval=12", "train.eval_batches=2", "train.log_interval=4",
+        "train.progress=false", "schedule.warmup_steps=2"]
+ML = ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=4", "multilevel.coarse_log_interval=2"]
+
+
+def compose_config(*overrides: str, tiny: bool = True, hydra: bool = False):
+    """The config `mltrain <overrides>` would run (at the tests' size unless tiny=False), with the depth
+    methods registered now."""
+    register_configs()
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        return compose("config", overrides=[*(TINY if tiny else []), *overrides], return_hydra_config=hydra)
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    """The run's metrics rows, every line a whole row (runs/files.py read_metrics, strict)."""
+    return read_metrics(run_dir / METRICS, strict=True)
+
+
+# A smoke-sized multilevel run, spelt out (not a preset) so that preset changes do not move it.
+SMALL = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
+         "train.eval_batches=1", "schedule.warmup_steps=1", "train.progress=false", "device=cpu"]
+TIME_COLUMNS = {"time_s", "train_time_s", "tokens_per_s", "mfu", "wall_time_s"}
+# One intra-op thread: these models are tiny, and on a shared 2-core machine a second spinning thread per
+# process slows a step tenfold. (Exactness needs only the same setting in the runs compared.)
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def cli(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mltrain.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+def start(args: list[str], cwd: Path, env: Optional[dict] = None) -> subprocess.Popen:
+    """A CLI run in the background; its stderr goes to cwd/stderr-<n>.txt (no pipe to fill up)."""
+    n = len(list(cwd.glob("stderr-*.txt")))
+    err = open(cwd / f"stderr-{n}.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "mltrain.cli", *args], cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=err, env={**ENV, **(env or {})})
+    proc.stderr_path = cwd / f"stderr-{n}.txt"  # type: ignore[attr-defined]
+    return proc
+
+
+def wait_until(proc: subprocess.Popen, condition: Callable[[], bool], timeout: float = 300) -> None:
+    """Poll `condition` every few ms while `proc` runs; fail if it ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (status {proc.returncode}) first:\n{stderr_of(proc)[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting")
+        time.sleep(0.003)
+
+
+def stderr_of(proc: subprocess.Popen) -> str:
+    return Path(proc.stderr_path).read_text()  # type: ignore[attr-defined]
+
+
+def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 300) -> int:
+    proc.send_signal(sig)
+    return proc.wait(timeout=timeout)
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """Checkpoint files, oldest first (by the optimizer-step count in their names)."""
+    found = [(int(p.stem.split("-")[2]), p) for p in (run_dir / "checkpoints").glob("step-*.pt")]
+    return [p for _, p in sorted(found)]
+
+
+def name_position(path: Path) -> tuple[int, int]:
+    """(fine steps, optimizer steps) from a checkpoint's file name."""
+    _, fine, total = path.stem.split("-")
+    return int(fine), int(total)
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def plan_position(path: Path) -> tuple[str, int]:
+    """(the plan phase a checkpoint stands in, step within it)."""
+    payload = load(path)
+    st = payload["runner"]["train_state"]
+    return payload["identity"]["plan"][st["phase_index"]], st["step_in_phase"]
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return read_metrics(run_dir / METRICS, strict=True)
+
+
+def without_time(items: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in items]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def uninterrupted_run(args: list[str], tmp_path: Path) -> Path:
+    """`mltrain args` run to the end in tmp_path/whole, the reference a stopped-and-resumed run must equal."""
+    whole = tmp_path / "whole"
+    proc = cli([*args, f"hydra.run.dir={whole}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return whole
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `folder`: its bytes and modification time. Not the run-dir lock (rundir.LOCK_FILE):
+    each run that claims the dir, a resume too, writes its own pid there."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK_FILE}
+
+
+def final_state(run_dir: Path) -> dict:
+    return load(checkpoints(run_dir)[-1])["runner"]
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a["model"].keys() == b["model"].keys()
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+
+
+def one_line(text: str, needle: str) -> Optional[str]:
+    """The one line of `text` containing `needle` (fails if there are several)."""
+    lines = [line for line in text.splitlines() if needle in line]
+    assert len(lines) == 1, text[-3000:]
+    return lines[0]
+
+
+def processes_running(*words: str) -> list[int]:
+    """Ids of this machine's processes whose command line holds all `words` (Linux /proc)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if proc.name.isdigit() and all(w in cmdline for w in words):
+            found.append(int(proc.name))
+    return found
+
+
+def _standin_runs(paths: list) -> list[dict]:
+    runs = []
+    for path in paths:
+        for summary_path in sorted(Path(path).rglob("summary.json")):
+            summary = json.loads(summary_path.read_text())
+            overrides = list(OmegaConf.load(summary_path.parent / ".hydra" / "overrides.yaml"))
+            runs.append({"summary": summary, "overrides": overrides,
+                         "values": {override_key(o): override_value(o) for o in overrides
+                                    if override_value(o) is not None}})
+    return runs
+
+
+def _standin_best(runs: list[dict], tune: list[str], seeds: list) -> dict:
+    by_setting: dict[tuple, list[float]] = {}
+    for r in runs:
+        if r["summary"]["seed"] in seeds and r["summary"]["status"] == "finished":
+            setting = tuple((k, float(r["values"][k])) for k in tune if k in r["values"])
+            by_setting.setdefault(setting, []).append(r["summary"]["final_val_loss"])
+    return dict(min(by_setting, key=lambda s: np.mean(by_setting[s]))) if by_setting else {}
+
+
+def standin_compare_dirs(paths, out=None, select_seeds=None, tune=(), plot=True) -> dict:
+    select_seeds, tune = list(select_seeds or []), list(tune)
+    groups: dict[str, list[dict]] = {}
+    for r in _standin_runs(paths):
+        kept = [o for o in r["overrides"] if override_key(o) not in {*tune, BUDGET_KEY, SEED_KEY}]
+        groups.setdefault(run_label(kept, r["summary"]["run_kind"]), []).append(r)
+    arms = []
+    for label, runs in groups.items():
+        kind = runs[0]["summary"]["run_kind"]
+        budgets = sorted({r["summary"]["budget"] for r in runs})
+        by_budget = {str(b): _standin_best([r for r in runs if r["summary"]["budget"] == b], tune, select_seeds)
+                     for b in budgets} if kind == "single" else {}
+        selected = by_budget.get("1.0") or _standin_best(runs, tune, select_seeds)
+        chosen = [r for r in runs if r["summary"]["seed"] not in select_seeds and r["summary"]["budget"] == 1.0
+                  and all(float(r["values"].get(k, "nan")) == v for k, v in selected.items())]
+        losses = [r["summary"]["final_val_loss"] for r in chosen]
+        arms.append({
+            "arm": label, "label": label, "run_kind": kind, "settings_tried": len({tuple(r["values"].get(k) for k in tune) for r in runs}),
+            "selection_seeds": select_seeds, "eval_seeds": sorted({r["summary"]["seed"] for r in chosen}),
+            "selected": selected, "selected_by_budget": by_budget,
+            "final_val_loss": {"mean": float(np.mean(losses)) if losses else None, "n": len(losses)},
+            "multiplier": {"available": False, "why": "stand-in verdict"},
+        })
+    report = {"arms": arms, "frontier": {"points": [], "fit": {"available": False, "why": "stand-in"}},
+              "warnings": [], "optimistic": not select_seeds}
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "comparison.json").write_text(json.dumps(report, indent=1, sort_keys=True))
+        (Path(out) / "comparison.md").write_text("stand-in verdict\n")
+    return report
+
+
+SMALL_MODEL = dict(vocab_size=256, n_layer=2, n_head=2, n_embd=32, block_size=16)
+# Every LayerNorm/bias combination GPT-2 can represent, and RMSNorm, which it cannot.
+VARIANTS = {
+    "paper": dict(),  # no biases, parameter-free LayerNorm (gpt22m's shape)
+    "bias_affine": dict(bias=True, norm_affine=True),
+    "affine_no_bias": dict(norm_affine=True),
+    "bias_plain_norm": dict(bias=True),
+}
+
+
+def random_model(seed: int = 0, **overrides) -> GPT:
+    """A GPT whose every parameter (norm weights and biases included) is random, so a wrong mapping shows."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**{**SMALL_MODEL, **overrides}))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def saved_run(tmp_path: Path, name: str = "run", tokenizer: str = "bytes", **overrides) -> tuple[Path, GPT]:
+    model = random_model(**overrides)
+    run_dir = tmp_path / name
+    save_weights(run_dir, model, tokenizer)
+    return run_dir, model
+
+
+def multirun(tmp_path, *args):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, *args, f"hydra.sweep.dir={sweep}"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep
+
+
+def sweep_summaries(sweep):
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/summary.json")}
+
+
+DATA = {"description": "embedded, bytes: 1,000 train / 100 val tokens", "tokenizer": "bytes"}
+HELD = {"batches": 4, "sequences": 64, "tokens": 4096, "fingerprint": "abc"}
+
+
+def linear_run(root: Path, name: str, kind: str, label: str, seed, *, flops: float, val: float,
+             flops_blocks: float | None = None, budget: float = 1.0, n: int = 10, nan_at: int | None = None,
+             summary: dict | None = None, write_summary: bool = True) -> Path:
+    """A run whose val loss falls linearly from val + 1 to `val` over `n` rows ending at `flops` total
+    FLOPs (train loss = val loss - 0.05 on the same rows)."""
+    d = root / name
+    d.mkdir(parents=True)
+    fb_end = flops if flops_blocks is None else flops_blocks
+    rows = []
+    for i in range(n + 1):
+        f, fb = flops * i / n, fb_end * i / n
+        loss = val + 1.0 - i / n
+        if nan_at is not None and i >= nan_at:
+            loss = math.nan
+        if i:
+            rows.append({"step": i, "flops": f, "flops_blocks": fb, "tokens": i, "time_s": 0.0, "level": 0,
+                         "phase": "fine", "train/loss": loss - 0.05, "lr": 1e-3})
+        rows.append({"step": i, "flops": f, "flops_blocks": fb, "tokens": i, "time_s": 0.0, "level": 0,
+                     "val/loss": loss})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if write_summary:
+        s = {"run_kind": kind, "label": label, "seed": seed, "total_flops": flops, "total_flops_blocks": fb_end,
+             "budget": budget, "final_val_loss": rows[-1]["val/loss"], "final_train_loss": rows[-2]["train/loss"],
+             "final_val_loss_se": 0.004, "flops_formula": "3*(2*N+4*L*T*d)", "data": DATA, "held_out": HELD,
+             **(summary or {})}
+        (d / "summary.json").write_text(json.dumps(s))
+    return d
+
+
+def report_of(root: Path, capsys, *extra) -> tuple[dict, str]:
+    rc = compare_main([str(root), "--smooth", "1", "--out", str(root / "out"), *extra])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    return json.loads((root / "out" / "comparison.json").read_text()), cap.out
+
+
+def run_main(*argv: str, capsys=None) -> tuple[int, str, str]:
+    out = io.StringIO()
+    code = study_main(list(argv), out=out)
+    err = capsys.readouterr().err if capsys is not None else ""
+    return code, out.getvalue(), err
+
+
+SMOKE = ["scale=smoke", "train.progress=false"]
+ERROR_WORDS = re.compile(r"error|traceback|exception", re.IGNORECASE)
+
+
+def run_tool(tool: str, *args: str, cwd: Path, limits: dict | None = None, env: dict | None = None,
+             timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run a console entry point (`mltrain`, `mltrain-prepare`, `mltrain-compare`) in a fresh process,
+    optionally under resource limits (RLIMIT_FSIZE: a full disk; RLIMIT_AS: no room for a huge model)."""
+    entry = {"mltrain": "train_main", "mltrain-prepare": "prepare_main", "mltrain-compare": "compare_main"}[tool]
+    module = "mltrain.cli" if tool == "mltrain" else "mltrain.console"  # as pyproject.toml's scripts name them
+    code = textwrap.dedent(f"""
+        import resource, sys
+        for name, value in {limits or {}!r}.items():
+            resource.setrlimit(getattr(resource, name), (value, value))
+        sys.argv = [{tool!r}, *sys.argv[1:]]
+        from {module} import {entry}
+        {entry}()
+    """)
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def one_error(proc: subprocess.CompletedProcess, tool: str = "mltrain", code: int = 2, kind: str = "error") -> str:
+    """Assert `proc` stopped with `code` and exactly one error line (`<tool>: <kind>: ...`) on stderr,
+    no traceback anywhere; return that line."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == code, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if ERROR_WORDS.search(line) or line.startswith(f"{tool}: ")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert errors[0].startswith(f"{tool}: {kind}: "), errors
+    assert not ERROR_WORDS.search(proc.stdout), proc.stdout[-2000:]
+    return errors[0]
+
+
+def file_tree(path: Path) -> dict[str, bytes]:
+    """Every file under `path` (hidden ones included) with its bytes: "earlier output" to compare."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def unwritable_dir(tmp_path: Path) -> Path:
+    """A directory nobody can create files in (root ignores permission bits: /sys refuses even root)."""
+    if os.geteuid() != 0:
+        d = tmp_path / "read_only"
+        d.mkdir()
+        d.chmod(0o555)
+        return d
+    probe = Path("/sys/mltrain_probe")
+    try:
+        probe.mkdir()
+    except OSError:
+        return Path("/sys")
+    probe.rmdir()
+    pytest.skip("no directory here refuses root")
+
+
+def make_earlier_run(path: Path) -> Path:
+    """A run directory as a killed run leaves it: .hydra/, a log and some rows, no summary."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "config.yaml").write_text("seed: 7\n")
+    (path / ".hydra" / "overrides.yaml").write_text("- seed=7\n")
+    (path / "cli.log").write_text("[earlier] started\n")
+    (path / "metrics.jsonl").write_text('{"step": 0, "flops": 0.0, "val/loss": 5.5}\n')
+    return path
+
+
+def jsonl_file(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+PREPARE = ["prepare.tokenizer=bytes", "prepare.shard_tokens=2000", "prepare.val_tokens=1000",
+           "prepare.progress=false", "prepare.docs_per_task=4"]
+
+
+def fake_run_dir(root: Path, name: str, kind: str, label: str) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    rows = [{"step": i, "flops": i * 1e9, "train/loss": 5.0 - math.log(i) * (1.3 if kind != "single" else 1.0),
+             "level": 0} for i in range(1, 50)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "summary.json").write_text(json.dumps({"run_kind": kind, "label": label, "seed": 0, "total_flops": 49e9}))
+    return d
+
+
+# Under a 6 GB address-space limit an attempt to build the huge model would fail loudly; the checks
+# must stop the run before, in one line.
+NO_ROOM = {"RLIMIT_AS": 6 * 2**30}
+
+
+def fault_matrix():
+    """scripts/fault_matrix.py as a module: the tests check the process table as its cases do."""
+    import importlib.util
+
+    if "fault_matrix" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("fault_matrix", Path(__file__).resolve().parents[1] / "scripts"
+                                                      / "fault_matrix.py")
+        sys.modules["fault_matrix"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["fault_matrix"])
+    return sys.modules["fault_matrix"]
+
+
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose environment holds `marker` (psutil is no dependency: /proc)."""
+    return fault_matrix().leftovers(marker)
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands the README and docs/ show
+
+REPO = Path(__file__).resolve().parents[1]
+DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # the README and docs/*.md: what users read
+
+
+def bash_blocks(path: Path) -> str:
+    return "\n".join(re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S))
+
+
+def documented_commands(program: str) -> list[tuple[str, list[str]]]:
+    """(file, arguments) of each call of `program` in the bash blocks of the README and docs/*.md."""
+    return [(path.relative_to(REPO).as_posix(), args) for path in DOC_FILES for args in shell_commands(bash_blocks(path), program)]
+
+
+def doc_commands(program: str) -> list[list[str]]:
+    """The arguments of each call of `program` shown in the README and docs/*.md."""
+    return [args for _, args in documented_commands(program)]
+
+
+def shell_calls(text: str) -> list[list[str]]:
+    """The words of each command in shell text (continuations joined, comments and the scripts' $out
+    variable left out, `a && b` as two commands), after any VAR=value assignments."""
+    calls = []
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.split("#")[0].strip() if line.lstrip().startswith("#") else line.split("  #")[0].strip()
+        for part in line.split("&&"):
+            words = shlex.split(part.replace("$out", "out"))
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+                words = words[1:]  # an environment assignment before the command
+            if words:
+                calls.append(words)
+    return calls
+
+
+def shell_commands(text: str, program: str) -> list[list[str]]:
+    """The arguments of each call of `program` in shell text: `program ...` after any VAR=value
+    assignments, and for mltrain also the module form under a launcher (`torchrun ... -m mltrain.cli ...`,
+    `srun python -m mltrain.cli ...`)."""
+    commands = []
+    for words in shell_calls(text):
+        if Path(words[0]).name == program:
+            commands.append(words[1:])
+        elif program == "mltrain" and "mltrain.cli" in words:
+            commands.append(words[words.index("mltrain.cli") + 1:])
+    return commands

@@ -1,0 +1,58 @@
+"""Hydra multirun through the real CLI: the basic launcher and the joblib one, and the job dir names."""
+
+import subprocess
+import sys
+
+from helpers import SMOKE, multirun, sweep_summaries
+
+
+def test_sweep_over_seed_and_delta_names_each_job_dir_after_its_overrides(tmp_path):
+    sweep = multirun(tmp_path, "seed=0,1", "multilevel.delta=0.1,0.5", "coarsening=evenodd")
+    runs = sweep_summaries(sweep)
+    assert set(runs) == {f"coarsening=evenodd,multilevel.delta={d},scale=smoke,seed={s}"
+                         for d in (0.1, 0.5) for s in (0, 1)}
+    for name, s in runs.items():
+        assert s["run_kind"] == "multilevel" and f"seed={s['seed']}" in name and f"delta={s['delta']}" in name
+        # seeds of one configuration share a label (the W&B group); deltas do not
+        assert s["label"] == f"coarsening=evenodd,multilevel.delta={s['delta']},scale=smoke"
+
+
+def test_refuses_a_sweep_dir_that_holds_runs(tmp_path):
+    sweep = multirun(tmp_path, "seed=0")
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "seed=1", f"hydra.sweep.dir={sweep}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "holds earlier runs" in proc.stderr
+    assert set(sweep_summaries(sweep)) == {"scale=smoke,seed=0"}
+
+
+def test_long_override_lists_get_a_short_unique_job_dir():
+    from mltrain.runs.names import MAX_DIRNAME, short_dirname
+
+    long_a = ",".join(f"model.key{i}=value{i}" for i in range(40)) + ",seed=0"
+    long_b = long_a[:-1] + "1"
+    assert len(short_dirname(long_a)) == MAX_DIRNAME and short_dirname(long_a) != short_dirname(long_b)
+    assert short_dirname("seed=1") == "seed=1"
+
+
+def test_a_failing_job_is_reported_once_and_the_sweep_goes_on(tmp_path):
+    # a context longer than the data: found when the job loads its data, not by checking the config
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "model.block_size=100000000,16",
+                           f"hydra.sweep.dir={sweep}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1
+    out = proc.stderr + proc.stdout
+    assert "failed: the train split has" in out and "fewer than block_size + 1 = 100000001" in out
+    assert "Traceback" not in out and "Error executing job" not in out  # said once, when it failed
+    assert set(sweep_summaries(sweep)) == {"model.block_size=16,scale=smoke"}
+
+
+def test_a_bad_value_of_a_later_sweep_point_stops_the_sweep_before_its_first_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "coarsening=evenodd",
+                           "multilevel.delta=0.5,2.0", f"hydra.sweep.dir={sweep}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "mltrain: error: sweep point #1 (multilevel.delta=2.0): multilevel.delta=2.0 must be in [0, 1]; "
+        "no job was started"]
+    assert not sweep.exists()

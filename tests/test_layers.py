@@ -1,0 +1,170 @@
+"""The layers of mltrain/ point one way: a module imports only modules of its own layer or of the layers
+below it, and no import cycle exists between modules. Read from the source with `ast`, so every import
+counts: at the top of a file, inside a function (a lazy import), and under `if TYPE_CHECKING:` (a type
+named from a layer above is a dependency on it all the same)."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mltrain"
+
+# Bottom up; a module belongs to the layer of the longest prefix that names it (docs/architecture.md).
+LAYERS = [
+    ("core", ["mltrain", "mltrain.errors", "mltrain.choice", "mltrain.interrupts", "mltrain.atomic",
+              "mltrain.checks", "mltrain.flops"]),
+    ("method", ["mltrain.method"]),
+    ("data", ["mltrain.data"]),
+    ("model", ["mltrain.model", "mltrain.views", "mltrain.memory"]),
+    ("runs", ["mltrain.runs"]),
+    ("training", ["mltrain.training"]),
+    ("config", ["mltrain.config"]),
+    ("run", ["mltrain.run"]),
+    ("cli", ["mltrain.cli"]),
+    ("tools", ["mltrain.tools", "mltrain.console"]),
+]
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package tree at `root`, by dotted name (a package by its own name)."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> dict[str, int]:
+    """The modules of `known` that module `name` imports, anywhere in its source, each with the line of
+    its first import. `from a import b` counts `a` and, when it is a module, `a.b`."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([base] if base else [])])
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for target in targets:
+            if target in known and target != name:
+                found.setdefault(target, node.lineno)
+    return found
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, dict[str, int]]:
+    """Module -> {imported module: line}. A package importing its own submodules (its __init__ gathering
+    them) is how a package is made, not a dependency, and is left out."""
+    mods = modules(root)
+    graph = {}
+    for name, path in mods.items():
+        graph[name] = {t: line for t, line in imports(name, path, set(mods)).items() if not t.startswith(name + ".")}
+    return graph
+
+
+def layer_of(module: str) -> int:
+    best, index = "", None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, index = prefix, i
+    if index is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to docs/architecture.md)")
+    return index
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Every import of a module from a layer above the importer's, as `a (layer) -> b (layer), line n`."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        for target, line in sorted(targets.items()):
+            if layer_of(target) > layer_of(module):
+                out.append(f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} "
+                           f"({LAYERS[layer_of(target)][0]}), line {line}")
+    return out
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], itertools.count()
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = next(counter)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return out
+
+
+def test_every_module_of_mltrain_is_in_a_layer():
+    for module in modules():
+        layer_of(module)
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    problems = upward_imports(import_graph())
+    assert not problems, "imports against the layer order:\n" + "\n".join(problems)
+
+
+def test_no_import_cycle_between_modules():
+    found = cycles(import_graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_checks_see_lazy_type_checking_and_relative_imports(tmp_path):
+    """A planted upward import is found wherever it hides, and so is a cycle."""
+    root = tmp_path / "mltrain"
+    (root / "method").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "config.py").write_text("X = 1\n")
+    (root / "method" / "__init__.py").write_text("from mltrain.method import a  # the package gathers its modules\n")
+    (root / "method" / "a.py").write_text("def f():\n    from mltrain.config import X\n    return X\n")
+    (root / "method" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                          "    from .. import config\nfrom . import c\n")
+    (root / "method" / "c.py").write_text("from mltrain.method import b\n")
+    graph = import_graph(root)
+    assert upward_imports(graph) == [
+        "mltrain.method.a (method) imports mltrain.config (config), line 2",
+        "mltrain.method.b (method) imports mltrain.config (config), line 3",
+    ]
+    assert cycles(graph) == [["mltrain.method.b", "mltrain.method.c"]]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in LAYERS])
+def test_each_layer_holds_a_module(name):
+    prefixes = dict(LAYERS)[name]
+    assert any(any(m == p or m.startswith(p + ".") for p in prefixes) for m in modules()), name

@@ -1,0 +1,300 @@
+"""mltrain-study: the shipped studies compose and check; bad input is one line before any run; the
+steps of a scale come from its tokens per parameter; sweeps, folders and the frontier's grouping; the
+status view; the ladder report and its trend sentence on constructed ladders; and, end to end, the
+smoke study, a second invocation that launches nothing, and interrupted studies that resume to the
+same reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import run_main
+
+from mltrain.tools.study import compose, ladder, schema, stages
+from mltrain.tools.study.cli import compose_study
+from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, evaluation_sweeps, tuning_sweeps
+
+
+# The smoke study's d32 scale by hand: token embedding 256x32 (tied head) + positions 16x32 + 2 blocks of
+# (attention 32x96 + 32x32, MLP 32x128 + 128x32) = 8,192 + 512 + 2 x 12,288; no biases, no norm weights.
+SMOKE_D32_PARAMS = 256 * 32 + 16 * 32 + 2 * (32 * 96 + 32 * 32 + 32 * 128 + 128 * 32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Studies compose; their sizes; bad input
+
+
+SHIPPED = {  # study -> (rungs at least, the arms' presets it must have)
+    "smoke": (2, {"single", "multilevel"}),
+    "cpu_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
+    "paper_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
+    "depth_ladder": (3, {"single", "multilevel", "schedule_control", "random_control", "ode_step", "raptr"}),
+    "data_ladder": (3, {"single", "multilevel", "schedule_control", "stacking", "raptr"}),
+    "adamw_check": (1, {"single", "adamw_reset", "raptr"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(name, request):
+    if name == "paper_ladder":
+        request.getfixturevalue("gpt2_cache")  # its parameter counts need the GPT-2 vocabulary
+    cfg = compose_study([f"study={name}"])
+    schema.check(cfg)
+    counts = {schema.settings_count(a) for a in cfg.arms.values()}
+    assert len(counts) == 1
+    rungs, presets = SHIPPED[name]
+    assert len(cfg.ladder) >= rungs and {a.experiment for a in cfg.arms.values()} >= presets
+    if name != "smoke":  # tuned on seed 0 alone, 4 settings per arm, 6 evaluation seeds (4 at a costly rung)
+        assert list(cfg.selection_seeds) == [0] and counts.pop() >= 4
+        assert all(len(schema.eval_seeds(cfg, r)) >= 4 for r in cfg.ladder)
+    layout = Layout(Path("unused"))
+    with compose.Composer() as composer:
+        sizes = compose.ladder_sizes(cfg, composer)
+        for scale in cfg.ladder:  # one setting per arm here; `prepare` (slow test below) composes them all
+            for sweep in tuning_sweeps(cfg, layout, scale, sizes[scale].max_steps):
+                run = sweep.runs()[0]
+                from mltrain.config import validate
+
+                validate(composer.compose(sweep.job_overrides(run, cfg), f"{scale}/{sweep.arm}"))
+    values = [s.on_axis(cfg.ladder_axis) for s in sizes.values()]
+    assert sorted(values) == values  # a ladder, small to large along its axis
+    if name == "paper_ladder":
+        assert sizes["gpt22m"].n_params == 22_368_512 and sizes["gpt22m"].max_steps == 16_000
+
+
+def test_max_steps_follow_tokens_per_parameter():
+    studies = [compose_study(["study=smoke", *o]) for o in ([], ["tokens_per_param=2"], ["ladder.d32.max_steps=7"])]
+    with compose.Composer() as composer:
+        sizes, doubled, fixed = (compose.ladder_sizes(s, composer) for s in studies)
+    assert sizes["d32"].n_params == SMOKE_D32_PARAMS == 33_280
+    assert sizes["d32"].tokens_per_step == 4 * 16  # scale=smoke: batch 4 x context 16
+    assert sizes["d32"].max_steps == round(0.1 * SMOKE_D32_PARAMS / 64) == 52
+    assert doubled["d32"].max_steps == round(2 * SMOKE_D32_PARAMS / 64) == 1040
+    assert doubled["d32"].tokens_per_param == pytest.approx(2.0, rel=1e-3)
+    assert fixed["d32"].max_steps == 7 and fixed["d16"].max_steps == sizes["d16"].max_steps
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["arms.multilevel.experiment=nope"], "arm multilevel"),  # an unknown preset
+    (["arms.multilevel.overrides=['optim.lrr=0.1']"], "Could not override 'optim.lrr'"),  # an unknown key of a run
+    (["seed=[3]"], "Key 'seed' not in 'StudyConfig'"),  # an unknown key of the study
+    (["study=nogrid"], "arm extra has no grid"),  # a study of the user's own (tests/conf below)
+    (["arms.multilevel.grid={optim.lr:[0.03,0.1,0.3]}"], "tuned unequally (single 2, multilevel 3 settings)"),
+    (["seeds=[0,1]"], "seed [0] in both selection_seeds and seeds"),
+    (["ladder.d16.overrides=['model.n_embd=16','model.n_head=2','model.n_layer=3']"],
+     "scale d16, arm multilevel, optim.lr=0.03: model.n_layer=3 is not divisible"),  # evenodd cannot halve 3 blocks
+    (["arms.multilevel.grid={optim.lr:[0.03,-1.0]}"], "optim.lr=-1.0 must be > 0"),
+    (["study=nope"], "nope"),
+    (["arms.single.experiment=multilevel"], "arm single sweeps train.budget, the frontier's axis, but its runs are not single-level"),
+    (["ladder_axis=height"], "ladder_axis='height': expected one of params, depth, width, tokens_per_param"),
+    (["ladder_axis=depth"], "ladder_axis=depth: rungs d16 and d32 have the same depth (2): a ladder's rungs must vary its axis"),
+    (["ladder_axis=depth", "ladder.d32.overrides=['model.n_embd=32','model.n_head=2','model.n_layer=4']"],
+     "ladder_axis=depth: rungs d16 and d32 also differ in model.n_embd (16 at d16, 32 at d32): a depth ladder varies "
+     "model.n_layer alone"),
+    (["ladder.d32.overrides=['model.n_embd=32','model.n_head=2','optim.momentum=0.5']"],
+     "ladder_axis=params: rungs d16 and d32 also differ in optim.momentum (0.9 at d16, 0.5 at d32)"),
+    (["ladder_axis=width", "predict_params=[1e6]"], "predict_params extrapolates along parameters"),
+    (["ladder.d16.seeds=[0]"], "seed [0] in both selection_seeds and seeds"),
+])
+def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys):
+    own = tmp_path / "conf" / "study"
+    own.mkdir(parents=True)
+    (own / "nogrid.yaml").write_text("# @package _global_\ndefaults: [smoke]\nname: nogrid\n"
+                                     "arms: {extra: {experiment: multilevel}}\n")
+    code, out, err = run_main("study=smoke", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                              *overrides, capsys=capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("mltrain-study: error: "), err
+    assert says in lines[0]
+    assert not (tmp_path / "study").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeps and folders
+
+
+def test_tuning_sweeps_name_folders_by_the_swept_keys_and_exclude_the_rest(tmp_path):
+    cfg = compose_study(["study=smoke", f"dir={tmp_path}"])
+    layout = Layout(tmp_path)
+    single, multilevel = tuning_sweeps(cfg, layout, "d16", max_steps=16)
+    assert [r.dir.name for r in single.runs()][:2] == ["optim.lr=0.03,seed=0,train.budget=0.5",
+                                                     "optim.lr=0.03,seed=0,train.budget=1.0"]
+    assert len(single.runs()) == 6 and len(multilevel.runs()) == 2
+    args = multilevel.overrides(cfg)
+    assert "optim.lr=0.03,0.3" in args and "seed=0" in args and "train.max_steps=16" in args
+    assert "train.resume=true" in args and "logger.group=d16/multilevel" in args and "logger.job_type=tune" in args
+    assert "logger.tags=[smoke]" in args and "hydra/launcher=basic" in args
+    excluded = next(a for a in args if a.startswith("hydra.job.config.override_dirname.exclude_keys="))
+    assert "train.max_steps" in excluded and "experiment" in excluded and "optim.lr" not in excluded and ",seed" not in excluded
+
+
+def test_a_key_with_one_value_is_a_fixed_setting_kept_in_the_arm_label_not_tuned_by_the_verdict():
+    cfg = compose_study(["study=cpu_ladder"])
+    assert schema.varied_keys(cfg) == ["optim.lr", "multilevel.coarse_optim.lr"]
+    study = stages.prepare(cfg)
+    labels = study.labels["d32"]
+    assert "stacking.operator=interleave" in labels["stacking"] and "raptr.rescale=False" in labels["raptr"]
+    assert not any("optim.lr=" in label or "warmup_steps" in label for label in labels.values())
+
+
+def test_the_frontier_evaluates_each_budget_at_its_own_setting_one_sweep_per_setting(tmp_path):
+    cfg = compose_study(["study=smoke", f"dir={tmp_path}"])
+    choices = {"single": Choice({"optim.lr": "0.3"}, {"0.5": {"optim.lr": "0.03"}, "1.0": {"optim.lr": "0.3"},
+                                                      "2.0": {"optim.lr": "0.3"}}),
+               "multilevel": Choice({"optim.lr": "0.03"})}
+    sweeps = evaluation_sweeps(cfg, Layout(tmp_path), "d16", choices, max_steps=16)
+    names = sorted(r.dir.name for s in sweeps for r in s.runs())
+    assert names == sorted([*(f"optim.lr=0.03,seed={s},train.budget=0.5" for s in (1, 2)),
+                            *(f"optim.lr=0.3,seed={s},train.budget={b}" for s in (1, 2) for b in ("1.0", "2.0")),
+                            *(f"optim.lr=0.03,seed={s}" for s in (1, 2))])
+    assert len(sweeps) == 3 and {s.stage for s in sweeps} == {EVAL}
+    assert {s.dir.name for s in sweeps} == {"single", "multilevel"}  # the frontier's sweeps share a folder
+
+
+def test_status_reads_the_folders_and_runs_nothing(tmp_path, capsys):
+    cfg = compose_study(["study=smoke", f"dir={tmp_path}"])
+    layout = Layout(tmp_path)
+    single = tuning_sweeps(cfg, layout, "d16")[0].runs()
+    for run, status in zip(single, ["finished", "finished", "diverged", "interrupted"]):
+        run.dir.mkdir(parents=True)
+        (run.dir / "summary.json").write_text(json.dumps({"status": status}))
+    single[4].dir.mkdir()  # started, killed before a summary
+    code, out, _ = run_main("study=smoke", f"dir={tmp_path}", "--status", capsys=capsys)
+    assert code == 0
+    row = next(line for line in out.splitlines() if "d16" in line and TUNE in line and "single" in line)
+    assert "2/6 finished, 1 diverged, 2 to resume, 1 not started" in row
+    assert "waits for stage 1" in out and "not yet written" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d16"]  # nothing written, no lock taken
+
+
+# ---------------------------------------------------------------------------------------------
+# The ladder report and the trend
+
+
+def multiplier(m: float, spread: float = 0.02) -> dict:
+    return {"available": True, "why": None, "M": m, "M_lo": m * (1 - spread), "M_hi": m * (1 + spread),
+            "saving": 1 - 1 / m, "saving_lo": 1 - 1 / (m * (1 - spread)), "saving_hi": 1 - 1 / (m * (1 + spread)),
+            "extrapolated": False, "beyond_data": None}
+
+
+def scale_result(name: str, n: int, m: dict | None, single_by_budget=None) -> ladder.ScaleResult:
+    labels = {"single": f"experiment=single,{name}", "multilevel": f"experiment=multilevel,{name}"}
+    arms = [{"arm": "single", "label": labels["single"], "run_kind": "single",
+             "selected_by_budget": single_by_budget or {"1.0": {"optim.lr": 0.1}}, "selected": {"optim.lr": 0.1},
+             "eval_seeds": [1, 2, 3, 4]}]
+    if m is not None:
+        arms.append({"arm": "multilevel", "label": labels["multilevel"], "run_kind": "multilevel",
+                     "selected": {"optim.lr": 0.3}, "eval_seeds": [1, 2, 3, 4], "multiplier": m})
+    return ladder.ScaleResult(name, n, 100, 8.0, labels, comparison={"arms": arms, "warnings": ["w"], "optimistic": False})
+
+
+def trend_of(ms: list[float], spread: float = 0.02) -> dict:
+    results = [scale_result(f"s{i}", n, multiplier(m, spread)) for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], ms))]
+    return ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
+
+
+@pytest.mark.parametrize("ms, verdict", [
+    ([1.10, 1.21, 1.33, 1.46], "growing"),  # x1.1 per doubling: slope log2(1.1)/1 = 0.14
+    ([1.30, 1.18, 1.07, 0.97], "shrinking"),
+    ([1.20, 1.205, 1.198, 1.202], "flat"),
+])
+def test_trend_sentence_on_constructed_ladders(ms, verdict):
+    t = trend_of(ms)
+    assert t["verdict"] == verdict and f"is {verdict} with scale" in t["sentence"]
+    if verdict == "growing":
+        assert t["slope"] == pytest.approx(0.1375, abs=0.01)
+
+
+def test_trend_cannot_tell_with_wide_intervals_or_too_few_scales():
+    wide = trend_of([1.1, 1.2, 1.1, 1.2], spread=0.4)
+    assert wide["verdict"] == "cannot tell" and "cannot tell" in wide["sentence"] and wide["slope_lo"] < 0 < wide["slope_hi"]
+    one = ladder.ladder_report("t", ["single", "multilevel"], "single",
+                               [scale_result("a", 1e5, multiplier(1.2)), scale_result("b", 2e5, None)], [])
+    assert one["trends"][0]["verdict"] == "too few scales to tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+
+
+def test_two_scales_or_two_seeds_per_scale_are_too_few_for_a_trend():
+    # Two scales with tight intervals: a line through two points always fits, so no word and no interval.
+    two = ladder.ladder_report("t", ["single", "multilevel"], "single",
+                               [scale_result("a", 1e5, multiplier(1.1, 0.001)), scale_result("b", 2e5, multiplier(1.3, 0.001))], [])
+    t = two["trends"][0]
+    assert t["verdict"] == "too few scales to tell" and "slope" not in t and "growing" not in t["sentence"]
+    # Four scales, two evaluation seeds each: their bootstrap intervals are no measurement.
+    results = [scale_result(f"s{i}", n, multiplier(m)) for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], [1.1, 1.2, 1.3, 1.4]))]
+    for r in results:
+        r.comparison["arms"][1]["eval_seeds"] = [1, 2]
+    few = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
+    assert few["verdict"] == "too few seeds to tell" and "fewer than 4 evaluation seeds" in few["sentence"]
+
+
+def test_scatter_beyond_the_intervals_widens_the_slope_interval():
+    tight = trend_of([1.1, 1.3, 1.15, 1.4], spread=0.001)
+    assert "widened by their scatter" in tight["method"]
+    assert tight["slope_hi"] - tight["slope_lo"] > 0.1  # far wider than the 0.1% intervals alone allow
+
+
+def test_an_arm_is_found_in_the_verdict_by_its_label_however_it_is_spelt():
+    entries = [{"label": "experiment=single,model.n_embd=32", "run_kind": "single"},
+               {"label": "device=cpu,experiment=multilevel,logger.tags=[a,b],train.resume=true", "run_kind": "multilevel"}]
+    assert ladder.find_arm(entries, "experiment=single,model.n_embd=32", "single") is entries[0]
+    # compare may keep the bookkeeping keys mltrain's own labels leave out: the same arm all the same
+    assert ladder.find_arm(entries, "experiment=multilevel", "multilevel") is entries[1]
+    assert ladder.find_arm(entries, "experiment=multilevel,optim.momentum=0.5", "multilevel") is None
+
+
+def test_ladder_report_files_table_prediction_and_what_is_missing(tmp_path):
+    results = [scale_result("s0", 100_000, multiplier(1.2)), scale_result("s1", 200_000, multiplier(1.1)),
+               scale_result("s1b", 300_000, multiplier(1.05)), scale_result("s2", 400_000, None)]
+    results[3].why_no_verdict = None
+    results[3].missing = ["s2/eval/multilevel/optim.lr=0.3,seed=1: crashed: RuntimeError: boom"]
+    report = ladder.ladder_report("toy", ["single", "multilevel"], "single", results, [22_368_512])
+    ladder.write_ladder(report, tmp_path / "ladder")
+    md = (tmp_path / "ladder.md").read_text()
+    assert "| s0 | 100,000 | 8.0 | 100 | — | single | budget 1.0: optim.lr=0.1 | the frontier |" in md
+    assert "| multilevel | optim.lr=0.3 | 1.200 [1.176, 1.224] | 16.7% [15.0%, 18.3%] | 4 |" in md
+    assert "Extrapolation, not a measurement: at 22.4M parameters" in md
+    assert "s2/multilevel: not in the verdict" in md and "crashed: RuntimeError: boom" in md
+    assert (tmp_path / "ladder.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "ladder.json").read_text())
+    assert saved["trends"][0]["verdict"] == "shrinking" and saved["trends"][0]["predictions"][0]["M"] < 1.1
+
+
+def test_readme_study_commands_compose_and_pass_the_checks():
+    from helpers import doc_commands
+
+    commands = doc_commands("mltrain-study")
+    assert {a[0] for a in commands} >= {"study=smoke", "study=cpu_ladder"} and any("--status" in a for a in commands)
+    for args in commands:
+        schema.check(compose_study([a for a in args if not a.startswith("--")]))
+
+
+def test_the_new_ladders_hold_their_stated_rungs():
+    """The depth ladder's 8-block rung as stated (width 32, context 32, batch 8, 8 tokens per parameter
+    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run; the coarse phases
+    cost ~34% of the fine steps' FLOPs at every rung of both."""
+    from mltrain.flops import train_flops_per_token
+
+    depth, data, cpu = (compose_study([f"study={n}"]) for n in ("depth_ladder", "data_ladder", "cpu_ladder"))
+    with compose.Composer() as composer:
+        sizes = {n: compose.ladder_sizes(c, composer) for n, c in (("depth", depth), ("data", data))}
+        l8 = composer.compose([*depth.common, *depth.ladder.L8.overrides], "L8")
+        assert (l8.model.n_layer, l8.model.n_embd, l8.model.block_size, l8.train.batch_size) == (8, 32, 32, 8)
+        assert sizes["depth"]["L8"].max_steps == 3360 and sizes["depth"]["L8"].tokens_per_param == pytest.approx(8.0)
+        assert [s.on_axis("depth") for s in sizes["depth"].values()] == [4, 8, 12]
+        assert [round(s.tokens_per_param) for s in sizes["data"].values()] == [8, 16, 32]
+        for name, study in (("depth", depth), ("data", data)):
+            for rung, size in sizes[name].items():
+                cfg = composer.compose([*study.common, *study.ladder[rung].overrides, "experiment=multilevel"], rung)
+                per_token = lambda n: train_flops_per_token(n, cfg.model.n_embd, 256, cfg.model.block_size)  # noqa: E731
+                coarse = cfg.multilevel.n_cycles * 2 * cfg.multilevel.coarse_steps * per_token(cfg.model.n_layer // 2)
+                assert coarse / (size.max_steps * per_token(cfg.model.n_layer)) == pytest.approx(0.34, abs=0.005)
+        for arm in ("single", "multilevel", "schedule_control", "stacking", "raptr"):
+            assert data.arms[arm] == cpu.arms[arm]
+            one = ["seed=1", "optim.lr=0.3"]
+            a = composer.compose([*data.common, *data.ladder.t8.overrides, "train.max_steps=1824",
+                                  f"experiment={data.arms[arm].experiment}", *one], "t8")
+            b = composer.compose([*cpu.common, *cpu.ladder.d32.overrides, "train.max_steps=1824",
+                                  f"experiment={cpu.arms[arm].experiment}", *one], "d32")
+            assert a == b, arm
