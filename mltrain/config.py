@@ -38,6 +38,7 @@ from mltrain.model import GPTConfig
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.names import short_dirname
 from mltrain.runs.rundir import unique_dir
+from mltrain.training.compiling import compile_setting
 from mltrain.training.distributed import START_TIME_ENV
 from mltrain.training.optim import OptimName, ScheduleName
 
@@ -100,7 +101,9 @@ class TrainConfig:
     eval_batches: int = 8
     log_interval: int = 10  # fine steps between train rows in metrics.jsonl (coarse phases: see multilevel)
     dtype: DType = DType.auto
-    compile: bool = False  # torch.compile every block once (CUDA)
+    # torch.compile the model, one graph per depth (mltrain/training/compiling.py): auto (on for CUDA, off on
+    # a CPU), true or false. Typed Any so that `auto` and the booleans are all accepted; validate() checks it.
+    compile: Any = "auto"
     progress: bool = True  # tqdm progress bar
     # Checkpoints (run_dir/checkpoints/): every checkpoint_interval fine steps, inside coarse phases every
     # checkpoint_interval fine steps' worth of FLOPs, and at the end; 0: at the end (and on a signal) only.
@@ -110,6 +113,12 @@ class TrainConfig:
     # from its last checkpoint; a finished run is left untouched.
     resume: bool = False
     on_nonfinite: OnNonFinite = OnNonFinite.stop
+    # FLOP/s of one device for MFU; null: the table's bf16 peak of the card (training/flops.py), none on a CPU
+    peak_flops: Optional[float] = None
+    prefetch: bool = True  # build and copy the next batch while the step runs (training/batches.py)
+    # data parallel: optimizer steps between the ranks' agreeing whether a signal asked to stop (one
+    # all-reduce and host read each time; one process checks every step, for free)
+    stop_check_interval: int = 20
     # A run that would take more than a day on this machine (its planned FLOPs at a rate no run reaches
     # here, mltrain/runs/sanity.py) is refused before it starts unless this is true.
     allow_long: bool = False
@@ -398,6 +407,10 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"train.budget={t.budget} must be in (0, 10] (a fraction of train.max_steps)")
     positive(t.checkpoint_interval, "train.checkpoint_interval", zero_ok=True)
     positive(t.keep_checkpoints, "train.keep_checkpoints")
+    compile_setting(t.compile)  # auto, true or false
+    positive(t.stop_check_interval, "train.stop_check_interval")
+    if t.peak_flops is not None:
+        positive(t.peak_flops, "train.peak_flops")
     if t.batch_size % t.grad_accum:
         raise ConfigError(
             f"train.batch_size={t.batch_size} must be divisible by train.grad_accum={t.grad_accum}"

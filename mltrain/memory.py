@@ -1,7 +1,8 @@
 """Will the model fit? A lower bound on training memory, checked before anything is allocated.
 
-The parameter count comes from the model built on PyTorch's `meta` device (shapes, no storage), so it
-is exact for any configuration and costs nothing. The bound counts only what training certainly holds
+The parameter count is the model's own arithmetic (tests/model/test_memory_count.py checks it against the
+model built on PyTorch's `meta` device for every kind of norm, bias and attention): building it there
+costs a second of start-up in a fresh process (torch loads its meta kernels). The bound counts only what training certainly holds
 at once, in fp32: the weights, their gradients, the optimizer's state (SGD with momentum: one copy,
 AdamW: two), the buffers, and the logits of one micro-batch with their gradient
 (micro-batch x context x vocabulary, twice). Activations are left out: a run refused here would
@@ -16,17 +17,24 @@ from typing import Any, Optional
 import torch
 
 from mltrain.errors import ConfigError
-from mltrain.model import GPT, GPTConfig
+from mltrain.model import Attention, GPTConfig, Norm
 
 FP32 = 4
 
 
 def parameter_count(config: GPTConfig) -> tuple[int, int]:
-    """(parameters, bytes of buffers) of GPT(config), without allocating it."""
-    with torch.device("meta"):
-        model = GPT(config)
-    params = sum(p.numel() for p in model.parameters())
-    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    """(parameters, bytes of buffers) of GPT(config), without building it."""
+    d, bias = config.n_embd, config.bias
+
+    def linear(n_in: int, n_out: int) -> int:
+        return n_in * n_out + (n_out if bias else 0)
+
+    affine = config.norm_affine
+    norm = (d if affine else 0) + (d if affine and bias and Norm(config.norm) == Norm.layernorm else 0)
+    block = 2 * norm + linear(d, 3 * d) + linear(d, d) + linear(d, 4 * d) + linear(4 * d, d)
+    params = config.vocab_size * d + config.block_size * d + config.n_layer * block + norm  # the head is tied
+    explicit = Attention(config.attention) == Attention.explicit
+    buffers = config.n_layer * config.block_size**2 if explicit else 0  # one bool causal mask per block
     return params, buffers
 
 

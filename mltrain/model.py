@@ -116,9 +116,10 @@ class Block(nn.Module):
         self.ln_2 = make_norm(cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, step_size: float = 1.0) -> torch.Tensor:
-        """x + h·F(x): an Euler step of size h (1 in the fine model) with F = attention then MLP."""
-        if step_size == 1.0:
+    def forward(self, x: torch.Tensor, step_size: float | torch.Tensor = 1.0) -> torch.Tensor:
+        """x + h·F(x): an Euler step of size h (1 in the fine model) with F = attention then MLP. h may be a
+        0-d tensor (a compiled model takes a step that changes per call as an input, not as a constant)."""
+        if not isinstance(step_size, torch.Tensor) and step_size == 1.0:
             x = x + self.attn(self.ln_1(x))
             return x + self.mlp(self.ln_2(x))
         a = self.attn(self.ln_1(x))
@@ -165,15 +166,15 @@ class GPT(nn.Module):
         idx: torch.Tensor,
         targets: Optional[torch.Tensor] = None,
         blocks: Optional[Iterable[nn.Module]] = None,
-        step_size: float | Sequence[float] = 1.0,
+        step_size: float | Sequence[float] | torch.Tensor = 1.0,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Logits (and mean cross-entropy if targets are given), running `blocks` in order.
 
         `blocks=None` runs all of self.blocks (the fine model). Any other ordered sequence of Block
         modules gives a shallower model that shares embeddings, final norm and head. `step_size` is the
         Euler step h of every block (x + h·F(x)): a model with k times fewer blocks can take steps k
-        times longer and so integrate the same depth "time" as the fine model. A sequence gives each
-        block its own step (a non-uniform grid), one per block in `blocks`.
+        times longer and so integrate the same depth "time" as the fine model. A sequence (or a 1-D tensor)
+        gives each block its own step (a non-uniform grid), one per block in `blocks`.
         """
         B, T = idx.shape
         if T > self.config.block_size:

@@ -41,14 +41,16 @@ from mltrain.runs.provenance import provenance
 from mltrain.runs.tracking import Tracker
 from mltrain.runs.weights import remove_weights, save_weights
 from mltrain.training import distributed
+from mltrain.training.batches import DeviceBatches
 from mltrain.training.checkpoint import CheckpointFolder, CheckpointSaver, load_latest
+from mltrain.training.compiling import compile_model, compile_options, compiles
 from mltrain.training.devices import enable_tf32, peak_flops, resolve_device, resolve_dtype, sweep_placement
 from mltrain.training.evaluation import EVAL_SEED, Evaluator
 from mltrain.training.optim import build_optimizer
 from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
 from mltrain.training.rows import NonFiniteLoss
 from mltrain.training.runner import PlanRunner, Samplers
-from mltrain.training.trainer import Trainer
+from mltrain.training.trainer import Trainer, TrainState
 from mltrain.views import Hierarchy
 
 log = logging.getLogger("mltrain")
@@ -167,9 +169,9 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
     data = load_tokens(cfg.data)
     # each rank reads its slice; every batch's ids are checked against the vocabulary (data/inputs.py)
     T, shared = cfg.model.block_size, {"rank": world.rank, "world_size": world.size, "vocab_size": data.vocab_size}
-    samplers = Samplers(fine=BatchSampler(data.train, B, T, seed=cfg.seed, **shared),
-                        coarse=BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **shared),
-                        diag=BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **shared))
+    fine = BatchSampler(data.train, B, T, seed=cfg.seed, **shared)
+    coarse = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **shared)
+    diag = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **shared)
     val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **shared)
     gpt_config = model_config(cfg, data.vocab_size)
 
@@ -178,19 +180,25 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
     check_fits(gpt_config, cfg.optim, max(B, coarse_B) // world.size // t.grad_accum, device)
     check_duration(cfg, gpt_config, device, world)  # said first when long; refused beyond a day without consent
     enable_tf32(device)  # the process group is joined already (run, or prepare_launch under the CLI)
-    model = _model(cfg, gpt_config, device)
+    # the training steps' batches come prefetched, on the device (training/batches.py)
+    samplers = Samplers(fine=DeviceBatches(fine, device, t.prefetch), coarse=DeviceBatches(coarse, device, t.prefetch),
+                        diag=diag)
+    compiled = compiles(t.compile, device)
+    model = _model(cfg, gpt_config, device, compiled)
     hierarchy, c = None, cfg.coarsening
     scheme = build_scheme(c)
     if scheme.coarsens:  # multilevel training and its schedule control
         hierarchy = Hierarchy(model, scheme, cfg.multilevel.delta, seed=cfg.seed if c.seed is None else c.seed)
-    # MFU only means something against the bf16 peak, i.e. under bf16 autocast.
-    peak = peak_flops(device) if dtype == torch.bfloat16 else None
-    trainer = Trainer(model, t, device, dtype, emit, peak_flops=peak, world=world)
+    # MFU only means something against the bf16 peak, i.e. under bf16 autocast (or a peak given for the run)
+    peak = peak_flops(device, t.peak_flops) if dtype == torch.bfloat16 or t.peak_flops else None
+    trainer = Trainer(model, t, device, dtype, emit, peak_flops=peak, world=world, compiled=compiled)
     evaluator = Evaluator(trainer, val_sampler, t.eval_batches)
     fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
     runner = PlanRunner(cfg, trainer, evaluator, hierarchy, fine_optimizer, samplers, device)
     if world.distributed:  # one DDP wrapper for every level: see mltrain/training/distributed.py
-        trainer.replica = distributed.wrap(model, runner.coarse_storage(), device)
+        replica = distributed.wrap(model, runner.coarse_storage(), device)
+        # compiled as a whole, so dynamo's DDP optimizer overlaps the bucket all-reduces with the backward
+        trainer.attach_replica(replica, torch.compile(replica, **compile_options()) if compiled else replica)
     trainer.bar.reset(total=planned_steps(runner.plan))
     return Session(cfg, model, trainer, evaluator, runner, data.description, data_record(data))
 
@@ -216,18 +224,19 @@ def check_duration(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device,
         log.info("%s", line)
 
 
-def _model(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device) -> GPT:
-    """The fine model, seeded, on `device`, compiled when train.compile; its vocabulary recorded in cfg."""
+def _model(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, compiled: bool) -> GPT:
+    """The fine model, seeded, on `device`, compiled when `compiled` (train.compile resolved for the
+    device); its vocabulary recorded in cfg."""
     torch.manual_seed(cfg.seed)  # weights and dropout; every numpy draw has its own seeded generator
     model = GPT(gpt_config)
     with open_dict(cfg):
         cfg.model.vocab_size = model.config.vocab_size  # resolved: recorded in W&B and used by the plan
     model.to(device)
-    if cfg.train.compile:
+    if compiled:
         # The whole model, once: dynamo guards on the number of blocks a call runs, not on which
         # modules they are (nn.Module parameters are graph inputs), so every coarse model of one
-        # depth reuses one graph, and later cycles compile nothing (checked in tests/test_compile.py).
-        model.compile(dynamic=False)
+        # depth reuses one graph, and later cycles compile nothing (checked in tests/e2e/test_compile_once.py).
+        compile_model(model, gpt_config.n_layer)
     return model
 
 
@@ -381,7 +390,8 @@ def train(session: Session, checkpoints: CheckpointFolder, tracker: Optional[Tra
     session.model.train()
     try:
         with signals:
-            completed = runner.run(should_stop=_stop_rule(signals), after_step=saver.after_step)
+            stop = _stop_rule(signals, trainer.state, int(session.cfg.train.stop_check_interval))
+            completed = runner.run(should_stop=stop, after_step=saver.after_step)
             path = saver.save()  # at the end, or where the signal stopped the run
         if not completed:
             s = trainer.state
@@ -410,12 +420,19 @@ def _initial_val_loss(session: Session, resumed: dict) -> float:
     return session.evaluator.log_eval(session.runner.fine)
 
 
-def _stop_rule(signals: StopSignals) -> Callable[[], bool]:
-    """Whether to stop after this step: a signal was received (under data parallel, by any rank: every
-    rank stops after the same step)."""
+def _stop_rule(signals: StopSignals, state: Optional[TrainState] = None, every: int = 1) -> Callable[[], bool]:
+    """Whether to stop after this step: a signal was received. Under data parallel, by any rank, agreed
+    every `every` optimizer steps of `state` (train.stop_check_interval: each agreement is an all-reduce and
+    a host read), so that every rank stops after the same step."""
     if not distributed.world_from_env().distributed:
         return signals.requested
-    return lambda: not distributed.all_ranks_agree(torch.tensor(not signals.requested()))
+
+    def agreed() -> bool:
+        if state is not None and state.optimizer_steps % every:
+            return False
+        return not distributed.all_ranks_agree(torch.tensor(not signals.requested()))
+
+    return agreed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,8 +471,12 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
         "coarsening": cfg.coarsening.name,
         "delta": cfg.multilevel.delta if session.runner.hierarchy is not None else None,
         "world_size": trainer.world.size,
+        "compiled": trainer.compiled,
         **_how_it_ended(outcome, s),
     }
+    if trainer.peak_flops:  # MFU of the rows without a compile in them, per level, against this peak
+        summary["peak_flops"] = trainer.peak_flops / trainer.world.size
+        summary["mfu_by_level"] = trainer.steady.mfu(trainer.peak_flops)
     if session.kind != RunKind.single:
         summary.update(coarse_steps=s.coarse_steps, coarse_flops=s.coarse_flops, control_steps=s.control_steps,
                        fine_equivalent_steps=s.flops / session.fine_step_flops)

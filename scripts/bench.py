@@ -17,11 +17,26 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
   single-level run with as many optimizer steps: its FLOP saving (1 - FLOPs_ml / FLOPs_single) next
   to its wall-clock saving (1 - time_ml / time_single). Equal savings mean coarse steps cost wall time
   in proportion to their FLOPs.
+* overhead (--overhead, CPU): on a micro model (compute negligible) the host time each method's harness
+  spends per step beyond forward, backward, clip and optimizer step: a plan of single-level,
+  multilevel, stacking, layer-dropping and RaPTr training is run through the real runner (LR schedule,
+  sampler, sub-path draws, row bookkeeping, metrics rows, the signal check and checkpoint cadence)
+  with its forward/backward, clipping, optimizer step and zero_grad timed inside the same block: the
+  rest per step, beside the same figure for a bare nanoGPT-style loop (get_batch, cosine LR,
+  `loss.item()` every 10 steps) around the same model. Timed by process CPU time (`--clock wall`).
+* side by side (--nanogpt CHECKOUT --shakespeare INPUT_TXT): the whole run, start-up, steps and
+  evaluation, of nanoGPT's own train.py on its CPU recipe (tiny shakespeare, char-level, 4 layers, 4
+  heads, 128 wide, context 64, batch 12, 2,000 iterations, AdamW) beside mltrain's run of the same
+  recipe, each a fresh process, in interleaved rounds; the speed ratio (> 1: mltrain faster) by wall
+  time, CPU time and median step, and both held-out losses. The torch threads of both are --threads
+  (default 1: on a shared CPU, OpenMP threads waiting on each other swamp what is measured).
 * compile (--compile): dynamo's own counters (frames compiled, graphs) after warm-up and at the end:
   `recompiles_after_warmup` must be 0, i.e. the fine and each coarse model compiled once.
 
     python scripts/bench.py                                   # tiny: nanoGPT's CPU recipe shape
     python scripts/bench.py --model gpt22m --batch 64 --compile   # the paper's model, on a GPU
+    python scripts/bench.py --overhead --threads 1            # host time per step, per method
+    python scripts/bench.py --nanogpt ~/nanoGPT --shakespeare input.txt   # the whole run beside nanoGPT
 
 The tiny shape is nanoGPT's "baby GPT on a CPU" recipe (4 blocks, 4 heads, d=128, context 64,
 batch 12) on the embedded corpus with byte tokens; gpt22m is the paper's model (vocabulary 50257,
@@ -31,6 +46,7 @@ byte tokens padded to it: the data are not what is measured).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -119,7 +135,12 @@ def plain_loop(cfg, tokens: np.ndarray, device: torch.device, dtype, compile_: b
         opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, fused=fused)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), fused=fused)
-    fwd = torch.compile(model) if compile_ else model
+    if compile_:
+        from mltrain.training.compiling import compile_options
+
+        fwd = torch.compile(model, **compile_options())
+    else:
+        fwd = model
     ctx = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
     B, T = t.batch_size, m.block_size
     step = [0]
@@ -184,6 +205,336 @@ def session(cfg, out_dir: Path, name: str):
     return built
 
 
+# ---------------------------------------------------------------------------------------------
+# --overhead: the harness's host time per step, beyond forward/backward/update
+
+OVERHEAD_MODEL = ["model=tiny", "model.n_layer=4", "model.n_head=1", "model.n_embd=8", "model.block_size=8",
+                  "train.batch_size=2"]
+OVERHEAD_METHODS = {
+    "single": [],
+    "multilevel": ["coarsening=evenodd", "multilevel.n_cycles=2", "multilevel.coarse_steps=40",
+                   "multilevel.coarse_log_interval=10"],
+    "stacking": ["experiment=stacking"],
+    "layer_drop": ["experiment=layer_drop", "layer_drop.gamma=0.01"],
+    "raptr": ["experiment=raptr"],
+}
+
+
+class CoreTimer:
+    """Time spent in the work any training loop must do (forward and backward, clipping, optimizer step,
+    zero_grad), summed over the steps of a block: what is left of the block's time is the harness's."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock, self.spent = clock, 0.0
+
+    def timed(self, fn: Callable) -> Callable:
+        def run(*args, **kwargs):
+            t0 = self.clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent += self.clock() - t0
+
+        return run
+
+
+class Instrumented:
+    """While active, `trainer`'s forward/backward, every optimizer's step and zero_grad and
+    torch.nn.utils.clip_grad_norm_ are timed by `core`, and so is `evaluator`'s held-out evaluation (the
+    plan's last fine step evaluates: not a per-step cost)."""
+
+    def __init__(self, trainer, evaluator, optimizers, core: CoreTimer):
+        self.trainer, self.evaluator, self.optimizers, self.core = trainer, evaluator, optimizers, core
+
+    def __enter__(self):
+        self._clip = torch.nn.utils.clip_grad_norm_
+        torch.nn.utils.clip_grad_norm_ = self.core.timed(self._clip)
+        self.trainer._forward_backward = self.core.timed(type(self.trainer)._forward_backward.__get__(self.trainer))
+        self.evaluator.log_eval = self.core.timed(type(self.evaluator).log_eval.__get__(self.evaluator))
+        for opt in self.optimizers:
+            opt.step, opt.zero_grad = self.core.timed(opt.step), self.core.timed(opt.zero_grad)
+        return self
+
+    def __exit__(self, *exc):
+        torch.nn.utils.clip_grad_norm_ = self._clip
+        del self.trainer._forward_backward, self.evaluator.log_eval
+        for opt in self.optimizers:
+            del opt.step, opt.zero_grad
+
+
+def bare_loop(model, cfg, tokens: np.ndarray, n: int, core: CoreTimer) -> Callable[[], None]:
+    """nanoGPT's loop around the same model: get_batch, cosine LR, forward, backward, clip, step,
+    zero_grad, `loss.item()` every log_interval steps; its core work timed by `core`."""
+    t, o, T, B = cfg.train, cfg.optim, cfg.model.block_size, cfg.train.batch_size
+    opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum)
+    params = list(model.parameters())
+    step = [0]
+    clock = core.clock
+
+    def run() -> None:
+        for _ in range(n):
+            lr = o.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, step[0] / t.max_steps)))
+            for g in opt.param_groups:
+                g["lr"] = lr
+            ix = torch.randint(len(tokens) - T, (B,))
+            x = torch.stack([torch.from_numpy(tokens[i : i + T].astype(np.int64)) for i in ix])
+            y = torch.stack([torch.from_numpy(tokens[i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
+            t0 = clock()
+            _, loss = model(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, t.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            core.spent += clock() - t0
+            step[0] += 1
+            if step[0] % t.log_interval == 0:
+                loss.item()
+
+    return run
+
+
+def harness_run(built, tmp: Path) -> Callable[[], None]:
+    """The plan of `built`, from its start, with the hooks a real run has: the signal check between
+    steps and the checkpoint cadence after each (train.checkpoint_interval=0: never due)."""
+    from mltrain import run as run_module
+    from mltrain.training.checkpoint import CheckpointFolder
+    from mltrain.training.resume import StopSignals
+
+    plan = list(built.runner.plan)
+    try:  # train.checkpoint_interval=0: never due
+        from mltrain.training.checkpoint import CheckpointSaver
+
+        saver = CheckpointSaver(built.runner, CheckpointFolder(tmp, keep=1), None, {}, 0.0, 0, built.fine_step_flops)
+    except ImportError:  # an earlier mltrain (--mltrain-other, or on PYTHONPATH to measure it)
+        saver = run_module.CheckpointSaver(built, CheckpointFolder(tmp, keep=1), None, {}, 0.0)
+    should_stop = run_module._stop_rule(StopSignals())
+
+    def run() -> None:
+        built.runner.plan = plan
+        built.runner.trainer.state = TrainState()
+        built.runner.run(should_stop=should_stop, after_step=saver.after_step)
+
+    return run
+
+
+def measure_overhead(args, tmp: Path) -> dict:
+    """Per method: (a block's time - the time inside its core work) / steps, the core work timed inside
+    the same block, so a slow or busy machine scales both alike; medians over interleaved rounds. The
+    same for the bare loop around the full model."""
+    n = args.overhead_steps
+    common = [*OVERHEAD_MODEL, "device=cpu", "train.compile=false", "train.progress=false", "train.log_interval=10",
+              "train.eval_interval=1000000", "train.checkpoint_interval=0", "logger=jsonl", "multilevel.diagnostics=false",
+              "multilevel.eval_every_cycle=false", "schedule.warmup_steps=10"]
+    # CPU time of this process, not wall time: on a machine shared with other work a process waiting
+    # for a core is not doing harness work (with --threads 1, the process's CPU time is the step's).
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    register_configs()
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfgs = {name: compose("config", overrides=[*common, f"train.max_steps={n}", *extra])
+                for name, extra in OVERHEAD_METHODS.items()}
+    blocks: dict[str, tuple[Callable[[], None], CoreTimer, Callable[[], int]]] = {}
+    for name, cfg in cfgs.items():
+        built = session(cfg, tmp, name)
+        harness = harness_run(built, tmp / name)
+        harness()  # warm-up: every optimizer exists after it
+        runner, core = built.runner, CoreTimer(clock)
+        optimizers = [runner.fine_optimizer, *runner.coarse_optimizers.values()]
+
+        def block(harness=harness, built=built, optimizers=optimizers, core=core):
+            with Instrumented(built.trainer, built.evaluator, optimizers, core):
+                harness()
+
+        blocks[name] = (block, core, lambda state=built.trainer: state.state.optimizer_steps)
+    cfg = cfgs["single"]
+    data = load_tokens(cfg.data)
+    core = CoreTimer(clock)
+    blocks["bare"] = (bare_loop(build(cfg, lambda row: None).model, cfg, np.concatenate(data.train), n, core), core,
+                      lambda: n)
+    for block, _, _ in blocks.values():
+        block()
+    over: dict[str, list[float]] = {k: [] for k in blocks}
+    step: dict[str, list[float]] = {k: [] for k in blocks}
+    for _ in range(args.repeats):
+        for name, (block, core, steps) in blocks.items():
+            core.spent = 0.0
+            t0 = clock()
+            block()
+            total = clock() - t0
+            over[name].append((total - core.spent) / steps() * 1e6)
+            step[name].append(total / steps() * 1e6)
+    out = {name: {"overhead_us_per_step": statistics.median(over[name]), "step_us": statistics.median(step[name]),
+                  "steps": blocks[name][2]()} for name in blocks}
+    return {"config": {"model": OVERHEAD_MODEL, "threads": torch.get_num_threads(), "repeats": args.repeats,
+                       "clock": "process CPU time" if args.clock == "cpu" else "wall", "torch": torch.__version__},
+            "overhead": out}
+
+
+# ---------------------------------------------------------------------------------------------
+# --nanogpt: the whole run beside nanoGPT's own train.py, on nanoGPT's CPU recipe
+
+# nanoGPT's README, "I only have a macbook": tiny shakespeare, char-level, on a CPU.
+NANOGPT_RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+                  "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
+                  "--n_embd=128", "--dropout=0.0"]
+
+
+def mltrain_recipe(data: Path, iters: int, run_dir: Path) -> list[str]:
+    """The same run in mltrain's terms: the same text split 90/10 (its last tenth held out), byte tokens
+    (one per character of this ASCII text), the model, batch, AdamW settings, LR schedule (warm-up 100,
+    cosine to 1e-4), clipping, evaluation every 250 steps on 20 batches, layer norms with a weight and no
+    bias (nanoGPT's); the defaults for the rest."""
+    return ["data=text", f"data.path={data}", "data.val_fraction=0.1", "model=tiny", "model.n_layer=4",
+            "model.n_head=4", "model.n_embd=128", "model.block_size=64", "model.dropout=0.0", "model.norm_affine=true",
+            "train.batch_size=12",
+            f"train.max_steps={iters}", "train.eval_interval=250", "train.eval_batches=20", "optim=adamw",
+            "optim.lr=1e-3", "optim.betas=[0.9,0.99]", "optim.weight_decay=0.1", "schedule.warmup_steps=100",
+            "schedule.min_lr=1e-4", "train.grad_clip=1.0", "train.progress=false", f"hydra.run.dir={run_dir}"]
+
+
+def timed(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float, str]:
+    """Run `cmd`; its wall time, its CPU time (user + system, children included) and its output."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout + proc.stderr
+
+
+def nanogpt_figures(output: str, wall: float) -> dict:
+    """From train.py's log: the last held-out loss, the median iteration, and the start-up (the wall time
+    not inside its loop, whose iterations it times itself, evaluations included)."""
+    import re
+
+    evals = re.findall(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)", output)
+    iters = [float(ms) for ms in re.findall(r"iter \d+: loss [\d.]+, time ([\d.]+)ms", output)]
+    return {"final_val_loss": float(evals[-1][2]), "final_step": int(evals[-1][0]),
+            "step_ms_median": statistics.median(iters), "outside_loop_s": wall - sum(iters) / 1e3}
+
+
+def mltrain_figures(run_dir: Path, wall: float) -> dict:
+    """From the run's files: held-out loss (and its standard error), the median step time from its train
+    rows, start-up (the process's wall time before the run's clock started and after it stopped), and the
+    time spent evaluating and checkpointing (apart from training)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "train/loss" in r]
+    per_step = [(b["train_time_s"] - a["train_time_s"]) / (b["step"] - a["step"]) * 1e3 for a, b in zip(train, train[1:])]
+    return {"final_val_loss": summary["final_val_loss"], "final_val_loss_se": summary["final_val_loss_se"],
+            "final_step": summary["fine_steps"], "step_ms_median": statistics.median(per_step),
+            "outside_run_s": wall - summary["wall_time_s"],
+            "evaluation_and_checkpoints_s": summary["wall_time_s"] - summary["train_time_s"]}
+
+
+def nanogpt_on_held_out(work: Path, checkpoint: Path, data: Path, iters: int) -> dict:
+    """nanoGPT's saved model (its best held-out estimate) on mltrain's own held-out sequences, the very
+    batches mltrain's final_val_loss is the mean over (characters mapped to nanoGPT's ids): a paired
+    comparison, free of the two estimates' sampling noise."""
+    import pickle
+
+    from mltrain.training.evaluation import EVAL_SEED
+
+    sys.path.insert(0, str(work))
+    try:
+        from model import GPT as NanoGPT, GPTConfig as NanoConfig  # nanoGPT's model.py
+    finally:
+        sys.path.remove(str(work))
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    with contextlib.redirect_stdout(sys.stderr):  # it prints its size; stdout is this script's JSON
+        model = NanoGPT(NanoConfig(**saved["model_args"]))
+    model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in saved["model"].items()})
+    model.eval()
+    stoi = pickle.loads((work / "data" / "shakespeare_char" / "meta.pkl").read_bytes())["stoi"]
+    table = torch.zeros(256, dtype=torch.long)
+    for ch, i in stoi.items():
+        table[ord(ch)] = i
+    register_configs()
+    with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
+        cfg = compose("config", overrides=mltrain_recipe(data, iters, Path("unused"))[:-1])
+    val = BatchSampler(load_tokens(cfg.data).val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")
+    losses = []
+    with torch.no_grad():
+        for i in range(cfg.train.eval_batches):
+            x, y = val.batch(i)
+            logits, _ = model(table[x], table[y])
+            losses.append(F.cross_entropy(logits.transpose(1, 2), table[y], reduction="none").mean(dim=1))
+    per_sequence = torch.cat(losses)
+    return {"loss": per_sequence.mean().item(), "se": (per_sequence.std() / per_sequence.numel() ** 0.5).item(),
+            "checkpoint_step": int(saved["iter_num"]), "sequences": per_sequence.numel()}
+
+
+def side_by_side(args, tmp: Path) -> dict:
+    """Interleaved rounds of nanoGPT's train.py and mltrain on the same recipe, each a fresh process
+    timed whole (start-up, steps, evaluation); ratios within a round, medians over rounds."""
+    import os
+    import shutil
+
+    nanogpt, data = Path(args.nanogpt).resolve(), Path(args.shakespeare).resolve()
+    for need in (nanogpt / "train.py", nanogpt / "configurator.py", nanogpt / "config" / "train_shakespeare_char.py",
+                 nanogpt / "data" / "shakespeare_char" / "prepare.py", data):
+        if not need.is_file():
+            raise SystemExit(f"--nanogpt/--shakespeare: {need} is not a file (a nanoGPT checkout and tiny "
+                             f"shakespeare's input.txt are needed)")
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads or 1), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled",
+           "MLTRAIN_CACHE": str(tmp / "cache")}
+    work = tmp / "nanoGPT"  # a copy: train.py reads configurator.py and data/ from its working dir
+    shutil.copytree(nanogpt, work, ignore=shutil.ignore_patterns(".git", "out*", "*.bin", "*.pkl", "input.txt"))
+    shutil.copyfile(data, work / "data" / "shakespeare_char" / "input.txt")
+    # the data preparation of both, before any timing: nanoGPT's prepare.py, mltrain's token cache
+    timed([sys.executable, "data/shakespeare_char/prepare.py"], work, env)
+    iters = args.nanogpt_iters
+    timed([sys.executable, "-m", "mltrain.cli", *mltrain_recipe(data, 1, tmp / "warm")], tmp, env)
+    nano_cmd = [sys.executable, "train.py", *NANOGPT_RECIPE, f"--max_iters={iters}", f"--lr_decay_iters={iters}",
+                f"--out_dir={tmp / 'out-nanogpt'}"]
+    tools = {"mltrain": {**env}}
+    if args.mltrain_other:  # another checkout of mltrain (an earlier commit, say) run the same way, beside
+        other = Path(args.mltrain_other).resolve()
+        conf = other / "mltrain" / "conf"
+        if not conf.exists():  # a plain checkout: the package's conf/ is the top-level one
+            conf.symlink_to(other / "conf", target_is_directory=True)
+        tools["mltrain_other"] = {**env, "PYTHONPATH": str(other)}
+    rounds = []
+    for r in range(args.nanogpt_rounds):
+        runs = {}
+        order = ["nanogpt", *tools]
+        order = order if r % 2 == 0 else order[::-1]
+        for name in order:
+            if name == "nanogpt":
+                wall, cpu, output = timed(nano_cmd, work, env)
+                runs[name] = {"wall_s": wall, "cpu_s": cpu, **nanogpt_figures(output, wall)}
+            else:
+                run_dir = tmp / f"{name}-{r}"
+                cmd = [sys.executable, "-m", "mltrain.cli", *mltrain_recipe(data, iters, run_dir)]
+                wall, cpu, _ = timed(cmd, tmp, tools[name])
+                runs[name] = {"wall_s": wall, "cpu_s": cpu, **mltrain_figures(run_dir, wall)}
+        print(json.dumps({"round": r, **runs}), file=sys.stderr, flush=True)
+        rounds.append(runs)
+
+    def ratio(key: str, tool: str) -> float:  # > 1: mltrain is faster
+        return statistics.median(r["nanogpt"][key] / r[tool][key] for r in rounds)
+
+    def median(tool: str, key: str) -> float:
+        return statistics.median(r[tool][key] for r in rounds)
+
+    out = {"config": {"recipe": " ".join(NANOGPT_RECIPE), "iters": iters, "rounds": args.nanogpt_rounds,
+                      "threads": int(env["OMP_NUM_THREADS"]), "torch": torch.__version__,
+                      "mltrain": " ".join(mltrain_recipe(data, iters, Path("RUN"))), "mltrain_other": args.mltrain_other}}
+    for tool in tools:
+        out[f"speed_vs_nanogpt{tool.removeprefix('mltrain')}"] = {
+            "wall": ratio("wall_s", tool), "cpu": ratio("cpu_s", tool), "step": ratio("step_ms_median", tool)}
+    for tool in ("nanogpt", *tools):
+        out[tool] = {k: median(tool, k) for k in rounds[0][tool]}
+    out["nanogpt"]["on_mltrain_held_out"] = nanogpt_on_held_out(work, tmp / "out-nanogpt" / "ckpt.pt", data, iters)
+    out["rounds"] = rounds
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(SHAPES), default="tiny")
@@ -199,6 +550,18 @@ def main() -> None:
     ap.add_argument("--coarse-steps", type=int, default=20, help="steps per coarse phase in the whole run")
     ap.add_argument("--after", type=int, default=20, help="fine steps after the cycles in the whole run")
     ap.add_argument("--run-repeats", type=int, default=3, help="rounds of the whole-run comparison")
+    ap.add_argument("--overhead", action="store_true", help="the harness's host time per step beyond forward/"
+                    "backward/update, per method, on a micro model, beside a bare nanoGPT-style loop (CPU)")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                    help="--overhead: time steps by this process's CPU time (default; a shared machine) or wall time")
+    ap.add_argument("--overhead-steps", type=int, default=200, help="--overhead: steps per round and method")
+    ap.add_argument("--nanogpt", metavar="CHECKOUT", help="the whole run beside nanoGPT's train.py (a checkout "
+                    "of karpathy/nanoGPT) on its CPU recipe; needs --shakespeare")
+    ap.add_argument("--shakespeare", metavar="INPUT_TXT", help="--nanogpt: tiny shakespeare's input.txt")
+    ap.add_argument("--nanogpt-iters", type=int, default=2000, help="--nanogpt: iterations (the recipe's 2000)")
+    ap.add_argument("--nanogpt-rounds", type=int, default=3, help="--nanogpt: interleaved rounds")
+    ap.add_argument("--mltrain-other", metavar="CHECKOUT", help="--nanogpt: another mltrain checkout (an earlier "
+                    "commit) run beside, as mltrain_other")
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a CPU shared "
                     "with other work, 1 avoids OpenMP threads waiting on each other")
     args = ap.parse_args()
@@ -207,7 +570,14 @@ def main() -> None:
     if args.steps % 10:
         ap.error("--steps must be a multiple of 10 (the log interval), so each block ends on a log row")
     with tempfile.TemporaryDirectory(prefix="mltrain-bench-") as tmp:
-        out = measure(args, Path(tmp))
+        if args.nanogpt or args.shakespeare:
+            if not (args.nanogpt and args.shakespeare):
+                ap.error("--nanogpt and --shakespeare go together")
+            out = side_by_side(args, Path(tmp))
+        elif args.overhead:
+            out = measure_overhead(args, Path(tmp))
+        else:
+            out = measure(args, Path(tmp))
     json.dump(out, sys.stdout, indent=2)
     print()
 

@@ -71,6 +71,8 @@ class BatchSampler:
         self.local_batch_size = batch_size // world_size
         starts = np.array([len(a) - block_size for a in self.arrays], dtype=np.int64)
         self._cum_starts = np.cumsum(starts)  # valid window starts of arrays[0..i] together
+        self._first_start = np.concatenate([[0], self._cum_starts[:-1]])  # the first flat start of each array
+        self._window = np.arange(block_size + 1, dtype=np.int64)
         self.position = 0
 
     @property
@@ -82,29 +84,74 @@ class BatchSampler:
         """(array index, start offset) of each of the global batch's `batch_size` windows."""
         rng = np.random.default_rng([self.seed, int(index)])
         flat = rng.integers(0, self.n_windows, size=self.batch_size, dtype=np.int64)
+        if len(self.arrays) == 1:
+            return np.zeros_like(flat), flat
         which = np.searchsorted(self._cum_starts, flat, side="right")
-        before = np.concatenate([[0], self._cum_starts[:-1]])
-        return which, flat - before[which]
+        return which, flat - self._first_start[which]
+
+    def stacked(self, index: int) -> torch.Tensor:
+        """Rows [rank*B/W, (rank+1)*B/W) of global batch `index` as one int64 tensor of shape (2, B/W,
+        block_size): x, then y (x shifted by one). Built with one gather per array the rows fall in (no
+        loop over rows), so one copy moves both to a device."""
+        which, offset = self.windows(index)
+        lo, n = self.rank * self.local_batch_size, self.local_batch_size
+        which, offset = which[lo : lo + n], offset[lo : lo + n]
+        out = np.empty((2, n, self.block_size), dtype=np.int64)
+        if len(self.arrays) == 1:
+            rows = self.arrays[0][offset[:, None] + self._window]  # (n, block_size + 1)
+            out[0], out[1] = rows[:, :-1], rows[:, 1:]
+        else:
+            for a in np.unique(which):
+                mask = which == a
+                rows = self.arrays[a][offset[mask, None] + self._window]
+                out[0][mask], out[1][mask] = rows[:, :-1], rows[:, 1:]
+        self._check_vocabulary(out, which, offset)
+        return torch.from_numpy(out)
+
+    def stacked_range(self, start: int, count: int) -> torch.Tensor:
+        """`stacked(i)` for i in [start, start + count), as one tensor of shape (count, 2, B/W, block_size),
+        each exactly `stacked(i)`: the draws of each index in one tight loop, the windows of all of them in
+        one gather per array (a step's cold caches make a single batch's draw several times slower)."""
+        n, lo = self.local_batch_size, self.rank * self.local_batch_size
+        flat = np.empty((count, self.batch_size), dtype=np.int64)
+        for k in range(count):
+            flat[k] = np.random.default_rng([self.seed, start + k]).integers(0, self.n_windows, size=self.batch_size,
+                                                                            dtype=np.int64)
+        flat = flat[:, lo : lo + n].reshape(-1)
+        out = np.empty((2, count * n, self.block_size), dtype=np.int64)
+        if len(self.arrays) == 1:
+            which, offset = np.zeros_like(flat), flat
+            rows = self.arrays[0][flat[:, None] + self._window]
+            out[0], out[1] = rows[:, :-1], rows[:, 1:]
+        else:
+            which = np.searchsorted(self._cum_starts, flat, side="right")
+            offset = flat - self._first_start[which]
+            for a in np.unique(which):
+                mask = which == a
+                rows = self.arrays[a][offset[mask, None] + self._window]
+                out[0][mask], out[1][mask] = rows[:, :-1], rows[:, 1:]
+        self._check_vocabulary(out, which, offset)
+        return torch.from_numpy(out.reshape(2, count, n, self.block_size).transpose(1, 0, 2, 3).copy())
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows [rank*B/W, (rank+1)*B/W) of global batch `index`: int64 (x, y), y = x shifted by one."""
-        which, offset = self.windows(index)
-        lo = self.rank * self.local_batch_size
-        rows = np.empty((self.local_batch_size, self.block_size + 1), dtype=np.int64)
-        chosen = list(zip(which[lo : lo + self.local_batch_size], offset[lo : lo + self.local_batch_size]))
-        for i, (a, s) in enumerate(chosen):
-            rows[i] = self.arrays[a][s : s + self.block_size + 1]
-        if self.vocab_size is not None and rows.size and int(rows.max()) >= self.vocab_size:
-            self._out_of_vocabulary(rows, chosen)
-        return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
+        x, y = self.stacked(index).unbind(0)
+        return x, y
 
-    def _out_of_vocabulary(self, rows: np.ndarray, chosen: list) -> None:
+    def _check_vocabulary(self, out: np.ndarray, which: np.ndarray, offset: np.ndarray) -> None:
+        """DataError naming the array, the position and the id when a batch (x and y: `out` of shape
+        (2, n, block_size), row i from array which[i] at offset[i]) holds an id the vocabulary lacks:
+        a cache or shard rewritten under its index would otherwise crash the embedding mid-run or train on
+        the wrong rows. One max over the batch, on the host, off the device's critical path."""
+        if self.vocab_size is None or not out.size or int(out.max()) < self.vocab_size:
+            return
         from mltrain.data.inputs import out_of_vocabulary
 
-        i, j = map(int, np.unravel_index(int(np.argmax(rows)), rows.shape))
-        a, start = chosen[i]
+        xy, i, j = map(int, np.unravel_index(int(np.argmax(out)), out.shape))
+        a = int(which[i])
         where = getattr(self.arrays[a], "filename", None) or f"the {self.split} split's token array {a}"
-        raise out_of_vocabulary(str(where), int(rows[i, j]), int(start) + j, self.vocab_size, "the run's tokenizer")
+        raise out_of_vocabulary(str(where), int(out[xy, i, j]), int(offset[i]) + j + xy, self.vocab_size,
+                                "the run's tokenizer")
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.batch(self.position)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -84,7 +83,3 @@ class LayerDropping(Rival):
         if not c.gamma >= 0.0:
             raise ConfigError(f"layer_drop.gamma={c.gamma} must be >= 0 (the decay rate of the keep probability "
                               "per step)")
-        if self.cfg.train.compile and c.rescale:
-            # Each step's 1/p_l(t) is a new constant to a compiled graph: it would recompile at every step.
-            raise ConfigError("train.compile=true cannot run layer_drop.rescale=true (each step's 1/p is new to the "
-                              "compiled graph, which would recompile every step): set train.compile=false")

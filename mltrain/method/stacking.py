@@ -15,7 +15,7 @@ scripts start each stage's optimizer afresh) or `copy` (each copy gets a copy of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from mltrain.choice import Choice
 from mltrain.errors import ConfigError

@@ -1,8 +1,9 @@
 """Which config keys change what a run computes, and how an override string names its key.
 
 `BOOKKEEPING_KEYS` is the one list of keys that never change what a run computes: where and how results
-are logged or shown, how often checkpoints are taken, which device runs it and whether it is compiled
-(the same computation, faster). Three rules read it, so they cannot disagree:
+are logged or shown, how often checkpoints are taken, which device runs it, whether it is compiled or
+its batches prefetched (the same computation, faster), the peak MFU is measured against, how often data
+parallel ranks agree on a stop signal. Three rules read it, so they cannot disagree:
 
 - the configuration label (runs/names.py): runs that differ only in these keys are one configuration
   (the seed is left out too: it names a replicate of a configuration, not another one);
@@ -31,6 +32,9 @@ BOOKKEEPING_KEYS = (
     "train.allow_long",
     "train.checkpoint_interval",
     "train.keep_checkpoints",
+    "train.peak_flops",
+    "train.prefetch",
+    "train.stop_check_interval",
     "data.cache_dir",
     "data.prepare_if_missing",
 )

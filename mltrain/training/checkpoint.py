@@ -42,6 +42,7 @@ from mltrain.method.paths import describe
 from mltrain.method.plan import Phase
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.tracking import Tracker
+from mltrain.training.resume import new_key_at_default
 from mltrain.training.runner import PlanRunner
 
 log = logging.getLogger("mltrain")
@@ -134,18 +135,23 @@ def identity(runner: PlanRunner) -> dict:
     }
 
 
-def _config_mismatch(saved: dict, here: dict) -> Optional[str]:
+def _config_mismatch(saved: dict, here: dict, cfg: Any = None) -> Optional[str]:
+    """The config difference that makes a checkpoint another run's; a key the checkpoint lacks that holds
+    its schema default in `cfg` is none (added to the schema since the checkpoint was written)."""
     if saved.get("config_sha256") == here["config_sha256"]:
         return None
     a, b = saved.get("config") or {}, here["config"]
     missing = object()
     diffs = [f"{k}={a.get(k, missing)!r} there, {b.get(k, missing)!r} here".replace(repr(missing), "unset")
-             for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
+             for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)
+             and not (k not in a and new_key_at_default(cfg, k, b[k]))]
+    if not diffs:
+        return None
     shown = "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
     return f"another run (its config differs: {shown or 'the digest differs'})"
 
 
-def _mismatch(saved: dict, here: dict) -> Optional[str]:
+def _mismatch(saved: dict, here: dict, cfg: Any = None) -> Optional[str]:
     for part in ("model", "scheme"):
         a, b = saved.get(part, {}), here[part]
         diffs = [f"{k}={a.get(k)!r} there, {b.get(k)!r} here" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
@@ -156,7 +162,7 @@ def _mismatch(saved: dict, here: dict) -> Optional[str]:
         i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         first = f"phase {i}: {a[i] if i < len(a) else 'none'} there, {b[i] if i < len(b) else 'none'} here"
         return f"another plan ({len(a)} phases there, {len(b)} here; first difference at {first})"
-    problem = _config_mismatch(saved, here)
+    problem = _config_mismatch(saved, here, cfg)
     if problem is None and saved.get("data") != here["data"]:
         problem = "another run (it trained on other data: the token fingerprint differs)"
     return problem
@@ -231,7 +237,7 @@ def load_checkpoint(path: str | os.PathLike, runner: PlanRunner) -> dict:
     CheckpointError naming the difference, a damaged one DamagedCheckpoint, both before the runner is
     touched (a file that passes every check and still fails to load is DamagedCheckpoint too)."""
     payload = _read(path, runner.device)
-    problem = _mismatch(_check_identity(path, payload), identity(runner))
+    problem = _mismatch(_check_identity(path, payload), identity(runner), runner.cfg)
     if problem:
         raise CheckpointError(f"checkpoint {path} is from {problem}")
     _check_state(path, payload, runner)

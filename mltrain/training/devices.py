@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -134,20 +135,53 @@ def claim_sweep_gpu(lock_dir: Path, job_num: int) -> Optional[str]:
 # ---------------------------------------------------------------------------------------------
 # Peak FLOPs, for MFU
 
-# Dense bf16 peak of common accelerators, for MFU. Unknown devices (and CPUs) report no MFU.
-_PEAK_BF16_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10G": 125e12,
-    "4090": 165e12,
-}
+# Dense bf16 peak (no sparsity) of each accelerator, for MFU, by the name torch reports, most specific
+# first: a PCIe or NVL card is slower than the SXM part of the same name (vendors' datasheets; the
+# GeForce and workstation cards' figures are with fp32 accumulation, which PyTorch's bf16 matmuls use).
+# Unknown devices (and CPUs) report no MFU unless train.peak_flops says their peak.
+_PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    (r"GB200", 2.5e15),
+    (r"B200", 2.25e15),
+    (r"B100", 1.75e15),
+    (r"GH200", 989e12),
+    (r"H200.*NVL", 835e12),
+    (r"H200", 989e12),  # SXM (torch names it plainly "NVIDIA H200")
+    (r"H100.*NVL", 835e12),
+    (r"H100.*PCIE", 756e12),
+    (r"H100", 989e12),  # SXM ("NVIDIA H100 80GB HBM3")
+    (r"H800.*PCIE", 756e12),
+    (r"H800", 989e12),
+    (r"\bH20\b", 148e12),
+    (r"A100", 312e12),  # SXM and PCIe alike
+    (r"A800", 312e12),
+    (r"L40S", 362e12),
+    (r"\bL40\b", 181e12),
+    (r"\bL4\b", 121e12),
+    (r"RTX 6000 ADA", 364e12),
+    (r"RTX A6000", 155e12),
+    (r"\bA40\b", 150e12),
+    (r"\bA10\b", 125e12),
+    (r"RTX 4090", 165e12),
+    (r"RTX 3090", 71e12),
+)
 
 
-def peak_flops(device: torch.device) -> Optional[float]:
+def peak_for_name(name: str) -> Optional[float]:
+    """The dense bf16 peak (FLOP/s) of the device torch names `name`, or None if not in the table."""
+    upper = name.upper()
+    for pattern, value in _PEAK_BF16_FLOPS:
+        if re.search(pattern, upper):
+            return value
+    return None
+
+
+def peak_flops(device: torch.device, override: Optional[float] = None) -> Optional[float]:
+    """FLOP/s one device can do: train.peak_flops when set, else the table's bf16 peak of a CUDA device."""
+    if override:
+        return float(override)
     if device.type != "cuda":
         return None
+    return peak_for_name(torch.cuda.get_device_name(device))
     name = torch.cuda.get_device_name(device)
     for key, value in _PEAK_BF16_FLOPS.items():
         if key in name:

@@ -35,7 +35,7 @@ class Diagnostics:
                 **measured, **t.counters()})
 
 
-def gradients(trainer: Trainer, view: ModelView, batch) -> tuple[float, dict[int, torch.Tensor]]:
+def gradients(trainer: Trainer, view: ModelView, batch) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """Loss and gradients of `view` on `batch` via autograd.grad (no optimizer step, .grad
     untouched), in train.grad_accum chunks like a training step, so it fits where training fits.
     Under data parallel `batch` is this rank's slice and both are averaged over the ranks (the
@@ -53,7 +53,7 @@ def gradients(trainer: Trainer, view: ModelView, batch) -> tuple[float, dict[int
             g.add_(part.float())
         total_loss += loss.detach().float() / accum
     distributed.mean_([total_loss, *grads])
-    return total_loss.item(), {id(p): g for p, g in zip(params, grads)}
+    return total_loss, {id(p): g for p, g in zip(params, grads)}
 
 
 def gradient_agreement(trainer: Trainer, coarse: ModelView, parent: ModelView, batch) -> dict:
@@ -73,5 +73,6 @@ def gradient_agreement(trainer: Trainer, coarse: ModelView, parent: ModelView, b
         if ids:
             a = torch.cat([g_coarse[i].flatten() for i in ids])
             b = torch.cat([g_parent[i].flatten() for i in ids])
-            out[key] = F.cosine_similarity(a, b, dim=0).item()
-    return out
+            out[key] = F.cosine_similarity(a, b, dim=0)
+    values = torch.stack([v.float().reshape(()) for v in out.values()]).tolist()  # one host sync
+    return dict(zip(out, values))

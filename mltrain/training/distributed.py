@@ -10,18 +10,19 @@ Why one DDP wrapper for every level (`Replica`)
 -----------------------------------------------
 A coarse model is a *view*: the fine model's embeddings, final norm and head around a subset of its
 blocks (the `average` scheme adds blocks of its own). DDP registers an autograd hook on every parameter
-of the module it wraps and all-reduces gradient buckets as they fill; two DDP wrappers over shared
-parameters (one for the fine model, one per coarse model) would each hook the same parameters, so a
-backward through either would fire both reducers, and the one that expected no gradient this step
-would wait forever or reduce stale buckets. Instead there is exactly one wrapper, over `Replica`: the
-fine model plus the coarse-owned storage, so every trainable parameter has exactly one hook. A step at
-any level runs the view's blocks through that wrapper, and `find_unused_parameters=True` makes DDP walk
-the step's autograd graph and mark the parameters the view did not use as ready (no gradient), so the
-buckets complete. Every rank runs the same plan, so every rank uses the same view at the same step;
-a parameter no rank used keeps `grad=None` (DDP leaves globally unused gradients untouched), and the
-optimizer skips it, exactly as in one process. The `average` scheme's coarse storage must therefore
-exist before wrapping (`PlanRunner.coarse_storage()` creates it for every coarse model of the plan), or
-its parameters would not be hooked.
+of the module it wraps and all-reduces gradient buckets as they fill. There is one wrapper, over
+`Replica`: the fine model plus the coarse-owned storage, so every trainable parameter has exactly one
+hook. A step at any level runs the view's blocks through that wrapper, and every parameter the view
+leaves out (`idle`: the other blocks, the storage of other coarse models) is touched by a zero term of
+the loss, so it gets a zero gradient and every bucket fills in every step: DDP needs no
+`find_unused_parameters` (which walks the step's autograd graph on the host and reads a device map of
+used parameters back every step) and reduces buckets while the backward runs. The loss's value is
+unchanged (adding 0.0), and the trainer sets those zero gradients back to None before the optimizer
+step, so the optimizer skips them exactly as in one process. Every rank runs the same plan, so every
+rank uses the same view at the same step. The `average` scheme's coarse storage must exist before
+wrapping (`PlanRunner.coarse_storage()` creates it for every coarse model of the plan), or its
+parameters would not be hooked. Under train.compile the DDP wrapper itself is compiled, so dynamo's
+DDP optimizer splits the graph at bucket boundaries and the all-reduces overlap the backward.
 
 Gradient accumulation runs the first grad_accum-1 micro-batches under `no_sync()` (local accumulation)
 and reduces once, on the last. Evaluation and the gradient-agreement diagnostics do not go through DDP
@@ -284,7 +285,18 @@ class Replica(nn.Module):
         self.coarse_storage = nn.ModuleList(coarse_storage)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor, blocks: list[nn.Module], step_size: float = 1.0):
-        return self.model(idx, targets, blocks=blocks, step_size=step_size)
+        # the model's own forward, not its __call__: a compiled model is not compiled again inside the
+        # compiled wrapper
+        return self.model.forward(idx, targets, blocks=blocks, step_size=step_size)
+
+
+def touch(loss: torch.Tensor, idle: list[nn.Parameter]) -> torch.Tensor:
+    """`loss` plus 0 times one element of each idle parameter: the same value, and a zero gradient for each
+    of them in the backward, so DDP's buckets fill (see the module docstring). Outside the compiled
+    graph, which thus does not depend on which parameters a view leaves out."""
+    if not idle:
+        return loss
+    return loss + torch.stack([p.view(-1)[0] for p in idle]).sum().to(loss.dtype) * 0.0
 
 
 def wrap(model: nn.Module, coarse_storage: Iterable[nn.Module], device: torch.device) -> DistributedDataParallel:
@@ -294,7 +306,6 @@ def wrap(model: nn.Module, coarse_storage: Iterable[nn.Module], device: torch.de
     return DistributedDataParallel(
         Replica(model, coarse_storage),
         device_ids=[device.index] if device.type == "cuda" else None,
-        find_unused_parameters=True,  # a coarse step leaves the other blocks without gradients
         broadcast_buffers=False,  # the model's only buffers are constant causal masks
     )
 
@@ -338,6 +349,16 @@ def all_ranks_agree(flag: torch.Tensor) -> bool:
     value = flag.detach().reshape(1).float().cpu()  # gloo reduces CPU tensors; one scalar is cheap to move
     dist.all_reduce(value, op=dist.ReduceOp.MIN)
     return bool(value.item())
+
+
+def agree_on_device(flag: torch.Tensor) -> torch.Tensor:
+    """`flag` (a boolean scalar) and-ed over the ranks, left on its device: no host sync (one all_reduce,
+    MIN, under data parallel; NCCL for a CUDA tensor, gloo for a CPU one)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return flag
+    value = flag.detach().reshape(1).to(torch.float32)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return value[0] > 0.5
 
 
 def barrier() -> None:

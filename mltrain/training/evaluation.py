@@ -68,8 +68,9 @@ class Evaluator:
         t.model.train(was_training)
         # Every rank's per-sequence losses, so the mean and its error are the one-process figures.
         losses = distributed.gather_rows(torch.cat(per_sequence))
-        se = losses.std() / math.sqrt(losses.numel()) if losses.numel() > 1 else torch.zeros(())
-        return losses.mean().item(), se.item()
+        se = losses.std() / math.sqrt(losses.numel()) if losses.numel() > 1 else torch.zeros((), device=losses.device)
+        mean, se = torch.stack([losses.mean(), se]).tolist()  # one host sync
+        return mean, se
 
     def log_eval(self, view: ModelView, **extra: Any) -> float:
         """Evaluate `view`, emit its eval row (and, without a progress bar, one log line); returns the loss."""

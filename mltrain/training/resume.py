@@ -16,6 +16,7 @@ them, so a resumed or skipped run keeps the files it was made with.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import signal
 import sys
@@ -89,9 +90,31 @@ def _value(v: Any) -> Any:
     return getattr(v, "value", v)  # an Enum compares by its value, as YAML stores it
 
 
+def schema_default(cfg: Any, key: str) -> Any:
+    """The default the schema gives `key` (`train.max_steps`) where `cfg` is a config composed onto the
+    schema (its nodes know their dataclass), else a sentinel that equals nothing a config holds."""
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    schema = OmegaConf.get_type(node) if OmegaConf.is_config(node) else None
+    for f in dataclasses.fields(schema) if dataclasses.is_dataclass(schema) else ():
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            return f.default_factory() if f.default_factory is not dataclasses.MISSING else _MISSING
+    return _MISSING
+
+
+def new_key_at_default(cfg: Any, key: str, value: Any) -> bool:
+    """Whether `key`, absent from a config saved by an earlier version, holds here the schema's default:
+    a key added since that does not change what the earlier run computed."""
+    return OmegaConf.is_config(cfg) and _value(value) == _value(schema_default(cfg, key))
+
+
 def config_differences(saved: Any, cfg: Any) -> list[str]:
-    """`key (saved there, asked here)` for every key that differs, bookkeeping keys left out. Compared
-    unresolved, so interpolations (${oc.env:HOME}, ...) compare as written, not as this machine reads them."""
+    """`key (saved there, asked here)` for every key that differs, bookkeeping keys left out, and keys
+    the saved config lacks that hold their schema default here (added to the schema since it was
+    saved). Compared unresolved, so interpolations (${oc.env:HOME}, ...) compare as written, not as
+    this machine reads them."""
     a = _flatten(OmegaConf.to_container(saved, resolve=False) if OmegaConf.is_config(saved) else saved)
     b = _flatten(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg)
     out = []
@@ -99,6 +122,8 @@ def config_differences(saved: Any, cfg: Any) -> list[str]:
         if is_bookkeeping(key):
             continue
         x, y = _value(a.get(key, _MISSING)), _value(b.get(key, _MISSING))
+        if x is _MISSING and new_key_at_default(cfg, key, y):
+            continue
         if x != y:
             show = lambda v: "unset" if v is _MISSING else repr(v)  # noqa: E731
             out.append(f"{key} ({show(x)} there, {show(y)} here)")

@@ -7,8 +7,9 @@ Non-finite losses (train.on_nonfinite): `stop` adds nothing to a step. The host 
 losses where it syncs anyway: when a train row is written (its mean is not finite: the row is written,
 then the run stops naming the first bad step), and before every checkpoint (`Trainer.check_finite`), so
 no checkpoint ever holds a state after a bad step. The run trains on for at most one logging interval
-after the bad step. `skip` must decide before the optimizer step whether to apply it, which needs the
-loss on the host: one sync per step (training/trainer.py).
+after the bad step. `skip` decides on the device whether the optimizer step applies (training/trainer.py):
+a skipped step's loss is kept as 0 with an applied flag of 0, and the row's mean is over the applied
+steps; which steps were skipped is read where the row is written, in the same host sync.
 """
 
 from __future__ import annotations
@@ -29,22 +30,39 @@ class NonFiniteLoss(RuntimeError):
 class PendingRow:
     """One step kind's steps since its last train row. Losses stay on the device (no host sync per
     step) as a list of detached scalars, summed once per row; past COLLAPSE entries they are folded
-    into one, so a long log interval holds no more than that (looking for a non-finite loss first:
-    one host sync per COLLAPSE steps). `t_start` is the run's training time (Clock.train_time) when the
-    row's first step began: tokens/s leaves out evaluation, diagnostics and checkpoints."""
+    into one, so a long log interval holds no more than that (the first non-finite step among them is
+    kept as a device index, read only when a non-finite row is named). `t_start` is the run's training
+    time (Clock.train_time) when the row's first step began: tokens/s leaves out evaluation,
+    diagnostics and checkpoints. Under train.on_nonfinite=skip decided on the device, `applied` holds
+    each step's 0/1 flag (folded alike); `compiled`: a step of the row compiled a graph."""
 
     COLLAPSE = 256
-    __slots__ = ("losses", "folded", "first_bad", "steps", "tokens", "blocks", "flops", "t_start", "view")
+    __slots__ = ("losses", "folded", "first_bad", "_bad_at", "applied", "steps", "tokens", "blocks", "flops",
+                 "t_start", "view", "compiled")
 
     def __init__(self, t_start: float, view: Optional[ModelView] = None):
         self.losses: list[torch.Tensor] = []
         self.folded = 0  # how many steps losses[0] stands for (0: losses[i] is step i)
-        self.first_bad: Optional[int] = None  # the first non-finite step found at a fold
+        self.first_bad: Optional[int] = None  # the first non-finite step, once known on the host
+        self._bad_at: Optional[torch.Tensor] = None  # the same on the device, found at a fold (-1: none)
+        self.applied: Optional[list[torch.Tensor]] = None  # per step 1.0/0.0 (skip decided on the device)
         self.steps, self.tokens, self.t_start, self.view = 0, 0, t_start, view
         # blocks run and training FLOPs, summed over the steps (a sub-path method runs fewer some steps)
         self.blocks, self.flops = 0, 0.0
+        self.compiled = False
 
-    def add(self, loss: torch.Tensor, tokens: int, view: Optional[ModelView], flops: float = 0.0) -> None:
+    def add(self, loss: torch.Tensor, tokens: int, view: Optional[ModelView], flops: float = 0.0,
+            applied: Optional[torch.Tensor] = None) -> None:
+        """One step's loss; `applied` (a device boolean) when skip was decided on the device: a skipped
+        step's loss is kept as 0 and left out of the row's mean."""
+        if applied is not None:
+            if self.applied is None:  # the steps before (none, in practice) applied
+                ones = [torch.ones((), device=loss.device)] * len(self.losses)
+                self.applied = [torch.full((), float(self.folded), device=loss.device), *ones[1:]] if self.folded else ones
+            self.applied.append(applied.to(torch.float32))
+            loss = torch.where(applied, loss, torch.zeros_like(loss))
+        elif self.applied is not None:
+            self.applied.append(torch.ones((), device=loss.device))
         self.losses.append(loss)
         self.steps += 1
         self.tokens += tokens
@@ -52,13 +70,32 @@ class PendingRow:
         self.flops += flops
         self.view = view
         if len(self.losses) >= self.COLLAPSE:
-            if self.first_bad is None:
-                self.first_bad = self._scan()
-            self.losses = [torch.stack(self.losses).sum()]
-            self.folded = self.steps
+            self._fold()
+
+    def _fold(self) -> None:
+        """Sum the losses (and applied flags) so far into one entry, keeping the first non-finite step's
+        index on the device: no host sync."""
+        stacked = torch.stack(self.losses)
+        ok = torch.isfinite(stacked)
+        i = torch.argmin(ok.to(torch.uint8))  # the first non-finite entry (0 when there is none)
+        at = (i + max(self.folded - 1, 0)).clamp(min=0) if self.folded else i
+        found = torch.where(ok.all(), torch.full_like(at, -1), at)
+        self._bad_at = found if self._bad_at is None else torch.where(self._bad_at >= 0, self._bad_at, found)
+        self.losses = [stacked.sum()]
+        if self.applied is not None:
+            self.applied = [torch.stack(self.applied).sum()]
+        self.folded = self.steps
 
     def mean_loss(self) -> torch.Tensor:
-        return torch.stack(self.losses).sum() / self.steps
+        """The mean loss of the row's applied steps (a device scalar)."""
+        total = torch.stack(self.losses).sum()
+        if self.applied is None:
+            return total / self.steps
+        return total / torch.stack(self.applied).sum().clamp(min=1.0)
+
+    def applied_flags(self) -> Optional[torch.Tensor]:
+        """The applied flags since the last fold, the folded count first (None: every step applied)."""
+        return None if self.applied is None else torch.stack(self.applied)
 
     def _scan(self) -> Optional[int]:
         ok = torch.isfinite(torch.stack(self.losses))
@@ -68,15 +105,21 @@ class PendingRow:
         return i if not self.folded else max(self.folded - 1 + i, 0)
 
     def first_nonfinite(self) -> Optional[int]:
-        """Which of this row's steps (0-based) first had a non-finite loss, or None. One host sync."""
+        """Which of this row's steps (0-based) first had a non-finite loss, or None. A host sync."""
+        if self.first_bad is None and self._bad_at is not None:
+            bad = int(self._bad_at)
+            self.first_bad, self._bad_at = (bad if bad >= 0 else None), None
         if self.first_bad is not None or not self.losses:
             return self.first_bad
         return self._scan()
 
     def state_dict(self) -> dict:
-        return {"losses": torch.stack(self.losses).clone() if self.losses else torch.zeros(0),
-                "folded": self.folded, "first_bad": self.first_bad, "steps": self.steps, "tokens": self.tokens,
-                "blocks": self.blocks, "flops": self.flops}
+        out = {"losses": torch.stack(self.losses).clone() if self.losses else torch.zeros(0),
+               "folded": self.folded, "first_bad": self.first_nonfinite() if self.folded else self.first_bad,
+               "steps": self.steps, "tokens": self.tokens, "blocks": self.blocks, "flops": self.flops}
+        if self.applied is not None:
+            out["applied"] = torch.stack(self.applied).clone()
+        return out
 
     @classmethod
     def from_state(cls, state: dict, t_start: float, device: torch.device) -> "PendingRow":
@@ -85,6 +128,8 @@ class PendingRow:
         p.folded, p.first_bad = int(state["folded"]), state["first_bad"]
         p.steps, p.tokens = int(state["steps"]), int(state["tokens"])
         p.blocks, p.flops = int(state.get("blocks", 0)), float(state.get("flops", 0.0))
+        if "applied" in state:
+            p.applied = list(state["applied"].to(device).unbind())
         return p
 
 
@@ -109,3 +154,23 @@ def nonfinite_error(state: Any, kind: StepKind, pending: PendingRow) -> NonFinit
     bad = now - pending.steps + (first if first is not None else pending.steps - 1) + 1
     where = step_name(state, pending.view, kind, bad, now) if pending.view is not None else f"a {kind} step"
     return NonFiniteLoss(f"non-finite training loss at {where}")
+
+
+class SteadyRate:
+    """Training FLOPs and time of the train rows measured without a compile in them, per level: the
+    steady-state rate a summary's MFU is taken from."""
+
+    def __init__(self) -> None:
+        self.flops: dict[int, float] = {}
+        self.seconds: dict[int, float] = {}
+
+    def add(self, level: int, flops: float, seconds: float) -> None:
+        self.flops[level] = self.flops.get(level, 0.0) + flops
+        self.seconds[level] = self.seconds.get(level, 0.0) + seconds
+
+    def mfu(self, peak: Optional[float]) -> dict[str, float]:
+        """{level: FLOPs per second / peak} (levels as strings, as JSON keeps them); empty without a peak."""
+        if not peak:
+            return {}
+        return {str(level): self.flops[level] / self.seconds[level] / peak
+                for level in sorted(self.flops) if self.seconds[level] > 0}

@@ -15,10 +15,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from mltrain.model import GPT
 from mltrain.views import Hierarchy, ModelView, fine_view, key_path, path_key, path_view
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.multilevel import StatePolicy, resolve_coarse_optim
-from mltrain.method.paths import SubPath
+from mltrain.method.paths import PathPolicy, SubPath
 from mltrain.method.plan import Phase, build_plan, fine_steps, run_kind
 from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
@@ -45,6 +46,25 @@ class Hooks:
 
     should_stop: Callable[[], bool]
     after_step: Callable[[StepKind], None]
+
+
+class ViewsAhead:
+    """The views a sub-path policy names for the steps of a phase, made for the next AHEAD steps at once:
+    each is the view of `policy.path(step)`, drawn in one tight loop (one draw right after a step's work,
+    its caches cold, costs several times more)."""
+
+    AHEAD = 64
+
+    def __init__(self, policy: PathPolicy, model: GPT):
+        self.policy, self.model = policy, model
+        self._start, self._views = 0, []
+
+    def view(self, step: int) -> ModelView:
+        i = step - self._start
+        if not 0 <= i < len(self._views):
+            self._start, i = step, 0
+            self._views = [path_view(self.model, self.policy.path(s)) for s in range(step, step + self.AHEAD)]
+        return self._views[i]
 
 
 class PlanRunner:
@@ -154,9 +174,10 @@ class PlanRunner:
         extra = self._row_columns(phase)
         paths = phase.paths
         eval_view = view if paths is None else self.path_view(paths.eval_path())
+        ahead = None if paths is None else ViewsAhead(paths, self.trainer.model)
         while state.step_in_phase < phase.steps:
-            if paths is not None:  # this step's sub-path of the fine model
-                view = self.path_view(paths.path(state.fine_steps))
+            if ahead is not None:  # this step's sub-path of the fine model
+                view = ahead.view(state.fine_steps)
             lr = self.fine_lr() if fine else self.coarse_lr(state.step_in_phase, phase.steps)
             self.trainer.step(view, optimizer, lr, sampler, kind)
             state.step_in_phase += 1

@@ -25,8 +25,9 @@ from mltrain.views import ModelView
 from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
 from mltrain.flops import train_flops_per_token
+from mltrain.training.compiling import CompileLimitError, CompileWatch
 from mltrain.training.optim import set_lr
-from mltrain.training.rows import NonFiniteLoss, PendingRow, nonfinite_error, step_name
+from mltrain.training.rows import NonFiniteLoss, PendingRow, SteadyRate, nonfinite_error, step_name
 
 log = logging.getLogger("mltrain")
 
@@ -102,6 +103,7 @@ class Trainer:
         emit: Callable[[dict], None],
         peak_flops: Optional[float] = None,
         world: distributed.World = distributed.World(),
+        compiled: bool = False,
     ):
         self.model, self.cfg, self.device, self.dtype, self.emit = model, train_cfg, device, dtype, emit
         # The step's settings as plain values: an OmegaConf read costs ~20 µs, too much per step.
@@ -113,6 +115,12 @@ class Trainer:
         # Under data parallel, the one DistributedDataParallel wrapper every training step goes
         # through (see mltrain/training/distributed.py); None in one process.
         self.replica: Optional[torch.nn.Module] = None
+        self.replica_parameters: list[torch.nn.Parameter] = []  # the parameters DDP reduces
+        # train.compile: per-step Euler steps reach the graph as a tensor, rows say when they compiled
+        self.compiled, self.compiles = compiled, CompileWatch(compiled)
+        self.steady = SteadyRate()  # FLOPs and training time of the rows without a compile, per level
+        self._steps: tuple[Optional[tuple], Optional[torch.Tensor]] = (None, None)
+        self._idle: dict[tuple[int, ...], list[torch.nn.Parameter]] = {}  # per view: parameters it leaves out
         cfg = model.config
         self._flops_per_token: dict[int, float] = {}
         self._dims = (cfg.n_embd, cfg.vocab_size, cfg.block_size)
@@ -124,6 +132,12 @@ class Trainer:
         # Ranks > 0 show no bar: rank 0 speaks for the job.
         show = train_cfg.progress and world.is_main
         self.bar = tqdm(disable=None if show else True, unit="step", dynamic_ncols=True)
+
+    def attach_replica(self, ddp: torch.nn.Module, call: Optional[torch.nn.Module] = None) -> None:
+        """Train through `ddp`, the one DistributedDataParallel wrapper (called as `call`, its compiled
+        form, when given)."""
+        self.replica, self._ddp = (ddp if call is None else call), ddp
+        self.replica_parameters = list(ddp.module.parameters())
 
     # -- accounting -------------------------------------------------------------------------------
     def flops_per_token(self, n_blocks: int) -> float:
@@ -143,7 +157,11 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
     def to_device(self, batch):
+        """A batch on the training device (pinned and copied without waiting, on CUDA); a batch already
+        there (a prefetched one, training/batches.py) as it is."""
         x, y = batch
+        if x.device.type == self.device.type:
+            return x, y
         if self.device.type == "cuda":
             return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
         return x.to(self.device), y.to(self.device)
@@ -152,73 +170,133 @@ class Trainer:
     def step(self, view: ModelView, optimizer: torch.optim.Optimizer, lr: float, sampler: Any, kind: StepKind) -> None:
         """One optimizer step of `view` on the next batch of `sampler`, counted as a `kind` step.
 
-        The hot path: no host sync (but one under train.on_nonfinite=skip), no per-step allocation
-        beyond the step's own tensors."""
+        The hot path: no host sync (train.on_nonfinite=skip decides on the device, except with an
+        unfused optimizer, which the CPU has: there the decision reads a host tensor), no per-step
+        allocation beyond the step's own tensors. The sampler's next batch is built and copied while
+        the step runs (its `prefetch`, when it has one)."""
         pending = self._pending.get(kind)
         if pending is None:
             pending = self._pending[kind] = PendingRow(self.clock.train_time(), view)
         set_lr(optimizer, lr)
         x, y = self.to_device(sampler.next_batch())
-        loss = self._forward_backward(view, x, y)
+        graphs = self.compiles.count()
+        try:
+            loss = self._forward_backward(view, x, y)
+        except Exception as err:
+            line = self.compiles.limit_hit(err)
+            if line is None:
+                raise
+            raise CompileLimitError(line) from None
         applied = self._update(optimizer, loss)
+        prefetch = getattr(sampler, "prefetch", None)
+        if prefetch is not None:
+            prefetch()
+        if self.compiles.count() != graphs:
+            pending.compiled = True
         n_tokens = x.numel() * self.world.size  # the global batch: every rank's slice
         flops = self._count(kind, view, n_tokens)
-        if applied:
+        if applied is True:
             pending.add(loss, n_tokens, view, flops)
-        else:
+        elif applied is False:  # decided on the host (an unfused optimizer)
+            self.state.skipped_steps += 1
             now = self.state.optimizer_steps
             log.warning("non-finite loss at %s: step skipped (train.on_nonfinite=skip)",
                         step_name(self.state, view, kind, now, now, in_step=True))
+        else:  # decided on the device: read where the row is written
+            pending.add(loss, n_tokens, view, flops, applied=applied)
         self.bar.update(1)
 
     def _forward_backward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The step's loss (detached), its gradients accumulated over train.grad_accum micro-batches;
         with one micro-batch the loss is used as it is (no chunking, no division by 1)."""
         accum = self.grad_accum
+        idle = self._idle_parameters(view)
         if accum == 1:
             with self.autocast():
-                _, loss = self._forward(view, x, y)
+                _, loss = self._forward(view, x, y, idle)
             loss.backward()
-            return loss.detach()
-        loss = torch.zeros((), device=self.device)
-        for i, (xs, ys) in enumerate(zip(x.chunk(accum), y.chunk(accum))):
-            # Under DDP the gradients are reduced once, with the last micro-batch.
-            sync = self.replica is None or i == accum - 1
-            with contextlib.nullcontext() if sync else self.replica.no_sync():
-                with self.autocast():
-                    _, part = self._forward(view, xs, ys)
-                (part / accum).backward()
-            loss += part.detach() / accum
+            loss = loss.detach()
+        else:
+            loss = torch.zeros((), device=self.device)
+            for i, (xs, ys) in enumerate(zip(x.chunk(accum), y.chunk(accum))):
+                # Under DDP the gradients are reduced once, with the last micro-batch.
+                sync = self.replica is None or i == accum - 1
+                with contextlib.nullcontext() if sync else self._ddp.no_sync():
+                    with self.autocast():
+                        _, part = self._forward(view, xs, ys, idle)
+                    (part / accum).backward()
+                loss += part.detach() / accum
+        for p in idle:  # the zeros DDP averaged for them: the optimizer skips them, as in one process
+            p.grad = None
         return loss
 
-    def _forward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor):
-        """A training forward of `view`: through the DDP wrapper under data parallel, so its backward
-        averages the gradients over the ranks; the view itself in one process."""
+    def _forward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor, idle: list = ()):
+        """A training forward of `view`: through the DDP wrapper under data parallel (every parameter the
+        view leaves out, `idle`, gets a zero gradient there, so DDP reduces whole buckets without
+        searching the graph for unused parameters); the model itself in one process."""
+        steps = self._step_sizes(view.step_size)
         if self.replica is None:
-            return view(x, y)
-        return self.replica(x, y, view.blocks, view.step_size)
+            return self.model(x, y, blocks=view.blocks, step_size=steps)
+        logits, loss = self.replica(x, y, view.blocks, steps)
+        return logits, distributed.touch(loss, idle)
 
-    def _update(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> bool:
-        """Clip the gradients and step the optimizer; returns False when train.on_nonfinite=skip drops
-        the update (a non-finite loss or gradient norm)."""
+    def _step_sizes(self, steps: Any) -> Any:
+        """A view's Euler steps as the model takes them: under compile, steps that change from call to
+        call (a sub-path's 1/p) as a device tensor, an input of one graph, not constants of many."""
+        if not self.compiled or not isinstance(steps, tuple):
+            return steps
+        if self._steps[0] != steps:
+            t = torch.tensor(steps, dtype=torch.float32)
+            if self.device.type == "cuda":
+                t = t.pin_memory().to(self.device, non_blocking=True)
+            self._steps = (steps, t.to(self.device))
+        return self._steps[1]
+
+    def _idle_parameters(self, view: ModelView) -> list[torch.nn.Parameter]:
+        """Under data parallel, the trainable parameters the step's view does not run (other blocks, coarse
+        storage), cached per set of blocks; none in one process."""
+        if self.replica is None:
+            return []
+        key = tuple(map(id, view.blocks))
+        idle = self._idle.get(key)
+        if idle is None:
+            if len(self._idle) >= 256:  # sub-path methods draw many sets: keep the cache bounded
+                self._idle.clear()
+            used = {id(p) for p in view.parameters()}
+            idle = self._idle[key] = [p for p in self.replica_parameters if p.requires_grad and id(p) not in used]
+        return idle
+
+    def _update(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> Any:
+        """Clip the gradients and step the optimizer. Returns True (applied), or under train.on_nonfinite=skip
+        False (skipped, decided on the host) or a device boolean (decided on the device: a fused
+        optimizer skips the update itself when told a non-finite value was found)."""
         grad_norm = None
+        params = self._clip_params.get(id(optimizer))
+        if params is None:
+            params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
         if self.grad_clip > 0:
             # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view).
-            params = self._clip_params.get(id(optimizer))
-            if params is None:
-                params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
             grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
-        applied = True
+        fused = is_fused(optimizer)
+        if fused:
+            prime_momentum(optimizer, params)
+        applied: Any = True
         if self.skip_nonfinite:
             finite = torch.isfinite(loss)
             if grad_norm is not None:
                 finite = finite & torch.isfinite(grad_norm)
-            # the one host sync per step that `skip` costs; every rank takes the same decision
-            applied = distributed.all_ranks_agree(finite)
-            if not applied:
-                self.state.skipped_steps += 1
-        if applied:
-            optimizer.step()
+            finite = distributed.agree_on_device(finite)  # every rank takes the same decision
+            if fused:
+                optimizer.found_inf = (~finite).to(torch.float32)  # read by the fused kernel on the device
+                applied = finite
+            else:
+                applied = bool(finite)  # an unfused optimizer decides on the host (free on a CPU)
+        try:
+            if applied is not False:
+                optimizer.step()
+        finally:
+            if fused and self.skip_nonfinite:
+                del optimizer.found_inf
         optimizer.zero_grad(set_to_none=True)
         return applied
 
@@ -240,11 +318,19 @@ class Trainer:
 
     # -- train rows ---------------------------------------------------------------------------------
     def log_train(self, kind: StepKind, view: ModelView, lr: float, **extra: Any) -> float:
-        """Write one train row: the mean loss of the `kind` steps since its last row (one host sync)."""
+        """Write one train row: the mean loss of the `kind` steps since its last row (one host sync). A row
+        in which a graph was compiled says so (`compiled_in_row`) and has no MFU."""
         pending = self._pending.pop(kind)
-        if pending.steps == 0:  # every step since the last row was skipped (train.on_nonfinite=skip)
+        if pending.steps == 0:  # every step since the last row was skipped (decided on the host)
             return math.nan
-        loss = distributed.mean_([pending.mean_loss()])[0].item()  # over the steps, then the ranks
+        mean = distributed.mean_([pending.mean_loss()])[0]  # over the steps, then the ranks
+        flags = pending.applied_flags()
+        if flags is None:
+            loss = mean.item()
+        else:  # skip decided on the device: which steps applied comes back with the loss
+            loss, *applied = torch.cat([mean.reshape(1).float(), flags]).tolist()
+            if not self._say_skipped(kind, pending, applied):
+                return math.nan
         tokens, dt = pending.tokens, max(self.clock.train_time() - pending.t_start, 1e-9)
         self.last_loss[str(kind)] = loss
         row = {"step": self.state.fine_steps, "level": view.level, "phase": str(kind), "train/loss": loss, "lr": lr,
@@ -252,13 +338,34 @@ class Trainer:
                **self.counters(), "tokens_per_s": tokens / dt, **extra}
         if view.path:
             row["coarse_model"] = view.path[-1]
-        if self.peak_flops:
-            row["mfu"] = pending.flops / dt / self.peak_flops
+        if pending.compiled:  # its time includes compiling: not a measure of the training speed
+            row["compiled_in_row"] = True
+        else:
+            self.steady.add(view.level, pending.flops, dt)
+            if self.peak_flops:
+                row["mfu"] = pending.flops / dt / self.peak_flops
         self.emit(row)
         if not math.isfinite(loss):  # the row is written (it shows the NaN), then the run stops
             raise nonfinite_error(self.state, kind, pending)  # skip mode never gets here with a bad step
         self.bar.set_postfix_str(f"{view.name} loss {loss:.3f} {tokens / dt:,.0f} tok/s", refresh=False)
         return loss
+
+    def _say_skipped(self, kind: StepKind, pending: PendingRow, applied: list[float]) -> bool:
+        """Count and name the steps of a row that the device skipped; False when none of them applied."""
+        folded = pending.folded > 0  # applied[0] then counts the folded steps
+        n_applied = int(round(sum(applied)))
+        skipped = pending.steps - n_applied
+        self.state.skipped_steps += skipped
+        now, first = self.state.optimizer_steps, pending.steps - len(applied) + folded
+        for i, flag in enumerate(applied[folded:]):
+            if flag < 0.5:
+                bad = now - pending.steps + first + i + 1
+                log.warning("non-finite loss at %s: step skipped (train.on_nonfinite=skip)",
+                            step_name(self.state, pending.view, kind, bad, now))
+        if folded and pending.folded - applied[0] > 0.5:
+            log.warning("%d earlier step(s) of the row ending at %s were skipped too (train.on_nonfinite=skip)",
+                        int(round(pending.folded - applied[0])), step_name(self.state, pending.view, kind, now, now))
+        return n_applied > 0
 
     def check_finite(self, weights: bool = False) -> None:
         """Raise NonFiniteLoss if a training loss so far (with `weights`: or a weight) is not finite. One
@@ -283,3 +390,24 @@ class Trainer:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def is_fused(optimizer: torch.optim.Optimizer) -> bool:
+    return bool(optimizer.param_groups[0].get("fused"))
+
+
+def prime_momentum(optimizer: torch.optim.Optimizer, params: list) -> None:
+    """Give every parameter of a fused SGD optimizer with momentum a zero momentum buffer before its first
+    step. A zero buffer gives the first step's buffer (the gradient) exactly; without it, the fused
+    kernel refuses a step in which some parameters have buffers and others do not (a sub-path or a
+    coarse model that reaches a block for the first time), and a first step skipped on the device
+    leaves the buffers it allocated unwritten. O(1) once primed."""
+    if len(optimizer.state) >= len(params) or not isinstance(optimizer, torch.optim.SGD):
+        return
+    if not optimizer.param_groups[0].get("momentum"):
+        return
+    with torch.no_grad():
+        for p in params:
+            state = optimizer.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)

@@ -77,8 +77,13 @@ def assert_same_training(a, b):
     ("average", ["coarsening=average", "coarsening.step_scale=stride", *ML]),
     # a rival method's random sub-paths: every rank must draw the same blocks at every step
     ("layer_drop", ["experiment=layer_drop", "layer_drop.gamma=0.3"]),
+    # the DDP wrapper compiled (dynamo's DDP optimizer), coarse steps leaving half the blocks idle
+    ("evenodd compiled", ["coarsening=evenodd", *ML, "train.compile=true"]),
+    # compiled with per-step 1/p as a tensor, a different set of blocks idle at every step
+    ("layer_drop compiled", ["experiment=layer_drop", "layer_drop.gamma=0.3", "train.compile=true"]),
 ])
-def test_two_processes_train_like_one_with_the_same_global_batch(tmp_path, name, extra):
+def test_two_processes_train_like_one_with_the_same_global_batch(tmp_path, monkeypatch, name, extra):
+    monkeypatch.setenv("MLTRAIN_COMPILE_BACKEND", "aot_eager")  # the same graphs, compiled in seconds
     overrides = [*TINY, *extra]
     single = one_process(tmp_path / "one", overrides)
 

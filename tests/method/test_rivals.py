@@ -103,7 +103,6 @@ def test_raptr_follows_the_papers_schedules_and_ends_on_the_full_model():
     (["experiment=layer_drop", "layer_drop.theta_bar=0"], "layer_drop.theta_bar=0.0 must be in (0, 1]"),
     (["experiment=layer_drop", "layer_drop.theta_bar=1.5"], "layer_drop.theta_bar=1.5 must be in (0, 1]"),
     (["experiment=layer_drop", "layer_drop.gamma=-0.1"], "layer_drop.gamma=-0.1 must be >= 0"),
-    (["experiment=layer_drop", "train.compile=true"], "train.compile=true cannot run layer_drop.rescale=true"),
     (["experiment=raptr", "raptr.path_lengths=[]"], "raptr.path_lengths=[] names no stage"),
     (["experiment=raptr", "raptr.path_lengths=[2,5]"], "must be between 1 and the depth (model.n_layer=4)"),
     (["experiment=raptr", "raptr.path_lengths=[2,3]"], "must end at the full model (4 blocks"),

@@ -81,3 +81,26 @@ def test_compile_once_per_model_on_cuda():
     assert after_first_cycle == 3  # fine (train, eval) and one graph for both 2-block coarse models
     assert runner.run()
     assert counters["frames"]["ok"] == after_first_cycle
+
+
+def test_compile_auto_compiles_on_cuda_and_prefetches_batches_onto_it():
+    session = build(_cfg("device=cuda"), lambda row: None)  # train.compile=auto
+    assert session.trainer.compiled
+    x, y = session.runner.samplers.fine.next_batch()
+    session.runner.samplers.fine.prefetch()
+    assert x.is_cuda and y.is_cuda and session.runner.samplers.fine._ready[1][0].is_cuda
+
+
+def test_layer_dropping_compiles_one_graph_per_kept_count_on_cuda():
+    from mltrain.method.kinds import PhaseKind
+
+    cfg = compose_config("model.n_embd=64", "model.n_head=4", "model.block_size=64", "train.batch_size=16",
+                         "train.max_steps=40", "train.eval_interval=100", "experiment=layer_drop",
+                         "layer_drop.gamma=0.3", "device=cuda")
+    session = build(cfg, lambda row: None)
+    counters.clear()
+    phase = next(p for p in session.runner.plan if p.kind == PhaseKind.train)
+    kept = {len(phase.paths.path(step).blocks) for step in range(phase.steps)}
+    session.evaluator.log_eval(session.runner.fine)
+    assert session.runner.run()
+    assert counters["stats"]["unique_graphs"] == counters["frames"]["ok"] == len(kept) + 1  # and evaluation

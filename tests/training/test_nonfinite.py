@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from helpers import SMALL, checkpoints, load, name_position, rows, summary, compose_config
+from helpers import SMALL, checkpoints, compose_config, final_state, load, name_position, rows, summary
 
 from mltrain.model import GPT
 from mltrain.run import RunDiverged, run
@@ -70,6 +70,27 @@ def test_on_nonfinite_skip_drops_that_step_and_goes_on(tmp_path, monkeypatch, ca
     assert s["status"] == "finished" and s["skipped_steps"] == 1 and s["fine_steps"] == 20
     assert all(math.isfinite(r["train/loss"]) for r in rows(tmp_path) if "train/loss" in r)
     assert "non-finite loss at fine step 7 (level 0, fine phase): step skipped" in caplog.text
+
+
+def test_on_nonfinite_skip_decided_on_the_device_drops_that_step_and_names_it(tmp_path, monkeypatch, caplog):
+    # a fused optimizer skips the update itself (found_inf): no host sync in the step
+    poison(monkeypatch, nth=7)
+    cfg = compose_cfg("train.max_steps=20", "train.log_interval=5", "train.on_nonfinite=skip", "optim.fused=true")
+    run(cfg, run_dir=tmp_path)
+    s = summary(tmp_path)
+    assert s["status"] == "finished" and s["skipped_steps"] == 1 and s["fine_steps"] == 20
+    assert all(math.isfinite(r["train/loss"]) for r in rows(tmp_path) if "train/loss" in r)
+    assert "non-finite loss at fine step 7 (level 0, fine phase): step skipped" in caplog.text
+    weights = final_state(tmp_path)["model"] if checkpoints(tmp_path) else None
+    assert weights is None or all(torch.isfinite(w).all() for w in weights.values())
+
+
+@pytest.mark.parametrize("method", ["experiment=raptr", "experiment=layer_drop", "coarsening=random"])
+def test_a_fused_sgd_trains_sub_paths_that_reach_a_block_for_the_first_time(tmp_path, method):
+    # each step a new set of blocks: some parameters get their first gradient while others have momentum
+    run(compose_cfg("train.max_steps=12", "optim.fused=true", method, "coarsening.redraw=true"
+                    if method == "coarsening=random" else "layer_drop.gamma=0.5"), run_dir=tmp_path)
+    assert summary(tmp_path)["status"] == "finished"
 
 
 def test_on_nonfinite_must_be_stop_or_skip():

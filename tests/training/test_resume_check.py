@@ -48,3 +48,21 @@ def test_the_resume_command_quotes_run_dirs_for_hydra_and_the_shell(tmp_path, na
     words = shlex.split(resume_command(run_dir).split("  (plus")[0])
     assert words[:2] == ["mltrain", "train.resume=true"]
     assert OverridesParser.create().parse_override(words[2]).value() == str(run_dir.resolve())
+
+
+def test_a_key_added_to_the_schema_since_a_run_was_saved_is_no_difference_at_its_default():
+    from omegaconf import OmegaConf
+
+    from mltrain.training.resume import config_differences
+
+    cfg = compose_config("coarsening=evenodd")
+    saved = OmegaConf.to_container(cfg, resolve=False)
+    del saved["train"]["max_steps"], saved["multilevel"]["coarse_optim"]["lr"]  # keys an older version lacked
+    assert config_differences(OmegaConf.create(saved), compose_config("coarsening=evenodd",
+                                                                      "multilevel.coarse_optim.lr=null")) == [
+        "train.max_steps (unset there, 24 here)"]  # a value other than the schema's default (1000) differs
+    assert config_differences(OmegaConf.create(saved), compose_config(
+        "coarsening=evenodd", "train.max_steps=1000", "multilevel.coarse_optim.lr=null")) == []
+    assert config_differences(OmegaConf.create(saved), compose_config("coarsening=evenodd", "train.max_steps=1000",
+                                                                      "multilevel.coarse_optim.lr=0.1")) == [
+        "multilevel.coarse_optim.lr (unset there, 0.1 here)"]

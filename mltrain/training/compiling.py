@@ -1,0 +1,104 @@
+"""torch.compile for a run: whether it compiles (train.compile), how the model is compiled, how many graphs
+it may make, and noticing a compile.
+
+`train.compile=auto` (the default) compiles on CUDA, where a step of eager kernels is bound by the host
+launching them, and not on a CPU, where compiling costs minutes and gains little; `true`/`false` force it.
+
+One graph per shape: a call of the compiled model is guarded on how many blocks it runs, not on which
+modules they are, so every coarse model of one depth shares a graph, every later cycle reuses it, and
+a sub-path method makes one per path length (a per-step Euler step 1/p reaches the graph as a tensor:
+training/trainer.py). Dynamo's recompile limit is raised to what a plan of this depth can need, and
+reaching it is an error (one line, CompileLimitError) instead of dynamo's silent fall-back to eager
+kernels for the rest of the run. `MLTRAIN_COMPILE_BACKEND` names another backend (the tests use
+`aot_eager`, which compiles in seconds on a CPU).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import torch
+
+from mltrain.errors import ConfigError, MltrainError
+
+BACKEND_ENV = "MLTRAIN_COMPILE_BACKEND"
+_VALUES = {"auto": None, "true": True, "false": False}
+
+
+class CompileLimitError(MltrainError):
+    """The compiled model needed more graphs than dynamo's recompile limit allows."""
+
+
+def compile_setting(value: Any) -> Optional[bool]:
+    """train.compile as True, False or None (auto); ConfigError for anything else."""
+    if isinstance(value, bool):
+        return value
+    key = str(value).strip().lower()
+    if key not in _VALUES:
+        raise ConfigError(f"train.compile={value!r} must be auto, true or false")
+    return _VALUES[key]
+
+
+def compiles(value: Any, device: torch.device) -> bool:
+    """Whether a run with train.compile=`value` on `device` compiles: auto is on for CUDA only."""
+    setting = compile_setting(value)
+    return device.type == "cuda" if setting is None else setting
+
+
+def graph_limit(n_layer: int) -> int:
+    """Graphs one compiled model may need in any plan of an n_layer model: a train graph per depth a view
+    can have (0..n_layer blocks), the same with per-call Euler steps, evaluation, with room to spare."""
+    return 2 * (n_layer + 1) + 8
+
+
+def compile_model(model: torch.nn.Module, n_layer: int) -> None:
+    """Compile `model` in place (its __call__), fresh: earlier runs of this process (a sweep worker runs
+    several) leave no graphs to count against its limit."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    config = torch._dynamo.config
+    limit = graph_limit(n_layer)
+    if hasattr(config, "recompile_limit"):
+        config.recompile_limit = max(config.recompile_limit, limit)
+        config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * limit)
+    else:  # torch before 2.6
+        config.cache_size_limit = max(config.cache_size_limit, limit)
+    if hasattr(config, "fail_on_recompile_limit_hit"):
+        config.fail_on_recompile_limit_hit = True
+    model.compile(**compile_options())
+
+
+def compile_options() -> dict:
+    """torch.compile's arguments: static shapes, the backend of MLTRAIN_COMPILE_BACKEND if set."""
+    options: dict[str, Any] = {"dynamic": False}
+    if os.environ.get(BACKEND_ENV):
+        options["backend"] = os.environ[BACKEND_ENV]
+    return options
+
+
+class CompileWatch:
+    """Dynamo's count of graphs compiled so far (0 when the run does not compile), so a train row can say
+    that it contains a compile; and the one line for a run past the recompile limit."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._counters = None
+        if enabled:
+            from torch._dynamo.utils import counters
+
+            self._counters = counters
+
+    def count(self) -> int:
+        return self._counters["stats"]["unique_graphs"] if self._counters is not None else 0
+
+    def limit_hit(self, err: BaseException) -> Optional[str]:
+        """The one line for dynamo's recompile limit reached, or None for any other error."""
+        if not self.enabled or type(err).__name__ not in ("FailOnRecompileLimitHit", "RecompileLimitExceeded"):
+            return None
+        config = torch._dynamo.config
+        limit = getattr(config, "recompile_limit", getattr(config, "cache_size_limit", "?"))
+        return (f"the compiled model needed more than {limit} graphs (dynamo's recompile limit): something "
+                f"changes from step to step that should not (TORCH_LOGS=recompiles says what); train.compile=false "
+                f"trains without compiling")

@@ -1,0 +1,65 @@
+"""Prefetched batches: the training step gets each one ahead (built in blocks, copied while the step runs on
+CUDA) and still trains fine step n of every run with the same seed on the same batch, the sampler's."""
+
+from __future__ import annotations
+
+import hashlib
+
+from helpers import compose_config
+
+from mltrain.data import BatchSampler, load_tokens
+from mltrain.training.trainer import Trainer
+
+_STEP = Trainer.step  # the real one, whatever a test patches
+
+
+def _digest(x, y) -> str:
+    h = hashlib.sha256()
+    for t in (x, y):
+        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _trained_batches(monkeypatch, *overrides: str) -> dict[str, list[str]]:
+    """Digests of the batches every training step of a run trained on, by step kind, as the step got them
+    (after the prefetch)."""
+    from mltrain.run import build
+
+    seen: dict[str, list[str]] = {}
+    original = _STEP
+
+    def step(self, view, optimizer, lr, sampler, kind):
+        real = self._forward_backward
+
+        def recorded(view, x, y):
+            seen.setdefault(str(kind), []).append(_digest(x, y))
+            return real(view, x, y)
+
+        self._forward_backward = recorded
+        try:
+            return original(self, view, optimizer, lr, sampler, kind)
+        finally:
+            del self._forward_backward
+
+    monkeypatch.setattr(Trainer, "step", step)
+    session = build(compose_config("train.max_steps=12", *overrides), lambda row: None)
+    session.runner.run()
+    return seen
+
+
+def test_prefetched_batches_are_the_samplers_and_fine_step_n_is_paired_across_runs(monkeypatch):
+    runs = {"single": [], "single, no prefetch": ["train.prefetch=false"],
+            "multilevel": ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=2"],
+            "multilevel, no prefetch": ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=2",
+                                        "train.prefetch=false"],
+            "layer_drop": ["experiment=layer_drop"]}
+    seen = {name: _trained_batches(monkeypatch, *extra) for name, extra in runs.items()}
+    cfg = compose_config("train.max_steps=12")
+    train = load_tokens(cfg.data).train
+    sampler = BatchSampler(train, cfg.train.batch_size, cfg.model.block_size, seed=cfg.seed)
+    expected = [_digest(*sampler.batch(i)) for i in range(12)]  # fine step n trains on batch n of its stream
+    for name, batches in seen.items():
+        assert batches["fine"] == expected, name
+    assert seen["multilevel"]["coarse"] == seen["multilevel, no prefetch"]["coarse"]
+    assert len(seen["multilevel"]["coarse"]) == 3 * 2 * 2 and not set(seen["multilevel"]["coarse"]) & set(expected)
