@@ -29,7 +29,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # FLOP/s no real training run exceeds here: fp32 on one CPU thread (AVX2/AVX-512 FMA at ~3 GHz, of
-# which small matmuls reach far less), and a CUDA device's bf16 peak (mltrain/training/flops.py lists
+# which small matmuls reach far less), and a CUDA device's bf16 peak (mltrain/training/devices.py lists
 # known ones; an unknown one is taken as this). An estimate from these is a lower bound on the time.
 NOMINAL_RATE = {"cpu_thread": 5e10, "cuda": 1e15}
 MIN_STEP_S = 1e-3  # no optimizer step of any model takes less (Python, kernel launches): tiny models' floor

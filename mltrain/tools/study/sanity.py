@@ -87,7 +87,7 @@ def _run_cost(cfg: Any) -> tuple[float, int]:
     """(planned training FLOPs, fine steps) of one run (a lower bound: coarse phases add to both)."""
     from mltrain.config import budget_steps
     from mltrain.data.tokenizers import get_tokenizer
-    from mltrain.training.flops import train_flops_per_step
+    from mltrain.flops import train_flops_per_step
 
     m = cfg.model
     try:
@@ -116,7 +116,7 @@ def _machine(study: Any, cfg: Any) -> tuple[str, float]:
     import torch
 
     from mltrain.runs.sweep import available_cpus
-    from mltrain.training.flops import peak_flops
+    from mltrain.training.devices import peak_flops
 
     device = str(cfg.device)
     if device == "auto":
