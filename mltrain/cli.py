@@ -1,6 +1,7 @@
 """`mltrain`: the training command. Hydra parses and composes, RunGuard checks the run dir before Hydra
 writes into it, mltrain/run.py does the work. The other tools' entry points are in mltrain/console.py,
-which loads none of the training stack."""
+which loads none of the training stack; the `mltrain` console script enters through mltrain/console.py
+too, so a Ctrl-C while this module imports torch is one line."""
 
 from __future__ import annotations
 

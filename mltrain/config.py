@@ -113,12 +113,15 @@ class TrainConfig:
     # from its last checkpoint; a finished run is left untouched.
     resume: bool = False
     on_nonfinite: OnNonFinite = OnNonFinite.stop
-    # FLOP/s of one device for MFU; null: the table's bf16 peak of the card (training/flops.py), none on a CPU
+    # FLOP/s of one device for MFU; null: the table's bf16 peak of the card (training/devices.py), none on a CPU
     peak_flops: Optional[float] = None
     prefetch: bool = True  # build and copy the next batch while the step runs (training/batches.py)
     # data parallel: optimizer steps between the ranks' agreeing whether a signal asked to stop (one
     # all-reduce and host read each time; one process checks every step, for free)
     stop_check_interval: int = 20
+    # A run that would take more than a day on this machine (its planned FLOPs at a rate no run reaches
+    # here, mltrain/runs/sanity.py) is refused before it starts unless this is true.
+    allow_long: bool = False
 
 
 @dataclass

@@ -1,47 +1,88 @@
-"""The tools' console entry points (`mltrain-compare`, `mltrain-prepare`, `mltrain-sample`, `mltrain-export`,
-`mltrain-study`).
+"""The console entry points (`mltrain`, `mltrain-compare`, `mltrain-prepare`, `mltrain-sample`,
+`mltrain-export`, `mltrain-study`).
 
 Each imports its tool only when called, and this module imports nothing of mltrain at all, so a tool
 pays only for what it uses: `mltrain-compare` starts without torch or wandb. Training's own entry point
-(`mltrain`, with Hydra and the run guard) is mltrain/cli.py.
+(Hydra and the run guard) is mltrain/cli.py, imported here when `mltrain` starts.
+
+Every entry point runs inside `_entry`: a Ctrl-C that no tool handles itself (one in the first second,
+while torch or Hydra imports) is one `<tool>: interrupted:` line and exit status 130, not a traceback.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Callable, NoReturn
+
+STOPPED = 130  # 128 + SIGINT
 
 
-def compare_main(argv: list[str] | None = None) -> None:
-    from mltrain.tools.compare import main
-
+def _entry(prog: str, main: Callable[[], object]) -> NoReturn:
     try:
-        code = main(argv)
-    except OSError as err:  # --out on a read-only path, a full disk: one line, not a traceback
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"mltrain-compare: error: cannot write {where}{err.strerror or err}", file=sys.stderr)
-        code = 2
+        code = main()
+    except KeyboardInterrupt:
+        try:
+            print(f"{prog}: interrupted: stopped by Ctrl-C before it had started or after it had ended; "
+                  f"nothing was left half-written", file=sys.stderr, flush=True)
+        except (OSError, ValueError, KeyboardInterrupt):
+            pass
+        code = STOPPED
     sys.exit(code)
 
 
-def prepare_main() -> None:
-    from mltrain.data.prepare import hydra_main
+def train_main() -> None:
+    def main() -> None:
+        from mltrain.cli import train_main as train
 
-    hydra_main()
+        train()
+
+    _entry("mltrain", main)
+
+
+def compare_main(argv: list[str] | None = None) -> None:
+    def main() -> int:
+        from mltrain.errors import MltrainError
+        from mltrain.tools.compare import main as compare
+
+        try:
+            return compare(argv)
+        except OSError as err:  # --out on a read-only path, a full disk, a link: one line, not a traceback
+            if isinstance(err, MltrainError):
+                print(f"mltrain-compare: error: {err}", file=sys.stderr)
+            else:
+                where = f"{err.filename}: " if err.filename else ""
+                print(f"mltrain-compare: error: cannot write {where}{err.strerror or err}", file=sys.stderr)
+            return 2
+
+    _entry("mltrain-compare", main)
+
+
+def _tool(prog: str, module: str, argv: list[str] | None) -> None:
+    """`prog`, whose `main(argv)` lives in `module` (imported only now) and returns the exit status."""
+    def main() -> int:
+        import importlib
+
+        return importlib.import_module(module).main(argv)
+
+    _entry(prog, main)
+
+
+def prepare_main() -> None:
+    def main() -> None:
+        from mltrain.data.prepare import hydra_main
+
+        hydra_main()
+
+    _entry("mltrain-prepare", main)
 
 
 def sample_main(argv: list[str] | None = None) -> None:
-    from mltrain.tools.sample import main
-
-    sys.exit(main(argv))
+    _tool("mltrain-sample", "mltrain.tools.sample", argv)
 
 
 def export_main(argv: list[str] | None = None) -> None:
-    from mltrain.tools.export import main
-
-    sys.exit(main(argv))
+    _tool("mltrain-export", "mltrain.tools.export", argv)
 
 
 def study_main(argv: list[str] | None = None) -> None:
-    from mltrain.tools.study.cli import main
-
-    sys.exit(main(argv))
+    _tool("mltrain-study", "mltrain.tools.study.cli", argv)

@@ -52,6 +52,22 @@ def first_line(err: BaseException) -> str:
     return ""
 
 
+_NO_MEMORY = ("bad_alloc", "can't allocate memory", "out of memory", "Cannot allocate memory")
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is the process running out of memory (Python's MemoryError, or an allocator's
+    RuntimeError: torch's `DefaultCPUAllocator: can't allocate memory`, `std::bad_alloc`, CUDA's)."""
+    return isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and any(s in str(err) for s in _NO_MEMORY))
+
+
+def memory_message(err: BaseException) -> str:
+    said = first_line(err)
+    return ("ran out of memory" + (f" ({said[:200]})" if said else "") + ": the model, or what was asked of it, "
+            "needs more memory than this process may use here (a memory limit, or other programs); free some, "
+            "or ask for less")
+
+
 def report(prog: str, message: str, kind: str = "error") -> None:
     """The one error line: `<prog>: <kind>: <message>` on stderr, and the same record in the log files
     of the run (Hydra's FileHandler), so the run's own log says why it stopped."""
@@ -69,7 +85,8 @@ def tool_main(prog: str, parser: argparse.ArgumentParser, action: Callable[[argp
               argv: Optional[Sequence[str]] = None) -> int:
     """The body of a small argparse console tool (`mltrain-sample`, `mltrain-export`): parse `argv`, run
     `action(args)`, and turn bad input (MltrainError) into the one error line; returns the exit status
-    (2 for bad input or a usage error, 0 for --help, else what `action` returns: None counts as 0)."""
+    (2 for bad input, a usage error or memory that ran out, 0 for --help, else what `action` returns: None
+    counts as 0)."""
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2, message already printed)
@@ -78,4 +95,9 @@ def tool_main(prog: str, parser: argparse.ArgumentParser, action: Callable[[argp
         return int(action(args) or 0)
     except MltrainError as err:
         report(prog, str(err))
+        return 2
+    except (MemoryError, RuntimeError) as err:
+        if not out_of_memory(err):
+            raise
+        report(prog, memory_message(err))
         return 2

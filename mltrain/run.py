@@ -26,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain.config import resuming, validate
+from mltrain.config import budget_steps, resuming, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
 from mltrain.flops import FLOPS_FORMULA, train_flops_per_step
@@ -167,16 +167,18 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
             "train.batch_size": B, "multilevel.coarse_batch_size": coarse_B}):
         raise ConfigError(problem)
     data = load_tokens(cfg.data)
-    T, ranks = cfg.model.block_size, {"rank": world.rank, "world_size": world.size}  # each rank reads its slice
-    fine = BatchSampler(data.train, B, T, seed=cfg.seed, **ranks)
-    coarse = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **ranks)
-    diag = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **ranks)
-    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **ranks)
+    # each rank reads its slice; every batch's ids are checked against the vocabulary (data/inputs.py)
+    T, shared = cfg.model.block_size, {"rank": world.rank, "world_size": world.size, "vocab_size": data.vocab_size}
+    fine = BatchSampler(data.train, B, T, seed=cfg.seed, **shared)
+    coarse = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **shared)
+    diag = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **shared)
+    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **shared)
     gpt_config = model_config(cfg, data.vocab_size)
 
     device = resolve_device(cfg.device, world)
     dtype = resolve_dtype(t.dtype, device)
     check_fits(gpt_config, cfg.optim, max(B, coarse_B) // world.size // t.grad_accum, device)
+    check_duration(cfg, gpt_config, device, world)  # said first when long; refused beyond a day without consent
     enable_tf32(device)  # the process group is joined already (run, or prepare_launch under the CLI)
     # the training steps' batches come prefetched, on the device (training/batches.py)
     samplers = Samplers(fine=DeviceBatches(fine, device, t.prefetch), coarse=DeviceBatches(coarse, device, t.prefetch),
@@ -199,6 +201,27 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
         trainer.attach_replica(replica, torch.compile(replica, **compile_options()) if compiled else replica)
     trainer.bar.reset(total=planned_steps(runner.plan))
     return Session(cfg, model, trainer, evaluator, runner, data.description, data_record(data))
+
+
+def check_duration(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, world=None) -> None:
+    """How long the run takes at least on this machine (mltrain/runs/sanity.py): one line before its
+    first step when that is more than an hour; ConfigError when it is more than a day, unless
+    train.allow_long=true. The fine steps' FLOPs only (coarse phases come on top), at a nominal rate."""
+    from mltrain.runs import sanity
+
+    world = world or distributed.world_from_env()
+    c, steps = gpt_config, budget_steps(cfg.train)
+    flops = train_flops_per_step(c.n_layer, c.n_embd, c.vocab_size, c.block_size, cfg.train.batch_size) * steps
+    if device.type == "cpu":
+        threads = torch.get_num_threads() * world.size
+        where, flop_rate = f"cpu ({threads} thread{'s' if threads > 1 else ''})", sanity.rate("cpu", threads)
+    else:
+        where = f"{world.size} {device.type.upper()} device{'s' if world.size > 1 else ''}"
+        flop_rate = world.size * sanity.rate(device.type, peak=peak_flops(device))
+    line = sanity.duration_check("this run", flops, flop_rate, where, "train.allow_long", bool(cfg.train.allow_long),
+                                 steps=steps)
+    if line and world.is_main:
+        log.info("%s", line)
 
 
 def _model(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, compiled: bool) -> GPT:

@@ -562,6 +562,8 @@ def main() -> None:
     ap.add_argument("--nanogpt-rounds", type=int, default=3, help="--nanogpt: interleaved rounds")
     ap.add_argument("--mltrain-other", metavar="CHECKOUT", help="--nanogpt: another mltrain checkout (an earlier "
                     "commit) run beside, as mltrain_other")
+    ap.add_argument("--peak-flops", type=float, help="FLOP/s of the device for MFU (default: the table's bf16 "
+                    "peak of the card, mltrain/training/devices.py)")
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a CPU shared "
                     "with other work, 1 avoids OpenMP threads waiting on each other")
     args = ap.parse_args()
@@ -666,7 +668,7 @@ def measure(args, tmp: Path) -> dict:
     compiled_end = dynamo_counts() if args.compile else None
 
     tokens_per_step = batch * m.block_size
-    peak = peak_flops(device) if dtype == torch.bfloat16 else None
+    peak = peak_flops(device, args.peak_flops) if dtype == torch.bfloat16 or args.peak_flops else None
     steps = {}
     for k, ts in times.items():
         med = statistics.median(ts)

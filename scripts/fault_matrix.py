@@ -23,7 +23,10 @@ its own process. Outcomes:
 Round one (issue 11): runs that mix, keys that vanish, values that slip through, ordinary trouble, full
 disk, data that is not text, expensive before cheap. Round two (issue 20): writes through links,
 foreign or damaged state, records overwritten, unbounded resources, distributed faults, lines that lie,
-the tools' edges (mltrain-sample and mltrain-export), secrets.
+the tools' edges (mltrain-sample and mltrain-export), secrets. Round three (issue 27): the study and the
+tools around a run: writes through links (study, compare, export, prepare), a study's state from its
+config, numbers without common sense (and runs far longer than the machine can give), caches and
+sidecars, lossy input, partial results, errors that name the problem, stalls and noise at the edges.
 
 A `--src` tree is put first on PYTHONPATH (its `conf/` is linked as `mltrain/conf` when missing), so a
 checkout of any commit can be measured with the same venv: `git archive main | tar -x -C /tmp/main`.
@@ -92,6 +95,7 @@ def command(tool: str, args: list[str], limits: Optional[dict] = None, before: s
 class Env:
     tmp: Path
     env: dict
+    src: Optional[Path] = None  # the tree measured (None: the installed mltrain)
 
     def run(self, tool: str, *args: str, cwd: Optional[Path] = None, limits: Optional[dict] = None,
             before: str = "", new_session: bool = False, env: Optional[dict] = None,
@@ -1181,6 +1185,486 @@ def round_two_cases() -> list[Case]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Round three (issue 27): the study and the tools around a run. Each class has cases beyond the
+# issue's examples. A study case starts from one finished one-rung smoke study, made once per tree.
+
+R3 = dict(round=3)
+ONE_RUNG = ["study=smoke", "~ladder.d32"]
+
+
+def entry_point(tool: str, src: Optional[Path]) -> tuple[str, str]:
+    """(module, function) of `tool`'s console script in the tree `src` (its pyproject.toml), so a case
+    that must start as the installed script does (a Ctrl-C while it imports) measures each tree's own."""
+    root = src or INSTALLED
+    text = (root / "pyproject.toml").read_text() if root and (root / "pyproject.toml").exists() else ""
+    found = re.search(rf'^{re.escape(tool)} = "([\w.]+):(\w+)"', text, flags=re.M)
+    return (found.group(1), found.group(2)) if found else ("mltrain.cli", ENTRY.get(tool, "train_main"))
+
+
+def study(e: Env, *args: str, before: str = "", env: Optional[dict] = None, study_dir: str = "study",
+          timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    code = "\n".join(["import sys", before, "sys.argv = ['mltrain-study', *sys.argv[1:]]",
+                      "from mltrain.console import study_main", "study_main()"])
+    cmd = [sys.executable, "-c", code, *ONE_RUNG, f"dir={e.tmp / study_dir}", *args]
+    try:
+        return subprocess.run(cmd, cwd=e.tmp, env={**e.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=timeout, errors="replace")
+    except subprocess.TimeoutExpired as err:
+        text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+        return subprocess.CompletedProcess(cmd, TIMED_OUT, text(err.stdout), text(err.stderr) + "\n[timed out]")
+
+
+def finished_study(e: Env) -> Path:
+    """A copy, in the case's folder, of one finished one-rung smoke study (made once per tree)."""
+    made = Path(e.env["MLTRAIN_CACHE"]).parent / "finished_study"
+    if not (made / "ladder.json").exists():
+        shutil.rmtree(made, ignore_errors=True)
+        proc = study(e, study_dir=str(made), timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the smoke study did not finish: {(proc.stdout + proc.stderr)[-2000:]}")
+    shutil.copytree(made, e.tmp / "study", ignore=shutil.ignore_patterns(".mltrain.lock"))
+    return e.tmp / "study"
+
+
+def study_link(place: str) -> Callable[[Env], list]:
+    """A finished study whose `place` is a link out of it (to tmp/outside's victim, or to tmp/outside)."""
+    def run(e: Env) -> list:
+        root = finished_study(e)
+        link = root / place
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        elif link.exists() or link.is_symlink():
+            link.unlink()
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if place.endswith((".md", ".png", ".json", ".log")):
+            link.symlink_to(victim(e.tmp))
+        else:
+            link.symlink_to(e.tmp / "outside", target_is_directory=True)
+        return [study(e)]
+    return run
+
+
+def export_linked(e: Env) -> list:
+    run_into(e, "run")
+    (e.tmp / "out").mkdir()
+    (e.tmp / "out" / "model.safetensors").symlink_to(e.tmp / "outside" / "planted.bin")  # dangling: would be created
+    return [e.run("mltrain-export", str(e.tmp / "run"), str(e.tmp / "out"))]
+
+
+def prepare_logs_linked(e: Env) -> list:
+    (e.tmp / "docs.txt").write_text("plain text to tokenize. " * 400)
+    (e.tmp / "out").mkdir()
+    (e.tmp / "out" / ".prepare_logs").symlink_to(e.tmp / "outside", target_is_directory=True)
+    return [e.run("mltrain-prepare", f"prepare.data_files={e.tmp / 'docs.txt'}", f"prepare.out_dir={e.tmp / 'out'}",
+                  f"prepare.cache_dir={e.tmp / 'hf'}", *PREPARE)]
+
+
+def compare_png_linked(e: Env) -> list:
+    (e.tmp / "report").mkdir()
+    (e.tmp / "report" / "comparison.png").symlink_to(e.tmp / "outside" / "victim.txt")
+    return [e.run("mltrain-compare", str(e.tmp / "runs"), "--out", str(e.tmp / "report"))]
+
+
+def links3(c: list) -> None:
+    w = "study and tools: writes through links"
+    for place in ("ladder.md", "ladder.png", "d16/verdict", "study.log", "d16/selection.json", "d16/eval"):
+        c.append(Case(w, f"study: {place} a link out of the study", study_link(place), needle="symbolic link",
+                      setup=with_victim(), protect="outside", **R3))
+    c.append(Case(w, "compare: comparison.png a link outside", compare_png_linked, needle="comparison.png",
+                  setup=with_victim(fake_runs), protect="outside",
+                  check=lambda e, p: "lost" if (e.tmp / "outside" / "victim.txt").read_bytes() != VICTIM * 500 else None,
+                  **R3))
+    c.append(Case(w, "export: model.safetensors a dangling link outside", export_linked, needle="model.safetensors",
+                  setup=with_victim(), protect="outside",
+                  check=lambda e, p: "lost" if (e.tmp / "outside" / "planted.bin").exists() else None, **R3))
+    c.append(Case(w, "prepare: .prepare_logs a link outside", prepare_logs_linked, needle=".prepare_logs",
+                  setup=with_victim(), protect="outside", **R3))
+
+
+GRID_CHANGED = ["arms.multilevel.grid={optim.lr:[0.3,0.1]}",
+                "arms.single.grid={optim.lr:[0.3,0.1],train.budget:[0.5,1.0,2.0]}"]
+
+
+def grid_changed(e: Env) -> list:
+    finished_study(e)
+    return [study(e, *GRID_CHANGED)]
+
+
+def reports_only_the_grid(e: Env, procs: list) -> Optional[str]:
+    """Nothing the study reports names optim.lr=0.03, which the changed grid no longer has."""
+    if procs[-1].returncode != 0:
+        return None  # a refusal is judged on its line
+    for report in ("d16/verdict/comparison.json", "d16/selection.json", "ladder.json"):
+        if "0.03" in set(re.findall(r'optim\.lr(?:=|": ")([0-9][0-9.e+-]*)', (e.tmp / "study" / report).read_text())):
+            return "wrong"
+    return "good"
+
+
+def seeds_changed(e: Env) -> list:
+    finished_study(e)
+    return [study(e, "selection_seeds=[5]")]
+
+
+def no_seed_0(e: Env, procs: list) -> Optional[str]:
+    """The verdict reads no run of seed 0, which the changed selection_seeds no longer ask for."""
+    if procs[-1].returncode != 0:
+        return None
+    text = (e.tmp / "study" / "d16" / "verdict" / "comparison.json").read_text()
+    return "wrong" if re.search(r"seed=0[,\"/]", text) else "good"
+
+
+def edited_selection(e: Env) -> list:
+    root = finished_study(e)
+    path = root / "d16" / "selection.json"
+    saved = json.loads(path.read_text())
+    chosen = saved["arms"]["multilevel"]["setting"]["optim.lr"]
+    saved["arms"]["multilevel"]["setting"]["optim.lr"] = "0.03" if chosen == "0.3" else "0.3"
+    path.write_text(json.dumps(saved))
+    return [study(e, "--status")]
+
+
+def status_distrusts(e: Env, procs: list) -> Optional[str]:
+    row = next((line for line in procs[-1].stdout.splitlines() if " eval " in line and "multilevel" in line), "")
+    if procs[-1].returncode != 0:
+        return "unclear"
+    return "good" if "finished" not in row else "wrong"  # a believed edit counts the edited setting's runs
+
+
+def live_job(e: Env) -> list:
+    root = finished_study(e)
+    job = next((root / "d16" / "eval" / "multilevel").iterdir())
+    (job / "summary.json").unlink()
+    with open(job / ".mltrain.lock", "a") as f:  # held, as a live run holds its folder
+        fcntl.flock(f, fcntl.LOCK_EX)
+        code = ("import sys\nfrom mltrain.console import study_main\nsys.argv = ['mltrain-study', *sys.argv[1:]]\n"
+                "study_main()")
+        return [subprocess.run([sys.executable, "-c", code, *ONE_RUNG, f"dir={root}", "--status"], cwd=e.tmp, env=e.env,
+                               capture_output=True, text=True, timeout=TIMEOUT_S)]
+
+
+def says_running(e: Env, procs: list) -> Optional[str]:
+    row = next((line for line in procs[-1].stdout.splitlines() if " eval " in line and "multilevel" in line), "")
+    return "good" if "running" in row and "to resume" not in row else "wrong"
+
+
+def state3(c: list) -> None:
+    s = "study: state from its config"
+    c.append(Case(s, "grid changed: old grid's runs in the choice/verdict", grid_changed, expect="ok",
+                  check=reports_only_the_grid, **R3))
+    c.append(Case(s, "selection_seeds changed: the old seed's runs", seeds_changed, expect="ok",
+                  check=no_seed_0, **R3))
+    c.append(Case(s, "--status after selection.json edited by hand", edited_selection, expect="ok",
+                  check=status_distrusts, **R3))
+    c.append(Case(s, "--status: a live study's running job", live_job, expect="ok", check=says_running, **R3))
+
+
+def study_arg(*args: str) -> Callable[[Env], list]:
+    return lambda e: [study(e, *args)]
+
+
+def own_study(name: str, body: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        (tmp / "mine" / "study").mkdir(parents=True, exist_ok=True)
+        (tmp / "mine" / "study" / f"{name}.yaml").write_text(f"# @package _global_\ndefaults: [smoke]\nname: {name}\n{body}")
+    return setup
+
+
+def searchpath(e: Env) -> str:
+    return f"hydra.searchpath=[file://{e.tmp / 'mine'}]"
+
+
+def nothing_claimed(e: Env, procs: list) -> Optional[str]:
+    """A study refused before it claims its folder leaves none (a run that started: wrong)."""
+    return "wrong" if list((e.tmp / "study").rglob("summary.json")) else None
+
+
+def numbers3(c: list) -> None:
+    n = "numbers without common sense"
+    for arg, needle in (("tokens_per_param=inf", "tokens_per_param=inf"), ("tokens_per_param=1e15", "tokens_per_param"),
+                        ("ladder.d16.tokens_per_param=inf", "ladder.d16.tokens_per_param"),
+                        ("launcher.env.OMP_NUM_THREADS=0", "OMP_NUM_THREADS"),
+                        ("launcher.env.OMP_NUM_THREADS=abc", "OMP_NUM_THREADS"),
+                        ("+launcher.env.MKL_NUM_THREADS=-1", "MKL_NUM_THREADS"),
+                        ("predict_params=[inf]", "predict_params"),
+                        ("tokens_per_param=50000", "allow_long")):
+        c.append(Case(n, f"study {arg}", study_arg(arg), needle=needle, check=nothing_claimed, **R3))
+    c.append(Case(n, "study: hydra.* key in an arm's grid", lambda e: [study(e, "study=hydra_grid", searchpath(e))],
+                  needle="hydra.job.chdir", setup=own_study("hydra_grid", "arms: {single: {grid: {hydra.job.chdir: [true]}}}\n"),
+                  check=nothing_claimed, **R3))
+    c.append(Case(n, "study: hydra.* key in common", lambda e: [study(e, "study=hydra_common", searchpath(e))],
+                  needle="hydra.job.chdir",
+                  setup=own_study("hydra_common", "common: [scale=smoke, hydra.job.chdir=true, device=cpu]\n"),
+                  check=nothing_claimed, **R3))
+    c.append(cli_case(n, "run: scale=paper on a CPU (days)", "scale=paper", "data=embedded", "data.tokenizer=bytes",
+                      "device=cpu", "train.progress=false", "hydra.run.dir={tmp}/run", needle="train.allow_long", **R3))
+    c.append(Case(n, "sweep: scale=paper on a CPU (its one job)", lambda e: [e.run(
+        "mltrain", "-m", "scale=paper", "data=embedded", "data.tokenizer=bytes", "device=cpu", "train.progress=false",
+        "seed=0", f"hydra.sweep.dir={e.tmp / 'sweep'}")], needle="train.allow_long", code=1, **R3))
+
+
+def shards_folder(tmp: Path) -> None:
+    import numpy as np
+
+    (tmp / "shards").mkdir()
+    rng = np.random.default_rng(0)
+    for name, n in (("d_val_000000.bin", 2000), ("d_train_000001.bin", 5000)):
+        header = np.zeros(256, dtype="<i4")
+        header[:3] = 20240520, 1, n
+        (tmp / "shards" / name).write_bytes(header.tobytes() + rng.integers(0, 256, n).astype("<u2").tobytes())
+
+
+def shard_rewritten(e: Env) -> list:
+    data = ["data=shards", f"data.dir={e.tmp / 'shards'}", "data.tokenizer=bytes"]
+    run_into(e, "first", *data, "train.max_steps=2")
+    shard = e.tmp / "shards" / "d_train_000001.bin"
+    st = os.stat(shard)
+    with open(shard, "r+b") as f:  # one id beyond the vocabulary, written in place; then the old mtime back
+        f.seek(1024 + 2 * 1234)
+        f.write((300).to_bytes(2, "little"))
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return [run_into(e, "second", *data, "train.max_steps=4")]
+
+
+def before_training(e: Env, procs: list) -> Optional[str]:
+    return "wrong" if (e.tmp / "second" / "metrics.jsonl").exists() and procs[-1].returncode == 0 else None
+
+
+def cache_corrupted(e: Env) -> list:
+    (e.tmp / "notes.txt").write_text("some text to train on.\n" * 400)
+    args = ["data=text", f"data.path={e.tmp / 'notes.txt'}", f"data.cache_dir={e.tmp / 'cache'}"]
+    run_into(e, "first", *args, "train.max_steps=2")
+    cached = next((e.tmp / "cache").rglob("*train*.bin"))
+    data = bytearray(cached.read_bytes())
+    data[10:12] = (60000).to_bytes(2, "little")
+    cached.write_bytes(bytes(data))
+    return [run_into(e, "second", *args, "train.max_steps=2")]
+
+
+def caches3(c: list) -> None:
+    k = "caches and sidecars"
+    c.append(Case(k, "shard rewritten in place, old mtime put back", shard_rewritten, needle="d_train_000001.bin",
+                  setup=shards_folder, check=before_training, **R3))
+    c.append(Case(k, "token cache file changed under its meta", cache_corrupted, needle="token cache", **R3))
+    c.append(Case(k, "sample: model.json says 100,000 blocks", tool_on_edited_model("mltrain-sample", {"n_layer": 100000}),
+                  needle="model.json", **R3))
+    c.append(Case(k, "export: model.json says 100,000 blocks", tool_on_edited_model("mltrain-export", {"n_layer": 100000}),
+                  needle="model.json", **R3))
+    c.append(Case(k, "sample: model.json says 4096 positions", tool_on_edited_model("mltrain-sample", {"block_size": 4096}),
+                  needle="model.json", **R3))
+
+
+def prepare_file(name: str, content: bytes, *extra: str) -> Callable[[Env], list]:
+    def run(e: Env) -> list:
+        (e.tmp / name).write_bytes(content)
+        return [e.run("mltrain-prepare", f"prepare.data_files={e.tmp / name}", f"prepare.out_dir={e.tmp / 'out'}",
+                      f"prepare.cache_dir={e.tmp / 'hf'}", *PREPARE, *extra)]
+    return run
+
+
+def random_bytes(n: int) -> bytes:
+    import numpy as np
+
+    return np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def warned_once(word: str) -> Callable[[Env, list], Optional[str]]:
+    def check(e: Env, procs: list) -> Optional[str]:
+        p = procs[-1]
+        if p.returncode != 0:
+            return "unclear"
+        return "good" if sum(word in line for line in p.stderr.splitlines()) == 1 else "wrong"
+    return check
+
+
+def lossy3(c: list) -> None:
+    x = "lossy input"
+    c.append(Case(x, "prepare: a .txt of random bytes", prepare_file("blob.txt", random_bytes(30000)), needle="blob.txt",
+                  check=lambda e, p: "wrong" if p[-1].returncode == 0 else None, **R3))
+    c.append(Case(x, "prepare: a .txt with a few undecodable bytes", prepare_file(
+        "few.txt", b"caf\xe9 au lait. " * 5 + b"plain text to tokenize here. " * 800), expect="ok",
+        check=warned_once("could not be decoded"), **R3))
+    c.append(Case(x, "data=text: the same few undecodable bytes", lambda e: [
+        (e.tmp / "few.txt").write_bytes(b"caf\xe9 au lait. " * 5 + b"plain text to tokenize here. " * 800),
+        run_into(e, "run", "data=text", f"data.path={e.tmp / 'few.txt'}", "train.max_steps=2")][1:], expect="ok",
+        check=warned_once("could not be decoded"), **R3))
+    c.append(Case(x, "prepare: an empty .jsonl", prepare_file("docs.jsonl", b""), needle="docs.jsonl",
+                  check=never_says("StopIteration"), **R3))
+    c.append(Case(x, "prepare: a .jsonl of blank lines", prepare_file("docs.jsonl", b"\n\n\n"), needle="no documents", **R3))
+
+
+def interrupted_run(e: Env) -> Path:
+    run_into(e, "run")
+    summary = json.loads((e.tmp / "run" / "summary.json").read_text())
+    summary.update(status="interrupted", fine_steps=3)  # as a run stopped by a signal leaves it
+    (e.tmp / "run" / "summary.json").write_text(json.dumps(summary))
+    return e.tmp / "run"
+
+
+def partial_export(e: Env) -> list:
+    return [e.run("mltrain-export", str(interrupted_run(e)), str(e.tmp / "out"))]
+
+
+def partial_sample(e: Env) -> list:
+    p = e.run("mltrain-sample", str(interrupted_run(e)), "--max-new-tokens", "5")
+    p.stdout = ""  # the text is the tool's output
+    return [p]
+
+
+def nan_loss_export(e: Env) -> list:
+    run_into(e, "run")
+    summary = json.loads((e.tmp / "run" / "summary.json").read_text())
+    summary["final_val_loss"] = float("nan")  # finished, but its last held-out loss is not a number
+    (e.tmp / "run" / "summary.json").write_text(json.dumps(summary))
+    return [e.run("mltrain-export", str(e.tmp / "run"), str(e.tmp / "out"))]
+
+
+def recorded(tool: str) -> Callable[[Env, list], Optional[str]]:
+    def check(e: Env, procs: list) -> Optional[str]:
+        p = procs[-1]
+        if p.returncode != 0:
+            return "unclear"
+        warned = sum(line.startswith(f"{tool}: warning:") for line in p.stderr.splitlines()) == 1
+        if tool == "mltrain-export":
+            config = json.loads((e.tmp / "out" / "config.json").read_text())
+            warned = warned and config.get("mltrain_run_status") not in (None, "finished")
+        return "good" if warned else "wrong"
+    return check
+
+
+def partial3(c: list) -> None:
+    p = "partial results"
+    c.append(Case(p, "export: an interrupted run's weights", partial_export, expect="ok", check=recorded("mltrain-export"), **R3))
+    c.append(Case(p, "sample: an interrupted run's weights", partial_sample, expect="ok", check=recorded("mltrain-sample"), **R3))
+    c.append(Case(p, "export: a finished run whose last val loss is NaN", nan_loss_export, expect="ok",
+                  check=recorded("mltrain-export"), **R3))
+
+
+def labelled_runs(label: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        fake_runs(tmp)
+        summary = tmp / "runs" / "b" / "summary.json"
+        s = json.loads(summary.read_text())
+        s["label"] = label
+        summary.write_text(json.dumps(s))
+    return setup
+
+
+def tables_whole(e: Env, procs: list) -> Optional[str]:
+    if procs[-1].returncode != 0:
+        return "unclear"
+    md = (e.tmp / "report" / "comparison.md").read_text()
+    return "good" if tables_intact(md) else "wrong"
+
+
+def tables_intact(md: str) -> bool:
+    """Every table line of `md` is a whole row (it starts and ends with `|`), and every row of a table
+    has its header's number of cells (an escaped `\\|` is no cell border)."""
+    lines = md.splitlines()
+    if any(line.startswith("|") and not line.rstrip().endswith("|") for line in lines):
+        return False
+    tables = re.findall(r"((?:^\|.*\|$\n?)+)", md, flags=re.M)
+    return all(len({len(re.split(r"(?<!\\)\|", row)) for row in t.strip().splitlines()}) == 1 for t in tables)
+
+
+def errors3(c: list) -> None:
+    m = "errors that name the problem"
+    for name, body, needle in (("badkey", "arms:\n  single:\n    gird: {optim.lr: [1]}\n", "arms.single.gird"),
+                               ("badinterp", "common: [scale=smoke, 'train.eval_interval=${nope}']\n", "common[1]"),
+                               ("badyaml", "arms: {single: [\n", "badyaml.yaml"),
+                               ("badarm", "arms: {extra: {experiment: multilevel, gird: {}}}\n", "arms.extra.gird")):
+        c.append(Case(m, f"study yaml: {name}", lambda e, n=name: [study(e, f"study={n}", searchpath(e))],
+                      needle=needle, setup=own_study(name, body), **R3))
+    c.append(Case(m, "study: a malformed override", study_arg("common=[scale=smoke,a=b]"), needle="common=[", **R3))
+    for label, what in (("coarsening=evenodd,+data.path=/x|y", "|"), ("coarsening=evenodd,+data.path=/x\ny", "newline"),
+                        ("coarsening=evenodd,+note=a|b\n# c", "| and # at a line start")):
+        c.append(Case(m, f"compare: a label with {what}", lambda e: [e.run(
+            "mltrain-compare", str(e.tmp / "runs"), "--out", str(e.tmp / "report"))], expect="ok",
+            setup=labelled_runs(label), check=tables_whole, **R3))
+
+
+def wandb_no_network(e: Env) -> list:
+    env = {"WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567", "WANDB_MODE": "online", "HOME": str(e.tmp),
+           "WANDB_CONFIG_DIR": str(e.tmp / "wandb_config"), "HTTPS_PROXY": "http://127.0.0.1:9",
+           "https_proxy": "http://127.0.0.1:9", "NO_PROXY": "", "no_proxy": ""}
+    started = time.perf_counter()
+    base = run_into(e, "base", "logger=wandb", "logger.mode=offline", env={**env, "WANDB_MODE": "offline"})
+    plain = time.perf_counter() - started
+    started = time.perf_counter()
+    p = run_into(e, "run", "logger=wandb", env=env)
+    p.stderr += f"\n[{time.perf_counter() - started - plain:.0f} s longer than the same run with W&B offline]"
+    p.waited = time.perf_counter() - started - plain  # type: ignore[attr-defined]
+    return [base, p]
+
+
+def wandb_bounded(e: Env, procs: list) -> Optional[str]:
+    p = procs[-1]
+    if p.returncode != 0:
+        return "unclear"
+    said = sum("offline" in line and ("W&B" in line or "wandb" in line.lower()) and "WARNING" in line
+               for line in p.stderr.splitlines())
+    return "hung" if p.waited > 20 else "good" if said == 1 else "wrong"
+
+
+CTRL_C_AT_TORCH = textwrap.dedent("""
+    import importlib.abc, os, signal, sys
+    class _CtrlCAtTorch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch":
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+    sys.meta_path.insert(0, _CtrlCAtTorch())
+""")
+
+
+def ctrl_c_at_import(tool: str, *args: str) -> Callable[[Env], list]:
+    def run(e: Env) -> list:
+        module, function = entry_point(tool, e.src)
+        code = "\n".join([CTRL_C_AT_TORCH, f"sys.argv = [{tool!r}, *sys.argv[1:]]", f"from {module} import {function}",
+                          f"sys.exit({function}())"])
+        resolved = [a.replace("{tmp}", str(e.tmp)) for a in args]
+        return [subprocess.run([sys.executable, "-c", code, *resolved], cwd=e.tmp, env=e.env, capture_output=True,
+                               text=True, timeout=TIMEOUT_S, errors="replace")]
+    return run
+
+
+FULL_AT_THE_PLOT = textwrap.dedent("""
+    import resource
+    from mltrain.tools.study import ladder as _ladder
+    _plot = _ladder.plot_ladder
+    def _full_disk_plot(*a, **k):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # the disk fills as the plot is written
+        return _plot(*a, **k)
+    _ladder.plot_ladder = _full_disk_plot
+""")
+
+
+def full_at_the_plot(e: Env) -> list:
+    root = finished_study(e)
+    (root / "ladder.png").unlink()
+    return [study(e, before=FULL_AT_THE_PLOT)]
+
+
+def edges3(c: list) -> None:
+    g = "stalls and noise at the edges"
+    c.append(Case(g, "W&B online, a key, no network", wandb_no_network, expect="ok", check=wandb_bounded, **R3))
+    c.append(Case(g, "mltrain: Ctrl-C while torch imports", ctrl_c_at_import("mltrain", *SMOKE, "hydra.run.dir={tmp}/run"),
+                  needle="mltrain", code=130, **R3))
+    c.append(Case(g, "mltrain-study: Ctrl-C while torch imports", ctrl_c_at_import("mltrain-study", *ONE_RUNG,
+                  "dir={tmp}/study"), needle="mltrain-study", code=130, **R3))
+    c.append(Case(g, "mltrain-sample: Ctrl-C while torch imports", ctrl_c_at_import("mltrain-sample", "{tmp}/none"),
+                  needle="mltrain-sample", code=130, **R3))
+    c.append(Case(g, "study: the disk fills at the ladder plot", full_at_the_plot, needle="ladder.png", **R3))
+
+
+def round_three_cases() -> list[Case]:
+    c: list[Case] = []
+    for add in (links3, state3, numbers3, caches3, lossy3, partial3, errors3, edges3):
+        add(c)
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
 # judging
 
 
@@ -1201,7 +1685,7 @@ def judge(case: Case, e: Env, procs: list, before: dict) -> str:
         return verdict
     p = procs[-1]
     if p.returncode == TIMED_OUT:
-        return "hung" if case.round == 2 else "wrong"
+        return "hung" if case.round >= 2 else "wrong"
     if case.expect == "ok":
         return "good" if all(q.returncode == 0 for q in procs) else "unclear"
     if p.returncode == 0:
@@ -1226,7 +1710,7 @@ def run_tree(label: str, src: Optional[Path], selected: list[Case], verbose: boo
         for case in selected:
             with tempfile.TemporaryDirectory(prefix="case_", dir=home) as tmp:
                 marker = uuid.uuid4().hex  # in the environment of every process the case starts
-                e = Env(Path(tmp), {**env, "MLTRAIN_FAULT_CASE": marker})
+                e = Env(Path(tmp), {**env, "MLTRAIN_FAULT_CASE": marker}, src)
                 if case.setup:
                     case.setup(e.tmp)
                 before = tree(e.tmp / case.protect) if case.protect else {}
@@ -1273,12 +1757,13 @@ def main() -> None:
     ap.add_argument("--src", action="append", default=[], metavar="LABEL=DIR",
                     help="a source tree to measure (repeatable); default: the installed mltrain")
     ap.add_argument("--only", help="run only the classes whose name contains one of these comma-separated texts")
-    ap.add_argument("--round", type=int, choices=(1, 2), help="run only round one's (issue 11) or two's (issue 20) classes")
+    ap.add_argument("--round", type=int, choices=(1, 2, 3),
+                    help="run only round one's (issue 11), two's (issue 20) or three's (issue 27) classes")
     ap.add_argument("--case", help="run only the cases whose name contains this text")
     ap.add_argument("--quiet", action="store_true", help="print only the table")
     args = ap.parse_args()
     wanted = [w for w in (args.only or "").split(",") if w]
-    selected = [c for c in [*cases(), *round_two_cases()] if (not wanted or any(w in c.cls for w in wanted))
+    selected = [c for c in [*cases(), *round_two_cases(), *round_three_cases()] if (not wanted or any(w in c.cls for w in wanted))
                 and (args.round is None or c.round == args.round) and (not args.case or args.case in c.name)]
     trees = [s.split("=", 1) for s in args.src] or [["installed", None]]
     results = {}

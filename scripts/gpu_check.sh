@@ -3,7 +3,7 @@
 # own `timeout`), ending in one JSON on stdout (progress and the parts' logs go to stderr and $OUT). It
 # exits 1 when CUDA is unavailable, when any CUDA test is skipped, or when any part fails or times out:
 #
-#   device      torch, CUDA, the card and the peak MFU is measured against (training/flops.py)
+#   device      torch, CUDA, the card and the peak MFU is measured against (training/devices.py)
 #   cuda_tests  pytest -m cuda: none may be skipped
 #   syncs       scripts/syncs.py over 200 steady-state steps of every method, compiled: no host sync in
 #               the step (torch.cuda.set_sync_debug_mode and mltrain's own tensor reads), one per row
@@ -82,10 +82,11 @@ if [ -z "${TIKTOKEN_CACHE_DIR:-}" ]; then
 fi
 
 if [ $DRY = 1 ]; then
-  export OMP_NUM_THREADS=1 MLTRAIN_COMPILE_BACKEND=${MLTRAIN_COMPILE_BACKEND:-aot_eager}
+  # dynamo traces and counts graphs as on the GPU; its eager backend skips the AOT compile, which only a GPU pays back
+  export OMP_NUM_THREADS=1 MLTRAIN_COMPILE_BACKEND=${MLTRAIN_COMPILE_BACKEND:-eager}
   DEVICE=cpu NPROC=2 SYNC_STEPS=48 TOKENS=bytes
   SYNC_METHODS=(single multilevel layer_drop skip)
-  BENCH=(--model tiny --device cpu --threads 1 --compile --steps 10 --repeats 2 --run-repeats 1 --cycles 1
+  BENCH=(--model tiny --device cpu --threads 1 --compile --steps 10 --repeats 1 --run-repeats 1 --cycles 1
          --coarse-steps 10 --after 10)
   PAPER=(scale=cpu model.n_layer=4 train.max_steps=30 schedule.warmup_steps=3 multilevel.n_cycles=3
          multilevel.coarse_steps=4 train.eval_interval=10 train.eval_batches=2)
@@ -104,6 +105,13 @@ else
   [ "$tokenizer" = bytes ] && PAPER+=(data.tokenizer=bytes model.vocab_size=50257)
   SMOKE=(scale=smoke train.max_steps=50)
   default_timeouts=(device=30 cuda_tests=120 syncs=75 bench=120 paper=100 smoke=60)
+fi
+
+# A card the peak table (mltrain/training/devices.py) lacks: GPU_CHECK_PEAK_FLOPS=<its bf16 FLOP/s>
+if [ -n "${GPU_CHECK_PEAK_FLOPS:-}" ]; then
+  BENCH+=(--peak-flops "$GPU_CHECK_PEAK_FLOPS")
+  PAPER+=("train.peak_flops=$GPU_CHECK_PEAK_FLOPS")
+  SMOKE+=("train.peak_flops=$GPU_CHECK_PEAK_FLOPS")
 fi
 
 limit() {  # the part's time limit: GPU_CHECK_TIMEOUT_<PART>, else the default above
@@ -233,7 +241,7 @@ if bench is not None:
     if bench["compile"] is None or bench["compile"]["recompiles_after_warmup"] != 0:
         problems.append(f"bench: recompiled after the warm-up ({bench['compile']})")
     if not dry and not all(bench[k]["mfu"] for k in ("fine_single", "coarse")):
-        problems.append("bench: no MFU (the card is not in the peak table: set train.peak_flops)")
+        problems.append("bench: no MFU (the card is not in the peak table: rerun with GPU_CHECK_PEAK_FLOPS=<its bf16 FLOP/s>)")
 
 
 def run_record(summary, run_dir):

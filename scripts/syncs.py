@@ -136,8 +136,10 @@ def count(overrides: list[str], steps: int = 48, device: str = "cpu") -> dict:
     from mltrain.config import register_configs
     from mltrain.run import build
     from mltrain.training.checkpoint import CheckpointFolder, CheckpointSaver
+    from mltrain.training import distributed
     from mltrain.training.resume import StopSignals
 
+    distributed.init(distributed.world_from_env())  # under torchrun: join the group, as run() does first
     register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
         cfg = compose("config", overrides=[*TINY, f"device={device}", f"train.max_steps={WARMUP + steps}",

@@ -21,14 +21,36 @@ from mltrain.runs.weights import save_weights
 
 register_configs()
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under `-n auto` each core runs a worker: one thread each (in-process runs and the tools they start),
+    # or OpenMP threads of the workers wait on each other.
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+
 E2E = Path(__file__).resolve().parent / "e2e"
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core this process may use, and one more (many end-to-end tests wait on
+    a child process, a signal or a timeout, leaving their core idle), at most 4 (the tests' models are
+    tiny; more workers would only hold more copies of torch in memory)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) + 1))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under `-n`, idle workers take tests from busy ones (the end-to-end runs take 100 times longer than
+    most tests, so fixed shares leave a worker idle at the end)."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "worksteal"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test under tests/e2e/ is an end-to-end run: marked slow."""
+    """Every test under tests/e2e/ is an end-to-end run: marked slow, and run first, so that under `-n`
+    the workers share the long runs and end together on short tests."""
     for item in items:
         if E2E in item.path.parents:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: E2E not in item.path.parents)  # stable: the order within each part is kept
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from mltrain.data import cache, embedded, prepare, shards, text
+from mltrain.data import cache, embedded, inputs, prepare, shards, text
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import DataError
 from mltrain.data.tokenizers import Tokenizer, get_tokenizer
@@ -105,8 +105,17 @@ def _load_embedded(c: Any, tok: Tokenizer) -> TokenSplits:
             }
 
         found = store.build(tok.dtype, fill)
-    arrays, meta = found
+    arrays, meta = _checked(found, store, tok)
     return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok))
+
+
+def _checked(found: tuple[dict, dict], store: cache.TokenCache, tok: Tokenizer) -> tuple[dict, dict]:
+    """A cache entry's token arrays checked against the tokenizer's vocabulary (data/inputs.py): a cached
+    file changed under its meta would otherwise crash the run mid-way."""
+    arrays, meta = found
+    for split, tokens in arrays.items():
+        inputs.check_token_ids(tokens, tok.n_vocab, f"{store.split_path(split)} (the token cache)", tok.name)
+    return arrays, meta
 
 
 def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
@@ -144,7 +153,7 @@ def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
             return {"what": what, "val_documents": [n for n, v in zip(names, is_val) if v], "not_text": not_text}
 
         found = store.build(tok.dtype, fill)
-    arrays, meta = found
+    arrays, meta = _checked(found, store, tok)
     if meta.get("not_text") and not c.allow_binary:  # tokenized earlier under data.allow_binary=true
         raise DataError(
             f"data.path={c.path!r}: {', '.join(meta['not_text'][:3])} is not UTF-8 text (more than "

@@ -49,7 +49,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from mltrain import atomic
-from mltrain.data import shards
+from mltrain.data import inputs, shards
 from mltrain.interrupts import CtrlC
 from mltrain.errors import DataError, MltrainError, first_line, report
 from mltrain.data.text import datasets_local_only
@@ -74,6 +74,9 @@ class PrepareConfig:
     # (json, parquet, text) follows the extension; a text file is one document.
     data_files: Optional[str] = None
     text_field: str = "text"  # column holding each document's text
+    # A text file (.txt/.md) whose bytes are more than 1% undecodable or control characters is refused, as
+    # data=text refuses it (data/inputs.py); true: tokenize it anyway, its undecodable bytes as U+FFFD.
+    allow_binary: bool = False
     tokenizer: str = "gpt2"  # tiktoken encoding (<= 65,536 ids: shards are uint16)
     out_dir: str = DEFAULT_OUT_DIR
     prefix: str = "fineweb_edu"  # shard names: {prefix}_val_000000.bin, {prefix}_train_000001.bin, ...
@@ -149,7 +152,9 @@ def resolve_data_files(spec: str) -> tuple[list[Path], str]:
         raise DataError(f"prepare.data_files: {bad} is not .json/.jsonl/.parquet/.txt/.md (optionally compressed)")
     if len(kinds) > 1:
         raise DataError(f"prepare.data_files={spec!r} mixes file types ({', '.join(sorted(kinds))}); use one type")
-    return sorted(f.resolve() for f in files), kinds.pop()
+    files = sorted(f.resolve() for f in files)
+    inputs.check_files(files, "prepare.data_files")  # an empty file: named, not datasets' StopIteration
+    return files, kinds.pop()
 
 
 def _offline_message(c: PrepareConfig, err: BaseException | None) -> str:
@@ -233,6 +238,8 @@ def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> 
     import datasets
 
     streaming = isinstance(ds, datasets.IterableDataset)
+    if ds.column_names == [] and c.data_files:  # None: not known before reading (text files)
+        raise DataError(f"prepare.data_files={c.data_files!r} holds no documents (no records in it)")
     try:
         ds = ds.select_columns([c.text_field])
     except ValueError:
@@ -272,6 +279,23 @@ def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> 
         close = getattr(chunks, "close", None)  # stop datasets' reader now, not at interpreter exit
         if close is not None:
             close()
+
+
+def _judged(batches: Iterator[_Batch], c: PrepareConfig) -> Iterator[_Batch]:
+    """Local text files (one document each, read with undecodable bytes as U+FFFD) judged as data=text
+    judges them (data/inputs.py): not text is refused naming the file unless prepare.allow_binary, a
+    few undecodable bytes are said in one warning. Other sources pass as they are (their readers refuse
+    bytes that are not UTF-8)."""
+    files, builder = resolve_data_files(c.data_files) if c.data_files else ([], None)
+    try:
+        for b in batches:
+            if builder == "text":
+                for i, body in enumerate(b.texts or []):
+                    inputs.judge_text(body, files[b.first_doc + i], c.allow_binary, key="prepare.data_files",
+                                      allow_key="prepare.allow_binary")
+            yield b
+    finally:
+        batches.close()
 
 
 def _encoded(batches: Iterator[_Batch], tok: Tokenizer, workers: int) -> Iterator[tuple[_Batch, np.ndarray, np.ndarray]]:
@@ -451,7 +475,7 @@ def _prepare_locked(c: PrepareConfig, tok: Tokenizer, out: Path, ctrl_c: Optiona
     bar = tqdm(total=c.max_tokens, initial=writer.written, unit="tok", unit_scale=True, disable=not c.progress,
                desc="tokens")
     started = time.perf_counter()
-    batches = _batches(ds, c, int(state["docs"]), state)
+    batches = _judged(_batches(ds, c, int(state["docs"]), state), c)
     encoded = _encoded(batches, tok, c.workers)
     try:
         new_tokens = _fill_shards(encoded, writer, int(state["skip_tokens"]), bar)
@@ -565,8 +589,16 @@ class PrepareGuard(Callback):
     """Before Hydra creates its log folder under prepare.out_dir: one line, not a traceback, when it cannot."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from mltrain import guarded
+
+        out, logs = Path(os.path.expanduser(str(config.prepare.out_dir))), Path(config.hydra.run.dir)
         try:
+            # Hydra writes .hydra/ and prepare.log there: never through a link below prepare.out_dir
+            guarded.refuse_linked([logs / ".hydra", logs / "prepare.log", out / STATE_FILE], out)
             Path(config.hydra.run.dir).mkdir(parents=True, exist_ok=True)
+        except MltrainError as err:
+            report("mltrain-prepare", str(err))
+            sys.exit(2)
         except OSError as err:
             report("mltrain-prepare", f"cannot create prepare.out_dir={config.prepare.out_dir} "
                                       f"({err.strerror or err}); choose a writable prepare.out_dir")

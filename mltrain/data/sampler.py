@@ -16,7 +16,7 @@ only `position` (see state_dict), and evaluation can ask for `batch(i)` directly
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -36,8 +36,12 @@ class BatchSampler:
         rank: int = 0,
         world_size: int = 1,
         split: str = "train",
+        vocab_size: Optional[int] = None,
     ):
-        """`split` only names the data in error messages."""
+        """`split` only names the data in error messages. `vocab_size`: every batch's ids are checked
+        against it (a token id beyond the vocabulary is one line naming its array, not an IndexError
+        inside the embedding; the loaders check whole arrays before training, this catches what changed
+        under a run)."""
         if batch_size <= 0 or block_size <= 0:
             raise ValueError(f"batch_size={batch_size} and block_size={block_size} must be > 0")
         if world_size <= 0 or not 0 <= rank < world_size:
@@ -61,6 +65,7 @@ class BatchSampler:
                     split, i, len(arrays), f"{len(a):,}", block_size + 1,
                 )  # fmt: skip
         self.arrays = usable
+        self.split, self.vocab_size = split, vocab_size
         self.batch_size, self.block_size, self.seed = batch_size, block_size, int(seed)
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = batch_size // world_size
@@ -100,6 +105,7 @@ class BatchSampler:
                 mask = which == a
                 rows = self.arrays[a][offset[mask, None] + self._window]
                 out[0][mask], out[1][mask] = rows[:, :-1], rows[:, 1:]
+        self._check_vocabulary(out, which, offset)
         return torch.from_numpy(out)
 
     def stacked_range(self, start: int, count: int) -> torch.Tensor:
@@ -114,6 +120,7 @@ class BatchSampler:
         flat = flat[:, lo : lo + n].reshape(-1)
         out = np.empty((2, count * n, self.block_size), dtype=np.int64)
         if len(self.arrays) == 1:
+            which, offset = np.zeros_like(flat), flat
             rows = self.arrays[0][flat[:, None] + self._window]
             out[0], out[1] = rows[:, :-1], rows[:, 1:]
         else:
@@ -123,12 +130,28 @@ class BatchSampler:
                 mask = which == a
                 rows = self.arrays[a][offset[mask, None] + self._window]
                 out[0][mask], out[1][mask] = rows[:, :-1], rows[:, 1:]
+        self._check_vocabulary(out, which, offset)
         return torch.from_numpy(out.reshape(2, count, n, self.block_size).transpose(1, 0, 2, 3).copy())
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows [rank*B/W, (rank+1)*B/W) of global batch `index`: int64 (x, y), y = x shifted by one."""
         x, y = self.stacked(index).unbind(0)
         return x, y
+
+    def _check_vocabulary(self, out: np.ndarray, which: np.ndarray, offset: np.ndarray) -> None:
+        """DataError naming the array, the position and the id when a batch (x and y: `out` of shape
+        (2, n, block_size), row i from array which[i] at offset[i]) holds an id the vocabulary lacks:
+        a cache or shard rewritten under its index would otherwise crash the embedding mid-run or train on
+        the wrong rows. One max over the batch, on the host, off the device's critical path."""
+        if self.vocab_size is None or not out.size or int(out.max()) < self.vocab_size:
+            return
+        from mltrain.data.inputs import out_of_vocabulary
+
+        xy, i, j = map(int, np.unravel_index(int(np.argmax(out)), out.shape))
+        a = int(which[i])
+        where = getattr(self.arrays[a], "filename", None) or f"the {self.split} split's token array {a}"
+        raise out_of_vocabulary(str(where), int(out[xy, i, j]), int(offset[i]) + j + xy, self.vocab_size,
+                                "the run's tokenizer")
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.batch(self.position)

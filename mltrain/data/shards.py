@@ -9,7 +9,8 @@ One shard file:
 A folder of shards: every `*.bin`, sorted by name. Validation is the shard(s) whose name has a word
 starting with `val` (`fineweb_val_000000.bin`, `val.bin`, `validation.bin`; not `interval.bin`), else
 the first shard; the rest is training data. Shards are memory-mapped, never read whole. Every shard's header and size are checked
-on each load; its largest token id is scanned (in chunks) once and remembered by (name, size, mtime) in
+on each load; its largest token id is scanned (in chunks) once and remembered by its name and identity
+(size, mtime, ctime, inode: data/inputs.py) in
 `.mltrain_shards.json` beside the shards when the folder is writable, so huge folders load instantly.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mltrain import atomic
+from mltrain.data import inputs
 from mltrain.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,6 @@ HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 TOKEN_DTYPE = np.dtype("<u2")
 SIDECAR = ".mltrain_shards.json"
-SCAN_CHUNK = 1 << 24  # tokens per chunk of the max-id scan (32 MiB of uint16)
 
 _VAL_NAME = re.compile(r"(?<![a-z])val")  # val, valid, validation at a word start; not "interval"
 
@@ -81,17 +82,6 @@ def read_shard(path: str | os.PathLike) -> np.memmap:
     return np.memmap(path, dtype=TOKEN_DTYPE, mode="r", offset=HEADER_BYTES, shape=(n,))
 
 
-def max_token(tokens: np.ndarray) -> tuple[int, int]:
-    """(largest id, position of its first occurrence) with a chunked scan that keeps memory flat."""
-    best, where = -1, -1
-    for start in range(0, len(tokens), SCAN_CHUNK):
-        chunk = np.asarray(tokens[start : start + SCAN_CHUNK])
-        m = int(chunk.max())
-        if m > best:
-            best, where = m, start + int(np.argmax(chunk))
-    return best, where
-
-
 def find_shards(folder: Path) -> tuple[list[Path], list[Path]]:
     """(train, val) shard paths of `folder`, each sorted by name. Assumes at least one shard."""
     shards = sorted(p for p in folder.glob("*.bin") if p.is_file())
@@ -118,21 +108,15 @@ def check_vocab(folder: Path, shards: dict[Path, np.ndarray], vocab_size: int, t
     known = _load_sidecar(folder)
     changed = False
     for path, tokens in shards.items():
-        st = path.stat()
-        ident = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        ident = inputs.file_identity(path)  # size, mtime, ctime, inode: a shard rewritten in place is scanned again
         entry = known.get(path.name)
-        if entry and all(entry.get(k) == v for k, v in ident.items()) and "max_token" in entry:
-            top, where = int(entry["max_token"]), int(entry.get("position", -1))
-        else:
-            top, where = max_token(tokens)
+        remembered = None
+        if isinstance(entry, dict) and all(entry.get(k) == v for k, v in ident.items()) and "max_token" in entry:
+            remembered = (int(entry["max_token"]), int(entry.get("position", -1)))
+        top, where = inputs.check_token_ids(tokens, vocab_size, str(path), tokenizer, known=remembered)
+        if remembered is None:
             known[path.name] = {**ident, "max_token": top, "position": where}
             changed = True
-        if top >= vocab_size:
-            raise DataError(
-                f"{path}: token id {top} (at position {where:,}) is >= {vocab_size}, the vocabulary size "
-                f"of data.tokenizer={tokenizer}: these shards were made with another tokenizer; set "
-                f"data.tokenizer to the one they were prepared with"
-            )
     if changed:
         try:
             atomic.write_json(folder / SIDECAR, {"version": 1, "shards": known})

@@ -16,39 +16,19 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from mltrain.data import inputs
 from mltrain.errors import DataError
 
 log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = (".txt", ".md")
-
-# A file is "not text" when more than this share of its characters are undecodable UTF-8 (read as
-# U+FFFD) or control characters other than tab, newline, carriage return and form feed: binary formats
-# (token shards, archives, images) are full of NUL bytes, which are valid UTF-8. Real text has ~0.
-MAX_NOT_TEXT = 0.01
-_CONTROL = bytes(c for c in range(32) if chr(c) not in "\t\n\r\f")
-
-
-def not_text_share(text: str) -> tuple[int, int]:
-    """(characters that text does not contain: U+FFFD and control characters, length in characters)."""
-    raw = text.encode("utf-8")
-    controls = len(raw) - len(raw.translate(None, _CONTROL))
-    return text.count("\ufffd") + controls, len(text)
+MAX_NOT_TEXT = inputs.MAX_NOT_TEXT  # the share of undecodable or control characters that makes a file not text
 
 
 def check_is_text(text: str, path: Path | str, allow: bool) -> bool:
-    """False (after a warning) or DataError when `text` read from `path` is not text; True when it is."""
-    bad, n = not_text_share(text)
-    if n == 0 or bad <= MAX_NOT_TEXT * n:
-        return True
-    share = f"{bad:,} of its {n:,} characters ({bad / n:.1%}) are undecodable UTF-8 or control bytes"
-    if allow:
-        log.warning("%s is not UTF-8 text (%s); training on it anyway (data.allow_binary=true)", path, share)
-        return False
-    raise DataError(
-        f"data.path: {path} is not UTF-8 text: {share}. Give text files (convert other encodings to UTF-8), "
-        f"or set data.allow_binary=true to train on it anyway"
-    )
+    """False (after a warning) or DataError when `text` read from `path` is not text; True when it is
+    (a few undecodable bytes: one warning). The rule every entry point shares: data/inputs.py."""
+    return inputs.judge_text(text, path, allow)
 
 
 def resolve_files(path: str) -> list[Path]:
@@ -85,11 +65,13 @@ def document_names(files: list[Path]) -> list[str]:
 
 def fingerprint(files: list[Path]) -> str:
     """Identity of the files without reading them (a large corpus is not re-read at every start-up):
-    resolved path, name relative to their common folder, size and modification time (ns)."""
-    h = hashlib.sha256(b"text v2\n")
+    resolved path, name relative to their common folder, and the file's identity (data/inputs.py: size,
+    mtime, ctime, inode; a file rewritten in place with its old size and mtime put back is read again)."""
+    h = hashlib.sha256(b"text v3\n")
     for name, f in zip(document_names(files), files):
-        st = f.stat()
-        h.update(f"{f.resolve()}\0{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        ident = inputs.file_identity(f)
+        h.update(f"{f.resolve()}\0{name}\0{ident['size']}\0{ident['mtime_ns']}\0{ident['ctime_ns']}\0"
+                 f"{ident['inode']}\0".encode())
     return h.hexdigest()
 
 

@@ -29,6 +29,7 @@ BOOKKEEPING_KEYS = (
     "train.compile",
     "train.progress",
     "train.resume",
+    "train.allow_long",
     "train.checkpoint_interval",
     "train.keep_checkpoints",
     "train.peak_flops",

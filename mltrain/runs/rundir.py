@@ -234,6 +234,52 @@ def holds(path: str | os.PathLike) -> bool:
     return os.path.realpath(path) in _held
 
 
+def live_holder(path: str | os.PathLike) -> Optional[int]:
+    """The process that holds `path`'s claim now (a live run, or a live study), or None when no live
+    process does. Read from the kernel's table of locks (/proc/locks), so looking takes no lock and
+    never disturbs a run that is starting; where that table cannot be read, a shared lock tried and
+    dropped at once tells it (the holder is then given as 0)."""
+    lock_path = Path(path) / LOCK_FILE
+    try:
+        st = os.lstat(lock_path)
+    except OSError:
+        return None
+    this = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    try:
+        with open("/proc/locks") as f:
+            table = f.read().splitlines()
+    except OSError:
+        return _tried_lock(lock_path)
+    for line in table:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK":  # waiters ("-> FLOCK") hold nothing
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == this:
+                return int(fields[4])
+        except ValueError:
+            continue
+    return None
+
+
+def _tried_lock(lock_path: Path) -> Optional[int]:
+    import fcntl
+
+    try:
+        fd = open_no_follow(lock_path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
 def unique_dir(base: str) -> str:
     """`base`, or `base-1`, `base-2`, ... : the first that this process could create (atomic mkdir).
 

@@ -2,8 +2,9 @@
 
 One W&B run per run dir, `dir=run_dir` (offline files land in `run_dir/wandb/offline-run-*`, upload later
 with `wandb sync run_dir/wandb/offline-run-*`). FLOPs is the default x-axis of `train/loss`, `val/loss`
-and `diag/*`; `step` and `tokens` are logged too. `online` without an API key, or an online init that
-fails (no network: bounded by `init_timeout`), falls back to offline with one warning; if offline fails
+and `diag/*`; `step` and `tokens` are logged too. `online` without an API key, without a server that answers
+(one TCP connection tried for PROBE_TIMEOUT_S, the HTTPS proxy's when one is set), or with an online
+init that fails (bounded by `init_timeout`), falls back to offline with one warning; if offline fails
 too, training goes on with metrics.jsonl only. Any W&B error later (log, summary, finish) is one warning
 and W&B is off for the rest of the run. The W&B run id is kept in `run_dir/wandb/run_id`; a resumed run
 continues that run (`resume="allow"`), and each row goes to W&B with its row number as the step, so the
@@ -30,7 +31,11 @@ log = logging.getLogger("mltrain.runs.tracking")
 _WANDB_MAX = {"name": 128, "group": 128, "job_type": 64, "tag": 64}
 # Seconds wandb.init may take to reach the server before we fall back to offline. The WANDB_INIT_TIMEOUT
 # environment variable, when set, wins (wandb reads it itself).
-INIT_TIMEOUT_S = 30.0
+INIT_TIMEOUT_S = 10.0
+# Before that, one TCP connection to the W&B server (or the HTTPS proxy that leads there) must open within
+# this many seconds, name lookup included: without a network the run goes offline at once, not after
+# wandb's own retries.
+PROBE_TIMEOUT_S = 3.0
 
 
 def setting(cfg: Any, key: str, default: Any = None) -> Any:
@@ -95,7 +100,7 @@ class WandbMirror:
 
     def _start_online(self, wandb: Any, kwargs: dict) -> bool:
         """Start online; False (with one warning: offline follows) without a key or when init fails."""
-        reason = _api_key_problem(wandb)
+        reason = _api_key_problem(wandb) or _server_problem(wandb)
         if reason is None:
             try:
                 self._init(wandb, kwargs, "online")
@@ -164,6 +169,45 @@ class WandbMirror:
                 run.finish(exit_code=1)
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _server_problem(wandb: Any, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the W&B server cannot be reached from here within `timeout` seconds (no network, no name
+    lookup, a proxy that does not answer), or None when a connection opens."""
+    import socket
+    import threading
+    import urllib.request
+    from urllib.parse import urlparse
+
+    try:
+        base = os.environ.get("WANDB_BASE_URL") or str(wandb.Settings().base_url)
+    except Exception:  # noqa: BLE001 - a wandb without these settings: let init decide
+        return None
+    url = urlparse(base)
+    if not url.hostname:
+        return None
+    target = (url.hostname, url.port or (443 if url.scheme == "https" else 80))
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(url.hostname):
+        p = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        if p.hostname:
+            target = (p.hostname, p.port or 80)
+    failure: list[str] = ["no answer in time"]
+
+    def connect() -> None:
+        try:
+            socket.create_connection(target, timeout=timeout).close()
+            failure.clear()
+        except OSError as err:
+            failure[0] = err.strerror or str(err) or type(err).__name__
+
+    probe = threading.Thread(target=connect, daemon=True)  # a name lookup that hangs is left behind, not waited on
+    probe.start()
+    probe.join(timeout)
+    if probe.is_alive() or failure:
+        via = f" through the proxy {target[0]}:{target[1]}" if target[0] != url.hostname else ""
+        return f"cannot reach the W&B server {base}{via} within {timeout:g} s ({failure[0] if failure else 'no answer'})"
+    return None
 
 
 def _api_key_problem(wandb: Any) -> str | None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
+import os
 import typing
 from enum import Enum
 from pathlib import Path
@@ -186,6 +188,68 @@ def model_config(info: dict[str, Any]) -> GPTConfig:
         raise DataError(f"{INFO_FILE}: {err}") from err
 
 
+MAX_HEADER_BYTES = 100_000_000  # safetensors' own limit on the JSON header
+
+
+def read_header(path: Path) -> dict[str, list[int]]:
+    """The tensor names and shapes a safetensors file's header lists (its first 8 bytes give the header's
+    length, the JSON that follows names every tensor); DataError naming the file when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            n = int.from_bytes(f.read(8), "little")
+            if not 0 < n <= min(size - 8, MAX_HEADER_BYTES):
+                raise ValueError(f"its header length {n:,} does not fit a {size:,}-byte file")
+            header = json.loads(f.read(n))
+        if not isinstance(header, dict):
+            raise ValueError("its header is not a JSON object")
+        return {k: list(v.get("shape", [])) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path}: not a readable safetensors file ({err})") from None
+
+
+def check_header(run_dir: Path, cfg: GPTConfig) -> None:
+    """DataError when model.json describes another model than the weights file holds (the number of
+    blocks, the embedding's and positions' shapes): compared before anything is built, so a model.json
+    edited to say 100,000 blocks costs no 100,000-block model."""
+    shapes = read_header(run_dir / WEIGHTS_FILE)
+    blocks = {int(k.split(".")[1]) for k in shapes if k.startswith("blocks.") and k.split(".")[1].isdigit()}
+    expected = {"blocks": cfg.n_layer, "wte.weight": [cfg.vocab_size, cfg.n_embd],
+                "wpe.weight": [cfg.block_size, cfg.n_embd]}
+    found = {"blocks": len(blocks) if blocks == set(range(len(blocks))) else sorted(blocks)[:5],
+             "wte.weight": shapes.get("wte.weight"), "wpe.weight": shapes.get("wpe.weight")}
+    differ = [k for k in expected if expected[k] != found[k]]
+    if differ:
+        said = "; ".join(f"{k}: {expected[k]} in {INFO_FILE}, {found[k]} in {WEIGHTS_FILE}" for k in differ)
+        raise DataError(f"{run_dir / WEIGHTS_FILE} does not match the model in {INFO_FILE} ({said}; read from the "
+                        f"file's header, nothing was built): was {INFO_FILE} edited, or copied from another run?")
+
+
+def run_note(run_dir: str | Path) -> tuple[str, Optional[str]]:
+    """(the run's status as its summary.json says it, or "unknown" without one; a warning when its
+    summary shows the weights are not those of a run that finished cleanly, else None). For
+    mltrain-export and mltrain-sample, which use such weights but say so, and record it."""
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_bytes())
+        if not isinstance(summary, dict):
+            raise ValueError
+    except (OSError, ValueError):  # weights saved by a script, or a run still going: they speak for themselves
+        return "unknown", None
+    status, steps, planned = summary.get("status", "finished"), summary.get("fine_steps"), summary.get("budget_steps")
+    if status == "interrupted":
+        return status, (f"{run_dir} holds an interrupted run (stopped at fine step {steps} of {planned}): these are "
+                        f"its weights at that step, not a finished run's; resume it with train.resume=true to finish it")
+    if status != "finished":
+        return str(status), f"{run_dir}: its summary.json says {status!r}, not finished: these weights may not be final"
+    val = summary.get("final_val_loss")
+    if isinstance(val, (int, float)) and not math.isfinite(val):
+        return "diverged", f"{run_dir}: its final held-out loss is {val}: the weights may have diverged"
+    if summary.get("skipped_steps"):
+        return status, (f"{run_dir}: the run finished but skipped {summary['skipped_steps']} step(s) for a non-finite "
+                        f"loss (train.on_nonfinite=skip)")
+    return status, None
+
+
 def load_weights(run_dir: str | Path, device: str | torch.device = "cpu",
                  copies: float = 1.5) -> tuple[GPT, dict[str, Any]]:
     """The run's final model (eval mode, on `device`) and its `model.json` contents. `copies`: how many
@@ -194,6 +258,7 @@ def load_weights(run_dir: str | Path, device: str | torch.device = "cpu",
     info = read_info(run_dir)
     config = model_config(info)
     check_room(config, copies, "cpu", "loading it")  # the model is built on the CPU first
+    check_header(run_dir, config)  # model.json against the weights file's own header, before anything is built
     if torch.device(device).type != "cpu":
         check_room(config, 1.0, device, f"moving it to {device}")
     model = GPT(config)

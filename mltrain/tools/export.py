@@ -26,10 +26,12 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save as save_safetensors
 
-from mltrain.atomic import full_or_denied, write_bytes, write_json
-from mltrain.errors import ConfigError, MltrainError, StorageError, tool_main
+from mltrain.errors import ConfigError, MltrainError, StorageError, report, tool_main
 from mltrain.model import GPT, GPTConfig, Norm
-from mltrain.runs.weights import load_weights, model_config, read_info
+from mltrain import guarded
+from mltrain.atomic import full_or_denied
+from mltrain.guarded import write_bytes, write_json  # never through a link below the export's folder
+from mltrain.runs.weights import load_weights, model_config, read_info, run_note
 
 PROG = "mltrain-export"
 HF_CONFIG = "config.json"
@@ -120,9 +122,13 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
         if (out / name).exists():
             raise ConfigError(f"{out / name} exists: {out} holds an earlier export; choose another folder "
                               "(nothing was changed)")
+    status, note = run_note(run_dir)
+    if note:  # an interrupted run's weights, or a run whose end is unknown: said, and recorded in config.json
+        report(PROG, note + "; exporting them as they are", kind="warning")
     model, info = load_weights(run_dir, copies=3)  # the model, the exported tensors, the file's bytes
     tensors = hf_state_dict(model)
-    config = {**hf_config(model.config, info.get("eot_token")), "mltrain_tokenizer": info["tokenizer"]}
+    config = {**hf_config(model.config, info.get("eot_token")), "mltrain_tokenizer": info["tokenizer"],
+              "mltrain_run_status": status, **({"mltrain_run_note": note} if note else {})}
     # HF refuses safetensors files without format=pt in their metadata.
     _write_export(out, save_safetensors(tensors, metadata={"format": "pt"}), config)
     return out
@@ -132,17 +138,20 @@ def _write_export(out: Path, weights: bytes, config: dict[str, Any]) -> None:
     """Both files, the config last (its presence marks a complete export); on a failed write (read-only,
     full disk, file-size limit) StorageError, and nothing of the export is left behind."""
     made = [d for d in (out, *out.parents) if not d.exists()]
+    guarded.refuse_linked([out / HF_WEIGHTS, out / HF_CONFIG], out)  # never through a link, checked before either
     try:
-        write_bytes(out / HF_WEIGHTS, weights)
-        write_json(out / HF_CONFIG, config, indent=2)
+        write_bytes(out / HF_WEIGHTS, weights, root=out)
+        write_json(out / HF_CONFIG, config, root=out, indent=2)
     except OSError as err:
-        if isinstance(err, MltrainError):
+        if isinstance(err, MltrainError) and not isinstance(err, StorageError):
             raise
         with contextlib.suppress(OSError):
             (out / HF_WEIGHTS).unlink()  # written, but without its config it is no export
         for folder in made:  # the folders this export created, innermost first (only if empty)
             with contextlib.suppress(OSError):
                 folder.rmdir()
+        if isinstance(err, StorageError):
+            raise StorageError(f"{err}; nothing was exported") from None
         where = err.filename or out
         raise StorageError(f"cannot write {where} ({full_or_denied(err)}); nothing was exported") from None
 

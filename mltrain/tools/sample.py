@@ -26,7 +26,7 @@ from mltrain.data import Tokenizer, get_tokenizer
 from mltrain.errors import ConfigError, DataError, report, tool_main
 from mltrain.model import GPT
 from mltrain.training.devices import resolve_device
-from mltrain.runs.weights import INFO_FILE, load_weights, read_info
+from mltrain.runs.weights import INFO_FILE, load_weights, read_info, run_note
 
 PROG = "mltrain-sample"
 SEPARATOR = "\n\n---\n\n"  # between samples
@@ -130,6 +130,9 @@ def write_samples(args: argparse.Namespace, out: Optional[IO[str]] = None) -> in
                                          bytes_alternative=False)
     device = resolve_device(args.device)
     prompt_ids = tokenizer.encode(args.prompt) if args.prompt else tokenizer.separator  # a fresh document
+    _, note = run_note(args.run)
+    if note:  # an interrupted run's weights, or a run whose end is unknown: sampled, but said first
+        report(PROG, note + "; sampling from them as they are", kind="warning")
     model, _ = load_weights(args.run, device)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     vocab_limit = min(tokenizer.n_vocab, model.config.vocab_size)

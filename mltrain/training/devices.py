@@ -182,8 +182,3 @@ def peak_flops(device: torch.device, override: Optional[float] = None) -> Option
     if device.type != "cuda":
         return None
     return peak_for_name(torch.cuda.get_device_name(device))
-    name = torch.cuda.get_device_name(device)
-    for key, value in _PEAK_BF16_FLOPS.items():
-        if key in name:
-            return value
-    return None

@@ -193,7 +193,7 @@ name: axis_{axis}
 ladder_axis: {axis}
 common: [scale=smoke, train.eval_interval=4, train.eval_batches=2, multilevel.eval_every_cycle=false, device=cpu]
 arms:
-  single: {{experiment: single, grid: {{optim.lr: [0.3], train.budget: [0.5, 1.0, 2.0]}}}}
+  single: {{experiment: single, grid: {{optim.lr: [0.3], train.budget: [0.5, 2.0]}}}}
   multilevel: {{experiment: multilevel, grid: {{optim.lr: [0.3]}}}}
 selection_seeds: [0]
 seeds: [1]

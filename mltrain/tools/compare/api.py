@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mltrain.method.kinds import RunKind
-from mltrain.atomic import refuse_links
-from mltrain.runs.files import write_json_atomic
+from mltrain import guarded
+from mltrain.runs.files import json_default
 from mltrain.tools.compare import frontier as frontiers
 from mltrain.tools.compare.analysis import build_report, choose_baseline, exclude_mismatched
 from mltrain.tools.compare.arms import (TUNED_KEYS, Arm, group_arms, label_parts, select, setting_of,
                                         tuning_warnings, typed)
+from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.loading import (
     METRICS,
     CompareError,
@@ -133,12 +134,12 @@ def _write(report: dict, out: Path, configs: list[Configuration], baseline, plot
     from mltrain.tools.compare.plot import plot as draw
     from mltrain.tools.compare.report import render_markdown
 
-    refuse_links(out / f"comparison.{ext}" for ext in ("png", "md", "json"))  # never write through a link
-    out.mkdir(parents=True, exist_ok=True)
+    # never through a link: checked for all three before any is written (mltrain/guarded.py)
+    guarded.refuse_linked([out / f"comparison.{ext}" for ext in ("png", "md", "json")], out)
+    guarded.write_json(out / "comparison.json", report, root=out, indent=2, default=json_default)
+    guarded.write_text(out / "comparison.md", render_markdown(markdown_safe(report)), root=out)
     if plot:
         draw(configs, baseline, report, out / "comparison.png", logx, dpi=dpi)
-    (out / "comparison.md").write_text(render_markdown(report), encoding="utf-8")
-    write_json_atomic(out / "comparison.json", report)
 
 
 def _fit(frontier: frontiers.Frontier) -> Fit:

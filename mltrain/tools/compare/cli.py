@@ -21,6 +21,7 @@ from mltrain.tools.compare.analysis import names
 from mltrain.tools.compare.api import compare_runs, load_dirs
 from mltrain.tools.compare.arms import TUNED_KEYS
 from mltrain.tools.compare.loading import METRICS, SUMMARY, CompareError, load_wandb_runs
+from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.report import render_markdown
 
 log = logging.getLogger("mltrain.tools.compare")
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for w in report["warnings"]:
         print(f"mltrain-compare: warning: {w}", file=sys.stderr)
-    print(render_markdown(report))
+    print(render_markdown(markdown_safe(report)))
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Optional
 import numpy as np
 
 from mltrain.method.kinds import RunKind
+from mltrain import guarded
 from mltrain.tools.compare.loading import Configuration, Run
 
 TITLES = {"val": "validation loss (fine model)"}
@@ -107,8 +108,10 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
     common = ", ".join(f"{k}={v}" for k, v in report["common_settings"].items())
     if common:
         fig.suptitle("all runs: " + (common if len(common) <= 160 else common[:157] + "..."), fontsize=8)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        guarded.write_figure(fig, path, root=Path(path).parent, dpi=dpi)  # never through a link
+    finally:
+        plt.close(fig)
 
 
 def _frontier_panel(ax, report: dict, color_of: dict) -> None:

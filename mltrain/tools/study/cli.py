@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mltrain.errors import ConfigError, tool_main
-from mltrain.tools.study import schema
+from mltrain.errors import ConfigError, report, tool_main
+from mltrain.tools.study import sanity, schema
 from mltrain.tools.study.compose import one_line
 
 PROG = "mltrain-study"
@@ -34,17 +34,46 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def compose_study(overrides: Sequence[str]) -> Any:
-    """The study config; ConfigError (one line) when it does not compose against the schema."""
+    """The study config; ConfigError (one line naming the key, the file and the value) when it does not
+    compose against the schema or does not resolve."""
     from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
 
+    from mltrain.tools.study.plan import parse
+
+    for o in overrides:
+        parse(o)  # a malformed override is named as itself, not as Hydra's grammar message alone
     schema.register()
     try:
         with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
             cfg = compose("mltrain_study", overrides=list(overrides))
-        cfg.dir  # noqa: B018 - resolves now, so a bad interpolation is a composition error
-    except Exception as err:  # noqa: BLE001 - Hydra's and OmegaConf's errors: a missing study, a typo
-        raise ConfigError(one_line(err)) from None
+        OmegaConf.to_container(cfg, resolve=True)  # every interpolation now: a bad one is a composition error
+    except Exception as err:  # noqa: BLE001 - Hydra's, OmegaConf's and YAML's errors: a missing study, a typo
+        from omegaconf.errors import InterpolationResolutionError
+
+        line, where = one_line(err), _study_file(overrides)
+        from_file = line.startswith("In 'study/") or isinstance(err, InterpolationResolutionError)
+        if where is not None and from_file and str(where) not in line:
+            line += f" (study file {where})"
+        raise ConfigError(line) from None
     return cfg
+
+
+def _study_file(overrides: Sequence[str]) -> Optional[Path]:
+    """The yaml file the `study=<name>` override names: a shipped one, or one on hydra.searchpath."""
+    import mltrain.conf
+    from mltrain.runs.keys import override_key, override_value
+    from mltrain.tools.study.plan import parse
+
+    name = next((override_value(o) for o in reversed(overrides) if override_key(o) == "study"), None)
+    if not name:
+        return None
+    folders = [Path(mltrain.conf.__file__).parent]
+    for o in overrides:
+        if override_key(o) == "hydra.searchpath":
+            entries = parse(o).value()
+            folders += [Path(str(e).removeprefix("file://")) for e in (entries if isinstance(entries, list) else [])]
+    return next((f / "study" / f"{name}.yaml" for f in folders if (f / "study" / f"{name}.yaml").is_file()), None)
 
 
 def main(argv: Optional[Sequence[str]] = None, out: Any = None) -> int:
@@ -58,12 +87,14 @@ def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
 
     cfg = compose_study(args.overrides)
     schema.check(cfg)
+    sanity.check(cfg)  # numbers and keys that pass the schema but not common sense
     if args.status:
         return _status(cfg, out or sys.stdout)
     try:
         study = stages.prepare(cfg, out)  # bad input: MltrainError, one line before any run
+        sanity.check_study_duration(study, out or sys.stdout)  # far longer than this machine can give: said, or refused
     except KeyboardInterrupt:
-        print(f"{PROG}: stopped before any run started", file=out or sys.stdout, flush=True)
+        report(PROG, "stopped by Ctrl-C before any run started; nothing was written", kind="interrupted")
         return 130
     return stages.run(study, stages.command_line(argv))
 
@@ -74,8 +105,10 @@ def _status(cfg: Any, out: Any) -> int:
     from mltrain.tools.study.stages import read_choices
 
     layout = Layout(Path(cfg.dir).resolve())
-    choices = {scale: read_choices(layout, scale) for scale in cfg.ladder}
-    print("\n".join(status_lines(cfg, layout, choices)), file=out, flush=True)
+    read = {scale: read_choices(cfg, layout, scale) for scale in cfg.ladder}
+    choices = {scale: found for scale, (found, _) in read.items()}
+    distrusted = {scale: arms for scale, (_, arms) in read.items()}
+    print("\n".join(status_lines(cfg, layout, choices, distrusted)), file=out, flush=True)
     return 0
 
 

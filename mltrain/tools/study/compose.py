@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -23,11 +24,31 @@ from mltrain.errors import ConfigError, MltrainError
 from mltrain.tools.study.plan import SEED, Run, Sweep, arm_overrides
 
 
+# Lines of Hydra's and OmegaConf's messages that say nothing about the problem itself.
+_NOISE = re.compile(r"^(See https?://|reference_type=|object_type=|To append to your config use|Set the environment "
+                    r"variable HYDRA_FULL_ERROR)")
+
+
 def one_line(err: BaseException) -> str:
-    """An error of Hydra or OmegaConf in one line: its first line, and its cause's when it has one
-    (`Could not override 'seed'.` + `Key 'seed' not in 'StudyConfig'`)."""
-    lines = [str(e).strip().splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e).strip()]
-    return ": ".join(line.rstrip(".") for line in lines) if lines else type(err).__name__
+    """An error of Hydra, OmegaConf or YAML in one line that names what is wrong: every line of its
+    message and its cause's that says something (`Could not override 'seed'` + `Key 'seed' not in
+    'StudyConfig'`; `ConfigKeyError raised while composing config` + `Key 'gird' not in 'ArmConfig'` +
+    the full key; a YAML error + the file, line and column), Hydra's advice and type names left out."""
+    parts: list[str] = []
+    for e in (err, err.__cause__, err.__context__ if err.__cause__ is None else None):
+        if e is None:
+            continue
+        for line in str(e).strip().splitlines():
+            line = line.strip().rstrip(".:")
+            if line.startswith(("Available options", "Config search path")):
+                break
+            if not line or _NOISE.match(line):
+                continue
+            if line.startswith("full_key:"):
+                line = f"key {line.split(':', 1)[1].strip()}"
+            if line not in parts:
+                parts.append(line)
+    return ": ".join(parts) if parts else type(err).__name__
 
 
 class Composer:

@@ -33,6 +33,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from mltrain import guarded
+from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 from mltrain.tools.study.plan import label_parts
 
@@ -291,7 +293,7 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
+def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] = None, kept: str = "") -> None:
     """The multiplier against the ladder's axis, per arm, with intervals and the fitted trend."""
     import matplotlib
 
@@ -330,15 +332,19 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120) -> None:
     ax.set_title(f"{report['study']}: multiplier vs {AXES[axis][0]} (hollow: beyond the frontier's data)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        guarded.write_figure(fig, path, root=root if root is not None else path.parent, dpi=dpi, kept=kept)
+    finally:
+        plt.close(fig)
 
 
-def write_ladder(report: dict, base: Path) -> None:
-    """ladder.md, ladder.json and ladder.png next to each other (`base` without a suffix)."""
-    from mltrain.atomic import write_json
-
-    base.parent.mkdir(parents=True, exist_ok=True)
-    plot_ladder(report, base.with_suffix(".png"))
-    base.with_suffix(".md").write_text(render_markdown(report), encoding="utf-8")
-    write_json(base.with_suffix(".json"), report)
+def write_ladder(report: dict, base: Path, root: Optional[Path] = None) -> None:
+    """ladder.json, ladder.md and ladder.png next to each other (`base` without a suffix), never
+    through a link below `root` (the study's folder; mltrain/guarded.py); the plot last, so a full disk
+    there leaves the numbers and the report written."""
+    root = root if root is not None else base.parent
+    paths = [base.with_suffix(s) for s in (".json", ".md", ".png")]
+    guarded.refuse_linked(paths, root)
+    guarded.write_json(paths[0], report, root=root)
+    guarded.write_text(paths[1], render_markdown(markdown_safe(report)), root=root)  # labels cannot break its tables
+    plot_ladder(report, paths[2], root=root, kept=f"{paths[0].name} and {paths[1].name} were written")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator, TextIO
 
 from mltrain.interrupts import CtrlC
+from mltrain.atomic import open_no_follow
 
 # mltrain's exit statuses: a run stopped by SIGINT, SIGTERM or SIGUSR1 (it wrote a checkpoint first)
 STOPPED = (130, 143, 138)
@@ -70,13 +71,15 @@ def output_to(log_path: Path) -> Iterator[TextIO]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    log = open_no_follow(log_path, flags)  # never through a link (StorageError naming it)
     saved = [os.dup(1), os.dup(2)]
     console = os.fdopen(os.dup(saved[0]), "w", buffering=1)
-    with open(log_path, "ab") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
     # Python's own streams too, where they are not file descriptors 1 and 2 (a test's captured output)
-    text = open(log_path, "a", encoding="utf-8", buffering=1)
+    text = os.fdopen(open_no_follow(log_path, flags), "a", encoding="utf-8", buffering=1)
     try:
         with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
             yield console

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TextIO
 
+from mltrain.runs import rundir
 from mltrain.tools.study.plan import BUDGET, EVAL, TUNE, Choice, Layout, Run, evaluation_sweeps, tuning_sweeps
 
 ENDED = ("finished", "diverged")
@@ -164,11 +165,13 @@ def _failed_line(run: Run, log_text: str) -> Optional[str]:
 
 
 def _count(runs: list[Run]) -> str:
-    states = {"finished": 0, "diverged": 0, "to resume": 0, "not started": 0}
+    states = {"finished": 0, "diverged": 0, "running": 0, "to resume": 0, "not started": 0}
     for run in runs:
         summary = run_status(run.dir)
         if summary is not None and summary.get("status", "finished") in ENDED:
             states[summary.get("status", "finished")] += 1
+        elif run.dir.is_dir() and rundir.live_holder(run.dir) is not None:
+            states["running"] += 1  # a live process holds the run's folder: it is training now
         elif summary is not None or run.dir.exists():
             states["to resume"] += 1
         else:
@@ -177,15 +180,24 @@ def _count(runs: list[Run]) -> str:
     return ", ".join([head, *(f"{n} {what}" for what, n in states.items() if n)])
 
 
-def status_lines(study: Any, layout: Layout, choices: dict[str, Optional[dict[str, Choice]]]) -> list[str]:
-    """What is done, per scale, stage and arm; `choices[scale]` is what selection.json records (None:
-    stage 1 has not chosen yet). Reads folders only."""
-    lines = [f"study {study.name} in {layout.root}"]
+def status_lines(study: Any, layout: Layout, choices: dict[str, Optional[dict[str, Choice]]],
+                 distrusted: Optional[dict[str, list[str]]] = None) -> list[str]:
+    """What is done, per scale, stage and arm; `choices[scale]` is what selection.json records and this
+    config's tuning runs bear out (None: stage 1 has not chosen yet), `distrusted[scale]` the arms whose
+    record they do not. Reads folders only: no file is written, no lock taken."""
+    holder = rundir.live_holder(layout.root) if layout.root.is_dir() else None
+    running = f" (running now: process {holder})" if holder else " (running now)" if holder == 0 else ""
+    lines = [f"study {study.name} in {layout.root}{running}"]
     for scale in study.ladder:
         for sweep in tuning_sweeps(study, layout, scale):
             lines.append(f"  {scale:<10} {TUNE:<8} {sweep.arm:<18} {_count(sweep.runs())}")
         chosen = choices.get(scale)
         for arm in study.arms:
+            if arm in (distrusted or {}).get(scale, []):
+                lines.append(f"  {scale:<10} {EVAL:<8} {arm:<18} waits for stage 1 to choose again: its record in "
+                             f"{layout.selection(scale).name} does not follow from this config's tuning runs (edited, "
+                             f"or the grid or the runs changed since)")
+                continue
             if chosen is None or arm not in chosen:
                 lines.append(f"  {scale:<10} {EVAL:<8} {arm:<18} waits for stage 1 to choose its setting")
                 continue

@@ -84,6 +84,9 @@ class StudyConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     # Sizes (parameters) the ladder report extrapolates each arm's trend to, marked as extrapolation.
     predict_params: List[float] = field(default_factory=list)
+    # A study that would take more than a day on this machine (its planned FLOPs at a rate no run
+    # reaches) is refused unless this is true; its runs then get train.allow_long=true too.
+    allow_long: bool = False
 
 
 def register() -> None:

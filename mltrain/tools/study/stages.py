@@ -16,6 +16,7 @@ again from the runs on disk every time, by mltrain-compare (the one place the se
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shlex
@@ -27,8 +28,8 @@ from typing import Any, Optional, TextIO
 from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError, MltrainError
+from mltrain import guarded
 from mltrain.runs import rundir
-from mltrain.atomic import write_json
 from mltrain.tools.study import compose, ladder
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
@@ -51,6 +52,7 @@ class Study:
     launched: int = 0  # sweeps launched by this invocation
     failures: dict[str, str] = field(default_factory=dict)  # run name -> why it did not end
     interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
+    configs: dict[tuple, Any] = field(default_factory=dict)  # (scale, arm, setting) -> its composed run config
 
     def cost(self, run: Run) -> float:
         """A run's planned fine-step FLOPs, up to a constant: parameters x tokens."""
@@ -75,7 +77,19 @@ def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
     earlier = [r for s in tuning for r in s.runs()]
     earlier += [r for scale in cfg.ladder for r in possible_evaluation_runs(cfg, layout, scale) if r.dir.exists()]
     compose.check_earlier_runs(earlier, configs)
-    return Study(cfg, layout, sizes, kinds, labels, out)
+    guarded.refuse_linked(_owned_paths(cfg, layout), layout.root)  # no write of the study through a link
+    return Study(cfg, layout, sizes, kinds, labels, out, configs=configs)
+
+
+def _owned_paths(cfg: Any, layout: Layout) -> list[Path]:
+    """Every file and folder the study writes itself or has its runs write (each must not be a link)."""
+    paths = [layout.log, layout.root / "study.json", *(layout.ladder.with_suffix(s) for s in (".md", ".json", ".png"))]
+    for scale in cfg.ladder:
+        paths += [layout.selection(scale), _basis_file(layout, scale)]
+        paths += [layout.verdict(scale) / f"comparison.{s}" for s in ("md", "json", "png")]
+        paths += [r.dir for s in tuning_sweeps(cfg, layout, scale) for r in s.runs()]
+        paths += [r.dir for r in possible_evaluation_runs(cfg, layout, scale)]
+    return paths
 
 
 def run(study: Study, command: str) -> int:
@@ -86,12 +100,13 @@ def run(study: Study, command: str) -> int:
         # One study per folder at a time; what the sweeps print goes to study.log, the study's lines here.
         with rundir.claim(layout.root, what="dir", earlier=lambda _: None), output_to(layout.log) as console, \
                 study.interrupts:
-            write_json(layout.root / "study.json", OmegaConf.to_container(cfg, resolve=True), indent=2)
+            guarded.write_json(layout.root / "study.json", OmegaConf.to_container(cfg, resolve=True), root=layout.root,
+                               indent=2)
             study.progress = _progress(study, study.out or console)
             results = [_scale(study, scale) for scale in cfg.ladder]
             report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
                                           cfg.ladder_axis)
-            ladder.write_ladder(report, layout.ladder)
+            ladder.write_ladder(report, layout.ladder, root=layout.root)
     except KeyboardInterrupt:
         print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
               f"the same command: {command}", file=study.out or sys.stdout, flush=True)
@@ -114,7 +129,7 @@ def _progress(study: Study, out: TextIO) -> Progress:
         eval_budgets = sum(sum(map(float, a.grid[BUDGET])) if BUDGET in a.grid else 1.0 for a in cfg.arms.values())
         size = study.sizes[scale]
         cost_left += eval_budgets * len(eval_seeds(cfg, scale)) * size.n_params * size.tokens_per_step * size.max_steps
-        ended_eval = _ended_evaluation(study, scale, read_choices(study.layout, scale))
+        ended_eval = _ended_evaluation(study, scale, read_choices(cfg, study.layout, scale)[0])
         done += len(ended_eval)
         cost_left -= sum(study.cost(r) for r in ended_eval)
         total += len(runs) + evaluation_run_count(cfg, scale)
@@ -129,19 +144,40 @@ def _progress(study: Study, out: TextIO) -> Progress:
 def _scale(study: Study, scale: str) -> ladder.ScaleResult:
     cfg, size = study.cfg, study.sizes[scale]
     tuning = tuning_sweeps(cfg, study.layout, scale, size.max_steps)
+    _say_left_out(study, scale)
     for sweep in tuning:
         _launch(study, sweep)
-    counted = _ended_evaluation(study, scale, read_choices(study.layout, scale))
+    counted = _ended_evaluation(study, scale, read_choices(cfg, study.layout, scale)[0])
     choices = _choose(study, scale)
     _recount(study, counted, _ended_evaluation(study, scale, choices))
     evaluation = evaluation_sweeps(cfg, study.layout, scale, choices, size.max_steps)
     for sweep in evaluation:
         _launch(study, sweep)
-    result = _verdict(study, scale)
+    result = _verdict(study, scale, [r for s in (*tuning, *evaluation) for r in s.runs()])
     result.missing = _missing(study, [r for s in (*tuning, *evaluation) for r in s.runs()])
     result.missing += [f"{scale}/{arm}: stage 1 chose no setting, so it was not evaluated"
                        for arm in cfg.arms if arm not in choices]
     return result
+
+
+def _say_left_out(study: Study, scale: str) -> None:
+    """One line naming the run folders of the scale that this config does not ask for (its grid, arms or
+    seeds changed since they ran): they stay on disk, and neither the choice nor the verdict reads them."""
+    cfg, layout = study.cfg, study.layout
+    asked = {r.dir for s in tuning_sweeps(cfg, layout, scale) for r in s.runs()}
+    asked |= {r.dir for r in possible_evaluation_runs(cfg, layout, scale)}
+    found = [d for stage in (TUNE, EVAL) for d in sorted(layout.scale(scale).glob(f"{stage}/*/*"))
+             if d.is_dir() and not d.is_symlink() and (d / "metrics.jsonl").exists() and d not in asked]
+    if found:
+        shown = ", ".join(str(d.relative_to(layout.scale(scale))) for d in found[:3]) + (", ..." if len(found) > 3 else "")
+        study.progress.say(f"mltrain-study: {scale}: {len(found)} run folder(s) on disk are not asked for by this "
+                           f"config (its grid, arms or seeds changed since): left out of the choice and the "
+                           f"verdict ({shown})")
+
+
+def _existing(runs: list[Run]) -> list[Path]:
+    """The folders of these runs that exist (the runs the config asks for, as far as they have run)."""
+    return [r.dir for r in runs if r.dir.is_dir()]
 
 
 def _ended_evaluation(study: Study, scale: str, choices: Optional[dict[str, Choice]]) -> list[Run]:
@@ -215,12 +251,14 @@ def _same_number(a: str, b: str) -> bool:
 
 def _choose(study: Study, scale: str) -> dict[str, Choice]:
     """Stage 1's choice per arm, by mltrain-compare on the arm's tuning runs; written to selection.json."""
-    cfg, choices = study.cfg, {}
+    cfg, choices, basis = study.cfg, {}, {}
     for name, arm in cfg.arms.items():
         keys = tuned_keys(arm)
+        runs = _tuning_runs(cfg, study.layout, scale, name)
         try:
-            found = _compare([study.layout.sweep(scale, TUNE, name)], out=None, select_seeds=list(cfg.selection_seeds),
-                             tune=keys, plot=False)
+            if not _existing(runs):
+                raise MltrainError("none of its tuning runs is on disk")
+            found = _compare(_existing(runs), out=None, select_seeds=list(cfg.selection_seeds), tune=keys, plot=False)
             kind = study.kinds[(scale, name)]
             label = compose.arm_label(cfg, scale, name, study.sizes[scale].max_steps, kind, keys)
             arms = found.get("arms", [])
@@ -235,31 +273,84 @@ def _choose(study: Study, scale: str) -> dict[str, Choice]:
             continue
         if setting or by_budget:
             choices[name] = Choice(setting, by_budget)
-    write_json(study.layout.selection(scale), {
+            basis[name] = choice_basis(runs, choices[name])
+    guarded.write_json(study.layout.selection(scale), {
         "scale": scale, "selection_seeds": list(cfg.selection_seeds),
-        "arms": {a: {"setting": c.setting, "by_budget": c.by_budget} for a, c in choices.items()}}, indent=2)
+        "arms": {a: {"setting": c.setting, "by_budget": c.by_budget} for a, c in choices.items()}},
+        root=study.layout.root, indent=2)
+    guarded.write_json(_basis_file(study.layout, scale), basis, root=study.layout.root, indent=2)
     return choices
 
 
-def read_choices(layout: Layout, scale: str) -> Optional[dict[str, Choice]]:
-    """What selection.json records for a scale (None when stage 1 has not chosen yet)."""
+def _basis_file(layout: Layout, scale: str) -> Path:
+    """Beside selection.json: each arm's choice_basis, what its record there must come out of to be believed."""
+    return layout.selection(scale).with_name(".selection.basis.json")
+
+
+def _tuning_runs(cfg: Any, layout: Layout, scale: str, arm: str) -> list[Run]:
+    return next(s for s in tuning_sweeps(cfg, layout, scale) if s.arm == arm).runs()
+
+
+def choice_basis(runs: list[Run], choice: Choice) -> str:
+    """What a choice was made from and what it is, as one digest: each tuning run's folder and its
+    summary.json, and the chosen setting. It is kept beside selection.json; a record whose digest does not
+    come out of the runs the config asks for now (edited by hand, or its runs or grid changed) is not
+    believed."""
+    h = hashlib.sha256()
+    for run in sorted(runs, key=lambda r: r.name):
+        try:
+            summary = (run.dir / "summary.json").read_bytes()
+        except OSError:
+            summary = b""
+        h.update(run.name.encode() + b"\0" + hashlib.sha256(summary).digest())
+    h.update(json.dumps({"setting": choice.setting, "by_budget": choice.by_budget}, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def read_choices(cfg: Any, layout: Layout, scale: str) -> tuple[Optional[dict[str, Choice]], list[str]]:
+    """(what selection.json records for a scale, or None when stage 1 has not chosen yet; the arms whose
+    record is not believed). An arm's record is believed only when its digest (choice_basis) comes out
+    of this config's tuning runs of the arm as they are on disk now (recorded beside it: _basis_file)."""
     try:
         saved = json.loads(layout.selection(scale).read_text())
+        arms = saved.get("arms", {})
+        if not isinstance(arms, dict):
+            raise ValueError("arms is not an object")
+    except (OSError, ValueError, AttributeError):
+        return None, []
+    try:
+        basis = json.loads(_basis_file(layout, scale).read_text())
+        basis = basis if isinstance(basis, dict) else {}
     except (OSError, ValueError):
-        return None
-    return {a: Choice(c.get("setting", {}), c.get("by_budget", {})) for a, c in saved.get("arms", {}).items()}
+        basis = {}
+    choices, distrusted = {}, []
+    for arm, c in arms.items():
+        try:
+            choice = Choice(dict(c.get("setting", {})), {str(b): dict(v) for b, v in c.get("by_budget", {}).items()})
+            trusted = arm in cfg.arms and basis.get(arm) == choice_basis(_tuning_runs(cfg, layout, scale, arm), choice)
+        except (AttributeError, TypeError, ValueError):
+            trusted = False
+        if trusted:
+            choices[arm] = choice
+        else:
+            distrusted.append(arm)
+    return choices, distrusted
 
 
-def _verdict(study: Study, scale: str) -> ladder.ScaleResult:
+def _verdict(study: Study, scale: str, runs: list[Run]) -> ladder.ScaleResult:
+    """mltrain-compare on the runs this config asks for at this scale (`runs`), as far as they are on disk."""
     cfg, size = study.cfg, study.sizes[scale]
     result = ladder.ScaleResult(scale, size.n_params, size.max_steps, size.tokens_per_param, study.labels[scale],
                                 {arm: study.kinds[(scale, arm)] for arm in cfg.arms},
                                 axis_value=size.on_axis(cfg.ladder_axis))
-    paths = [p for p in (study.layout.sweep(scale, stage, arm) for stage in (TUNE, EVAL) for arm in cfg.arms) if p.exists()]
+    paths = _existing(runs)
     tune = varied_keys(cfg)
+    verdict = study.layout.verdict(scale)
     try:
-        result.comparison = _compare(paths, out=study.layout.verdict(scale), select_seeds=list(cfg.selection_seeds),
-                                     tune=tune, plot=True)
+        guarded.refuse_linked([verdict / f"comparison.{s}" for s in ("md", "json", "png")], study.layout.root)
+        if not paths:
+            raise MltrainError("no run of this scale is on disk")
+        result.comparison = _compare(paths, out=verdict, select_seeds=list(cfg.selection_seeds), tune=tune, plot=True)
     except (MltrainError, OSError) as err:
         result.why_no_verdict = str(err)
         study.progress.say(f"mltrain-study: {scale}: no verdict: {err}")

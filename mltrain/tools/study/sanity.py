@@ -1,0 +1,146 @@
+"""A study's numbers and keys checked for common sense, before the study claims its folder or starts a
+run (the schema's types and schema.check's rules come first; these are separate checks).
+
+* `check(study)`: tokens per parameter finite and at most MAX_TOKENS_PER_PARAM, predicted sizes finite,
+  `launcher.env` values a process can use (runs/sanity.py), `launcher.n_jobs` at most the CPUs here for
+  the local launcher, and no `hydra.*` key where the study puts run settings (an arm's grid, the
+  override lists): the study sets Hydra's keys itself (every run's folder, the launcher), and a run
+  whose folder moved would be reported as failed although it finished.
+* `check_study_duration(study, out)`: the study's planned FLOPs against what this machine can
+  give (runs/sanity.py duration_check): said first when it is long, refused without `allow_long=true`
+  when it would take more than a day. Only for launchers that run here (basic, local).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, TextIO
+
+from mltrain.errors import ConfigError, MltrainError
+from mltrain.runs import sanity
+from mltrain.runs.keys import override_key
+from mltrain.tools.study.schema import BUDGET, eval_seeds
+
+MAX_TOKENS_PER_PARAM = 1e5  # 5,000 times the compute-optimal 20: beyond it a value is a typo, not a plan
+MAX_PARAMS = 1e15
+LOCAL_LAUNCHERS = ("basic", "local")
+_HYDRA_ADVICE = ("the study sets Hydra's keys itself (each run's folder, the sweep, the launcher): choose the "
+                 "launcher with launcher.name, launcher.n_jobs and launcher.overrides, the runs' environment "
+                 "with launcher.env")
+
+
+def _is_hydra(key: str) -> bool:
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def check(study: Any) -> None:
+    """ConfigError (one line naming the key and its value) for the first number or key of the study
+    that cannot be meant; touches no file."""
+    why = f" (tokens per parameter; at most {MAX_TOKENS_PER_PARAM:g})"
+    if study.tokens_per_param is not None:
+        sanity.finite_number("tokens_per_param", study.tokens_per_param, 0, MAX_TOKENS_PER_PARAM, why=why)
+    for name, scale in study.ladder.items():
+        if scale.tokens_per_param is not None:
+            sanity.finite_number(f"ladder.{name}.tokens_per_param", scale.tokens_per_param, 0, MAX_TOKENS_PER_PARAM,
+                                 why=why)
+    for i, p in enumerate(study.predict_params):
+        sanity.finite_number(f"predict_params[{i}]", p, 0, MAX_PARAMS, why=" (a number of parameters)")
+    sanity.check_env(dict(study.launcher.env), "launcher.env")
+    _check_jobs(study)
+    for where, overrides in _override_lists(study):
+        for o in overrides:
+            key = override_key(o)
+            if _is_hydra(key):
+                raise ConfigError(f"{where}: {o!r} sets a Hydra key: {_HYDRA_ADVICE}")
+    for name, arm in study.arms.items():
+        for key in arm.grid:
+            if _is_hydra(str(key)):
+                raise ConfigError(f"arms.{name}.grid: {key} is a Hydra key, not a run setting to tune: {_HYDRA_ADVICE}")
+    for o in study.launcher.overrides:
+        if not override_key(o).startswith("hydra.launcher."):
+            raise ConfigError(f"launcher.overrides: {o!r} is not a hydra.launcher.* setting (put run settings in "
+                              "common or an arm's overrides)")
+
+
+def _override_lists(study: Any) -> Iterable[tuple[str, list]]:
+    yield "common", list(study.common)
+    yield "extra", list(study.extra)
+    for name, arm in study.arms.items():
+        yield f"arms.{name}.overrides", list(arm.overrides)
+    for name, scale in study.ladder.items():
+        yield f"ladder.{name}.overrides", list(scale.overrides)
+
+
+def _check_jobs(study: Any) -> None:
+    from mltrain.runs.sweep import available_cpus
+
+    n, cpus = study.launcher.n_jobs, available_cpus()
+    if n is not None and study.launcher.name == "local" and n > cpus:
+        raise ConfigError(f"launcher.n_jobs={n} is more than the {cpus} CPUs here: every job is a process that "
+                          f"trains, so at most {cpus} run at once; nothing was started")
+
+
+# ---------------------------------------------------------------------------------------------
+# How long
+
+
+def _run_cost(cfg: Any) -> tuple[float, int]:
+    """(planned training FLOPs, fine steps) of one run (a lower bound: coarse phases add to both)."""
+    from mltrain.config import budget_steps
+    from mltrain.data.tokenizers import get_tokenizer
+    from mltrain.flops import train_flops_per_step
+
+    m = cfg.model
+    try:
+        vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
+    except MltrainError:  # the runs themselves say why the tokenizer cannot load; without the head, still a bound
+        vocab = 0
+    steps = budget_steps(cfg.train)
+    return train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * steps, steps
+
+
+def planned_cost(study: Any, configs: dict[tuple, Any]) -> tuple[float, int]:
+    """(FLOPs, steps) of every run: each setting on the selection seeds, and on the evaluation seeds one
+    setting per arm (the frontier arm: one per budget), as stage 2 will run them."""
+    flops, steps = 0.0, 0
+    evaluated: dict[tuple, tuple[float, int]] = {}
+    for (scale, arm, setting), cfg in configs.items():
+        f, n = _run_cost(cfg)
+        flops, steps = flops + f * len(study.selection_seeds), steps + n * len(study.selection_seeds)
+        seeds = len(eval_seeds(study, scale))
+        evaluated.setdefault((scale, arm, dict(setting).get(BUDGET)), (f * seeds, n * seeds))
+    return flops + sum(f for f, _ in evaluated.values()), steps + sum(n for _, n in evaluated.values())
+
+
+def _machine(study: Any, cfg: Any) -> tuple[str, float]:
+    """(this machine in words, its nominal FLOP/s for the study's runs together)."""
+    import torch
+
+    from mltrain.runs.sweep import available_cpus
+    from mltrain.training.devices import peak_flops
+
+    device = str(cfg.device)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    jobs = max(1, study.launcher.n_jobs or 1) if study.launcher.name == "local" else 1
+    if device == "cpu":
+        cpus = available_cpus()
+        threads = int(study.launcher.env.get("OMP_NUM_THREADS", 0)) or max(1, torch.get_num_threads() // jobs)
+        used = max(1, min(jobs * threads, cpus))
+        return f"cpu ({used} thread{'s' if used > 1 else ''})", sanity.rate("cpu", used)
+    gpus = max(1, min(jobs, torch.cuda.device_count() or 1))
+    return f"{gpus} GPU{'s' if gpus > 1 else ''}", gpus * sanity.rate("cuda", peak=peak_flops(torch.device("cuda")))
+
+
+def check_study_duration(study: Any, out: TextIO) -> None:
+    """Say how long a long study takes at least here; refuse one of more than a day without consent.
+    `study`: stages.prepare's, whose `configs` are every setting's composed run config."""
+    cfg, configs = study.cfg, study.configs
+    if cfg.launcher.name not in LOCAL_LAUNCHERS or not configs:
+        return
+    flops, steps = planned_cost(cfg, configs)
+    where, flop_rate = _machine(cfg, next(iter(configs.values())))
+    jobs = max(1, cfg.launcher.n_jobs or 1) if cfg.launcher.name == "local" else 1  # steps of parallel runs overlap
+    line = sanity.duration_check("this study", flops, flop_rate, where, "allow_long", bool(cfg.allow_long),
+                                 steps=steps / jobs)
+    if line:
+        print(f"mltrain-study: {line}", file=out, flush=True)

@@ -1,0 +1,166 @@
+"""The tools around a run at their edges: partial results are said to be partial (export and sample of
+an interrupted run warn, and the exported config records it); errors name the key, the file and the
+value (a study yaml, a malformed override) and labels cannot break comparison.md's tables; W&B online
+without a network goes offline at once with one line; a Ctrl-C while torch imports is one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import TOOL_SMOKE, edited_copy, fake_runs, refused, smoke_run, tool
+
+# ---------------------------------------------------------------------------------------------
+# Partial results said as partial
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    return smoke_run(tmp_path_factory.mktemp("runs"))
+
+
+def with_summary(run: Path, tmp_path: Path, **fields) -> Path:
+    return edited_copy(run, tmp_path / "run", "summary.json", lambda summary: summary.update(fields))
+
+
+@pytest.mark.parametrize("fields, status, says", [
+    ({"status": "interrupted", "fine_steps": 3}, "interrupted", "interrupted run (stopped at fine step 3 of 6)"),
+    ({"final_val_loss": float("nan")}, "diverged", "final held-out loss is nan"),
+    ({"skipped_steps": 2}, "finished", "skipped 2 step(s)"),
+])
+def test_export_and_sample_say_when_the_weights_are_not_a_finished_runs(finished, tmp_path, fields, status, says):
+    run = with_summary(finished, tmp_path, **fields)
+    exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
+    assert exported.returncode == 0 and "Traceback" not in exported.stderr, exported.stderr
+    warned = [line for line in exported.stderr.splitlines() if line.startswith("mltrain-export: warning:")]
+    assert len(warned) == 1 and says in warned[0]
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["mltrain_run_status"] == status and says in config["mltrain_run_note"]
+    sampled = tool("mltrain-sample", str(run), "--max-new-tokens", "3", cwd=tmp_path)
+    assert sampled.returncode == 0 and sum(line.startswith("mltrain-sample: warning:") for line in
+                                           sampled.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("summary, status", [(True, "finished"), (False, "unknown")])
+def test_a_finished_run_or_weights_without_a_summary_export_without_a_word(finished, tmp_path, summary, status):
+    run = with_summary(finished, tmp_path)
+    if not summary:  # weights saved by a script: they speak for themselves
+        (run / "summary.json").unlink()
+    exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
+    assert exported.returncode == 0 and "warning" not in exported.stderr
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["mltrain_run_status"] == status and "mltrain_run_note" not in config
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors that name the key, the file and the value
+
+
+STUDIES = {
+    "badkey": "arms:\n  single:\n    gird: {optim.lr: [1]}\n",
+    "badinterp": "common: [scale=smoke, 'train.eval_interval=${nope}']\n",
+    "badyaml": "arms: {single: [\n",
+    "badtype": "seeds: [1, two]\n",
+}
+
+
+@pytest.mark.parametrize("name, says", [
+    ("badkey", ["Key 'gird' not in 'ArmConfig'", "key arms.single.gird", "badkey.yaml"]),
+    ("badinterp", ["Interpolation key 'nope' not found", "key common[1]", "badinterp.yaml"]),
+    ("badyaml", ["expected the node content", "badyaml.yaml", "line 5"]),
+    ("badtype", ["two", "seeds", "badtype.yaml"]),
+])
+def test_an_error_in_a_study_yaml_names_the_key_and_the_file(tmp_path, name, says):
+    own = tmp_path / "mine" / "study"
+    own.mkdir(parents=True)
+    (own / f"{name}.yaml").write_text(f"# @package _global_\ndefaults: [smoke]\nname: {name}\n{STUDIES[name]}")
+    line = refused(tool("mltrain-study", f"study={name}", f"dir={tmp_path / 'study'}",
+                        f"hydra.searchpath=[file://{tmp_path / 'mine'}]", cwd=tmp_path), says[0])
+    assert all(s in line for s in says), line
+    assert not line.rstrip().endswith("while composing config:")
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_malformed_override_is_named_as_itself(tmp_path):
+    line = refused(tool("mltrain-study", "study=smoke", "common=[scale=smoke,hydra.job.chdir=true]", cwd=tmp_path),
+                   "cannot parse override 'common=[scale=smoke,hydra.job.chdir=true]'")
+    assert "no viable alternative" in line
+
+
+@pytest.mark.parametrize("label", ["coarsening=evenodd,+data.path=/x|y", "coarsening=evenodd,+data.path=/x\ny",
+                                   "coarsening=evenodd,+data.path=/x#y", "coarsening=evenodd,+note=a|b\r\n# c"])
+def test_a_label_cannot_break_the_tables_of_comparison_md(tmp_path, label):
+    runs = fake_runs(tmp_path, ("default", label))
+    proc = tool("mltrain-compare", str(runs), "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "r" / "comparison.md").read_text()
+    assert not [line for line in md.splitlines() if line.startswith("|") and not line.rstrip().endswith("|")]
+    tables = re.findall(r"((?:^\|.*\|$\n?)+)", md, flags=re.M)
+    assert tables
+    for table in tables:
+        widths = {len(re.split(r"(?<!\\)\|", row)) for row in table.strip().splitlines()}
+        assert len(widths) == 1, table  # every row of a table has its header's cells
+    assert not any(line.startswith("#") and "c`" in line for line in md.splitlines())
+    saved = json.loads((tmp_path / "r" / "comparison.json").read_text())
+    assert any(c["label"] == label for c in saved["configurations"])  # the JSON keeps the label as it is
+
+
+# ---------------------------------------------------------------------------------------------
+# Stalls and noise at the edges
+
+
+def test_wandb_online_without_a_network_goes_offline_at_once_in_one_line(tmp_path):
+    env = {"WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567", "WANDB_MODE": "online", "HOME": str(tmp_path),
+           "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"), "HTTPS_PROXY": "http://127.0.0.1:9",
+           "https_proxy": "http://127.0.0.1:9", "NO_PROXY": "", "no_proxy": ""}
+    proc = tool("mltrain", *TOOL_SMOKE, "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "cannot reach the W&B server" in line]
+    assert len(said) == 1 and "127.0.0.1:9" in said[0] and "offline" in said[0]
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+
+
+def test_the_server_probe_is_bounded(monkeypatch):
+    import socket
+
+    from mltrain.runs import wandb_mirror
+
+    class FakeWandb:
+        class Settings:
+            base_url = "https://api.example.invalid"
+
+    def hang(*args, **kwargs):
+        time.sleep(30)
+
+    monkeypatch.setattr(socket, "create_connection", hang)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    for key in ("HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(key, raising=False)
+    reason = wandb_mirror._server_problem(FakeWandb, timeout=0.2)
+    assert reason.startswith("cannot reach the W&B server https://api.example.invalid within 0.2 s")
+
+
+CTRL_C_AT_TORCH = """
+import importlib.abc, os, signal, sys
+class _CtrlCAtTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came while torch imports
+        return None
+sys.meta_path.insert(0, _CtrlCAtTorch())
+"""
+
+
+@pytest.mark.parametrize("name, args", [("mltrain", [*TOOL_SMOKE, "hydra.run.dir={tmp}/run"]),
+                                        ("mltrain-sample", ["{tmp}/none"]), ("mltrain-export", ["{tmp}/none", "{tmp}/o"]),
+                                        ("mltrain-study", ["study=smoke", "dir={tmp}/study"])])
+def test_ctrl_c_while_torch_imports_is_one_line(tmp_path, name, args):
+    proc = tool(name, *[a.replace("{tmp}", str(tmp_path)) for a in args], cwd=tmp_path, before=CTRL_C_AT_TORCH)
+    line = refused(proc, f"{name}: interrupted:", code=130)
+    assert "Ctrl-C" in line
+    assert not [p for p in tmp_path.iterdir() if p.name in ("run", "study", "o")]
