@@ -570,3 +570,14 @@ def fake_runs(root: Path, labels: tuple[str, str] = ("default", "coarsening=even
         (d / "summary.json").write_text(json.dumps({"run_kind": kind, "label": label, "seed": 0, "total_flops": 49e9,
                                                     "status": "finished"}))
     return root / "runs"
+
+
+def batch_digest(x, y) -> str:
+    """A short digest of a batch (x, y): shapes, dtypes and values, to pin batches bit for bit."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in (x, y):
+        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:16]

@@ -41,25 +41,30 @@ def modules(root: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
-def imports(name: str, path: Path, known: set[str]) -> dict[str, int]:
-    """The modules of `known` that module `name` imports, anywhere in its source, each with the line of
-    its first import. `from a import b` counts `a` and, when it is a module, `a.b`."""
+def import_statements(name: str, path: Path):
+    """(line, module, names) for every import statement in module `name`'s source, anywhere in it (lazy
+    and TYPE_CHECKING ones too), relative imports resolved; `names` is () for `import a`."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            for alias in node.names:
+                yield node.lineno, alias.name, ()
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, *([base] if base else [])])
-            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
-        else:
-            continue
-        for target in targets:
+            yield node.lineno, base, tuple(alias.name for alias in node.names)
+
+
+def imports(name: str, path: Path, known: set[str]) -> dict[str, int]:
+    """The modules of `known` that module `name` imports, anywhere in its source, each with the line of
+    its first import. `from a import b` counts `a` and, when it is a module, `a.b`."""
+    found: dict[str, int] = {}
+    for line, base, names in import_statements(name, path):
+        for target in (base, *(f"{base}.{n}" for n in names)):
             if target in known and target != name:
-                found.setdefault(target, node.lineno)
+                found.setdefault(target, line)
     return found
 
 
@@ -178,23 +183,9 @@ def missing_modules(root: Path = PACKAGE) -> list[str]:
     """`module:line imports X` for every import of an `mltrain` module that does not exist (a module
     moved by a refactoring and still imported lazily, where only the call that reaches it would fail)."""
     mods = modules(root)
-    out = []
-    for name, path in sorted(mods.items()):
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                bases = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*parts, *([base] if base else [])])
-                bases = [base]
-            else:
-                continue
-            out += [f"{name}:{node.lineno} imports {b}" for b in bases
-                    if (b == "mltrain" or b.startswith("mltrain.")) and b not in mods and b != CONFIG_PACKAGE]
-    return out
+    return [f"{name}:{line} imports {base}" for name, path in sorted(mods.items())
+            for line, base, _ in import_statements(name, path)
+            if (base == "mltrain" or base.startswith("mltrain.")) and base not in mods and base != CONFIG_PACKAGE]
 
 
 def test_every_import_of_an_mltrain_module_names_one_that_exists():

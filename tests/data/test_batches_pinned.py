@@ -3,11 +3,10 @@ version resumes and compares with another (also when drawn ahead in blocks, stac
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 import torch
+from helpers import batch_digest
 
 from mltrain.data import BatchSampler, load_tokens
 
@@ -17,14 +16,6 @@ def _arrays() -> list[np.ndarray]:
     rng = np.random.default_rng(2024)
     return [rng.integers(0, 50257, 5000).astype(np.uint16), rng.integers(0, 50257, 12).astype(np.uint16),
             rng.integers(0, 50257, 1800).astype(np.uint16), rng.integers(0, 50257, 777).astype(np.uint16)]
-
-
-def _digest(x, y) -> str:
-    h = hashlib.sha256()
-    for t in (x, y):
-        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
-        h.update(t.numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 # (seed, batch index, rank, world size, batch size, block size) -> digest of (x, y) as the sampler of
@@ -49,18 +40,18 @@ EMBEDDED_PINNED = {  # the CPU studies' corpus (data=embedded, byte tokens), at 
 def test_batches_are_the_ones_earlier_versions_drew(key):
     seed, index, rank, world, batch, block = key
     sampler = BatchSampler(_arrays(), batch, block, seed=seed, rank=rank, world_size=world)
-    assert _digest(*sampler.batch(index)) == PINNED[key]
+    assert batch_digest(*sampler.batch(index)) == PINNED[key]
 
 
 def test_batches_of_uint32_tokens_are_the_ones_earlier_versions_drew():
     arrays = [a.astype(np.uint32) * 3 for a in _arrays()]  # a vocabulary past 65,535 stores uint32 tokens
-    assert _digest(*BatchSampler(arrays, 8, 32, seed=5).batch(9)) == UINT32_PINNED
+    assert batch_digest(*BatchSampler(arrays, 8, 32, seed=5).batch(9)) == UINT32_PINNED
 
 
 def test_batches_of_the_embedded_corpus_are_the_ones_earlier_versions_drew():
     train = load_tokens({"source": "embedded", "tokenizer": "bytes"}).train
     for (seed, index, batch, block), digest in EMBEDDED_PINNED.items():
-        assert _digest(*BatchSampler(train, batch, block, seed=seed).batch(index)) == digest, (seed, index)
+        assert batch_digest(*BatchSampler(train, batch, block, seed=seed).batch(index)) == digest, (seed, index)
 
 
 def test_batches_drawn_ahead_in_a_block_are_each_the_samplers():

@@ -3,22 +3,12 @@ CUDA) and still trains fine step n of every run with the same seed on the same b
 
 from __future__ import annotations
 
-import hashlib
-
-from helpers import compose_config
+from helpers import batch_digest, compose_config
 
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.training.trainer import Trainer
 
 _STEP = Trainer.step  # the real one, whatever a test patches
-
-
-def _digest(x, y) -> str:
-    h = hashlib.sha256()
-    for t in (x, y):
-        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
-        h.update(t.numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def _trained_batches(monkeypatch, *overrides: str) -> dict[str, list[str]]:
@@ -33,7 +23,7 @@ def _trained_batches(monkeypatch, *overrides: str) -> dict[str, list[str]]:
         real = self._forward_backward
 
         def recorded(view, x, y):
-            seen.setdefault(str(kind), []).append(_digest(x, y))
+            seen.setdefault(str(kind), []).append(batch_digest(x, y))
             return real(view, x, y)
 
         self._forward_backward = recorded
@@ -58,7 +48,7 @@ def test_prefetched_batches_are_the_samplers_and_fine_step_n_is_paired_across_ru
     cfg = compose_config("train.max_steps=12")
     train = load_tokens(cfg.data).train
     sampler = BatchSampler(train, cfg.train.batch_size, cfg.model.block_size, seed=cfg.seed)
-    expected = [_digest(*sampler.batch(i)) for i in range(12)]  # fine step n trains on batch n of its stream
+    expected = [batch_digest(*sampler.batch(i)) for i in range(12)]  # fine step n trains on batch n of its stream
     for name, batches in seen.items():
         assert batches["fine"] == expected, name
     assert seen["multilevel"]["coarse"] == seen["multilevel, no prefetch"]["coarse"]
