@@ -215,6 +215,16 @@ def test_trend_cannot_tell_with_wide_intervals_or_too_few_scales():
     assert one["trends"][0]["verdict"] == "too few scales to tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
 
 
+def test_a_one_rung_study_is_titled_as_one_rung_not_a_ladder():
+    report = ladder.ladder_report("check", ["single", "multilevel"], "single", [scale_result("L8", 1e5, multiplier(1.2))], [])
+    md = ladder.render_markdown(report)
+    assert md.startswith("# Study check: the verdict at one rung (L8)\n") and "survive along" not in md
+    assert "## Trend along scale (one rung: none to tell)" in md and "too few scales to tell" in md
+    two = ladder.render_markdown(ladder.ladder_report(
+        "t", ["single", "multilevel"], "single", [scale_result("a", 1e5, multiplier(1.1)), scale_result("b", 2e5, multiplier(1.3))], []))
+    assert two.startswith("# Study t: does the saving survive along scale?")
+
+
 def test_two_scales_or_two_seeds_per_scale_are_too_few_for_a_trend():
     # Two scales with tight intervals: a line through two points always fits, so no word and no interval.
     two = ladder.ladder_report("t", ["single", "multilevel"], "single",

@@ -248,7 +248,11 @@ def _fit_error_text(fit_error: Optional[dict]) -> str:
 def render_markdown(report: dict) -> str:
     axis = report.get("axis", "params")
     along = "scale" if axis == "params" else AXES[axis][0]
-    lines = [f"# Study {report['study']}: does the saving survive along {along}?", "",
+    # One rung is a check at one setting (adamw_check), not a ladder: its title says so.
+    one = len(report["scales"]) == 1
+    title = (f"the verdict at one rung ({report['scales'][0]['scale']})" if one
+             else f"does the saving survive along {along}?")
+    lines = [f"# Study {report['study']}: {title}", "",
              f"Per rung, each arm tuned on the selection seeds and measured on the evaluation seeds against "
              f"the tuned single-level frontier (arm `{report['frontier_arm']}`); the numbers are "
              "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
@@ -256,7 +260,7 @@ def render_markdown(report: dict) -> str:
              "The fit's own error: M read at the frontier's own points (each budget's, over the evaluation "
              "seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) is "
              "within the fit's error, not a saving.", "",
-             f"## Trend along {along}", ""]
+             f"## Trend along {along}" + (" (one rung: none to tell)" if one else ""), ""]
     for t in report["trends"]:
         lines.append(f"- {t['sentence']}")
         for p in t["predictions"]:
