@@ -144,8 +144,11 @@ def test_the_server_probe_is_bounded(monkeypatch):
     assert reason.startswith("cannot reach the W&B server https://api.example.invalid within 0.2 s")
 
 
+# The tool starts as from a terminal, where Ctrl-C is handled: a suite started in the background of a
+# non-interactive shell (`bash -c '... &'`) inherits SIGINT ignored, and the tool rightly keeps it so.
 CTRL_C_AT_TORCH = """
 import importlib.abc, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 class _CtrlCAtTorch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "torch":
