@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -133,14 +133,20 @@ def test_the_server_probe_is_bounded(monkeypatch):
         class Settings:
             base_url = "https://api.example.invalid"
 
-    def hang(*args, **kwargs):
-        time.sleep(30)
+    released = threading.Event()
+
+    def hang(*args, **kwargs):  # a connect that never answers, until the test lets the probe thread end
+        released.wait(30)
+        raise TimeoutError("released by the test")
 
     monkeypatch.setattr(socket, "create_connection", hang)
     monkeypatch.delenv("WANDB_BASE_URL", raising=False)
     for key in ("HTTPS_PROXY", "https_proxy"):
         monkeypatch.delenv(key, raising=False)
-    reason = wandb_mirror._server_problem(FakeWandb, timeout=0.2)
+    try:
+        reason = wandb_mirror._server_problem(FakeWandb, timeout=0.2)
+    finally:
+        released.set()  # the probe thread ends quietly now, not 30 s later in another test
     assert reason.startswith("cannot reach the W&B server https://api.example.invalid within 0.2 s")
 
 
