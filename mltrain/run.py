@@ -451,6 +451,7 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
         "n_params": session.model.num_params(),
         "total_flops": s.flops,
         "tokens": s.tokens,
+        "epochs": epochs(s.tokens, session.data),
         "fine_steps": s.fine_steps,
         "final_train_loss": trainer.last_loss.get(StepKind.fine.value),
         "final_val_loss": trainer.last_loss.get("val"),
@@ -483,6 +484,12 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
     if device.type == "cuda":
         summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
     return summary
+
+
+def epochs(tokens: int, data: dict) -> float:
+    """Passes over the training split that `tokens` training tokens (every level's steps, coarse and
+    control steps included; diagnostics and evaluation not) amount to."""
+    return tokens / max(int(data["train_tokens"]), 1)
 
 
 def _how_it_ended(outcome: Outcome, state) -> dict:

@@ -10,6 +10,7 @@ from mltrain.choice import Choice
 
 class Source(Choice):
     embedded = "embedded"  # the Python documentation shipped with Python: no download
+    packages = "packages"  # the installed packages' documentation (+ embedded's): no download, ~25 MB
     text = "text"  # local text files (data.path)
     shards = "shards"  # a folder of llm.c-format token shards (data.dir)
 

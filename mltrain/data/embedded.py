@@ -74,7 +74,7 @@ def fingerprint() -> str:
     return h.hexdigest()
 
 
-def _docstrings(source: bytes) -> str:
+def docstrings(source: bytes) -> str:
     """Module docstring, then class and function docstrings in source order, blank-line separated."""
     try:
         tree = ast.parse(source)
@@ -99,5 +99,5 @@ def documents() -> tuple[tuple[str, str], ...]:
 
     docs = [(f"pydoc/{key}", text.strip()) for key, text in topics.items()]
     for name, path in _module_files():
-        docs.append((name, _docstrings(path.read_bytes())))
+        docs.append((name, docstrings(path.read_bytes())))
     return tuple(sorted((name, text) for name, text in docs if text))

@@ -1,6 +1,8 @@
 """`load_tokens(cfg.data)`: the train and validation token arrays of the configured source.
 
 * `embedded`: the Python documentation corpus (see embedded.py), split by document.
+* `packages`: the installed packages' documentation plus the embedded corpus (see packages.py), split by
+  document.
 * `text`: local files (see text.py); several files are split by document, a single file by position
   (its last `val_fraction` of tokens is validation).
 * `shards`: a folder of llm.c-format shards (see shards.py), one array per shard.
@@ -10,7 +12,7 @@ Python processes) and taken into validation in that order until they hold `val_f
 text's bytes; at least one document goes to each side. Documents keep their corpus order inside each
 split, each followed by the tokenizer's separator (end-of-text, or "\\n\\n" for `bytes`).
 
-`embedded` and `text` are tokenized once and cached (see cache.py); `shards` are used in place.
+`embedded`, `packages` and `text` are tokenized once and cached (see cache.py); `shards` are used in place.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from mltrain.data import cache, embedded, inputs, prepare, shards, text
+from mltrain.data import cache, embedded, inputs, packages, prepare, shards, text
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import DataError
 from mltrain.data.tokenizers import Tokenizer, get_tokenizer
@@ -86,27 +88,53 @@ def _write_documents(
     return n_bytes
 
 
-def _load_embedded(c: Any, tok: Tokenizer) -> TokenSplits:
-    version = embedded.python_version()
-    key = _key("embedded", cache.CACHE_VERSION, embedded.fingerprint(), tok.name, c.val_fraction)
-    store = cache.TokenCache(c.cache_dir, "embedded", tok.name, key)
+def _load_documents(c: Any, tok: Tokenizer, source: str, key: str, read: Callable[[], Sequence[tuple[str, str]]],
+                    what: Callable[[Sequence[tuple[str, str]], int], str]) -> TokenSplits:
+    """A corpus of named documents (`read()`, sorted by name), split by document, tokenized once into the
+    token cache under `key`; `what(docs, n_bytes)` is its description."""
+    store = cache.TokenCache(c.cache_dir, source, tok.name, key)
     found = store.load()
     if found is None:
-        log.info("tokenizing the embedded corpus (Python %s docs) with %s, once", version, tok.name)
-        docs = embedded.documents()
+        docs = read()
+        log.info("tokenizing the %s corpus (%d documents) with %s, once", source, len(docs), tok.name)
         names = [n for n, _ in docs]
         is_val = validation_documents(names, [len(t.encode("utf-8")) for _, t in docs], c.val_fraction)
 
         def fill(writers: dict) -> dict:
             n_bytes = _write_documents(writers, tok, (t for _, t in docs), names, is_val)
-            return {
-                "what": f"embedded (Python {version} docs: {len(docs)} documents, {n_bytes / 1e6:.2f} MB)",
-                "val_documents": [n for n, v in zip(names, is_val) if v],
-            }
+            return {"what": what(docs, n_bytes), "val_documents": [n for n, v in zip(names, is_val) if v]}
 
         found = store.build(tok.dtype, fill)
     arrays, meta = _checked(found, store, tok)
     return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok))
+
+
+def _load_embedded(c: Any, tok: Tokenizer) -> TokenSplits:
+    version = embedded.python_version()
+    key = _key("embedded", cache.CACHE_VERSION, embedded.fingerprint(), tok.name, c.val_fraction)
+    return _load_documents(
+        c, tok, "embedded", key, embedded.documents,
+        lambda docs, n_bytes: f"embedded (Python {version} docs: {len(docs)} documents, {n_bytes / 1e6:.2f} MB)",
+    )  # fmt: skip
+
+
+def _load_packages(c: Any, tok: Tokenizer) -> TokenSplits:
+    """The installed packages' documentation (packages.py): its text is extracted once per set of source
+    files (cached as text), tokenized once per tokenizer; the description carries its content hash."""
+    roots = packages.package_dirs()
+    files = packages.module_files(roots)
+    fp = packages.fingerprint(files)
+    key = _key("packages", cache.CACHE_VERSION, fp, tok.name, c.val_fraction)
+
+    def read() -> list[tuple[str, str]]:
+        log.info("reading the docstrings of %d installed packages (%d modules; minutes, once)", len(roots), len(files))
+        return packages.documents(c.cache_dir, files, fp)
+
+    def what(docs: Sequence[tuple[str, str]], n_bytes: int) -> str:
+        return (f"packages (docs of {len(roots)} installed packages and Python {embedded.python_version()}: "
+                f"{len(docs)} documents, {n_bytes / 1e6:.2f} MB, sha256 {packages.content_hash(docs)[:16]})")
+
+    return _load_documents(c, tok, "packages", key, read, what)
 
 
 def _checked(found: tuple[dict, dict], store: cache.TokenCache, tok: Tokenizer) -> tuple[dict, dict]:
@@ -175,23 +203,26 @@ def _load_shards(c: Any, tok: Tokenizer) -> TokenSplits:
     return TokenSplits(train, val, tok.n_vocab, tok.name, desc)
 
 
-_LOADERS = {Source.embedded: _load_embedded, Source.text: _load_text, Source.shards: _load_shards}
+_LOADERS = {Source.embedded: _load_embedded, Source.packages: _load_packages, Source.text: _load_text,
+            Source.shards: _load_shards}
 
 
-# The embedded corpus of each data config this process has loaded: its content (Python's own docs)
-# cannot change while the process lives, so the jobs of a sweep in one process (Hydra's basic launcher,
-# a joblib worker, mltrain-study) tokenize and hash it once. Text files and shards are looked at again.
-_EMBEDDED_LOADED: dict[str, TokenSplits] = {}
+# The embedded and packages corpora of each data config this process has loaded: their content (Python's
+# and the installed packages' docs) does not change while the process lives, so the jobs of a sweep in one
+# process (Hydra's basic launcher, a joblib worker, mltrain-study) hash and load them once. Text files and
+# shards are looked at again.
+_INSTALLED = (Source.embedded, Source.packages)
+_INSTALLED_LOADED: dict[str, TokenSplits] = {}
 
 
 def load_tokens(cfg: Any) -> TokenSplits:
     """Train/validation token arrays for `cfg` (the `data` config). DataError on bad or missing data."""
     c = data_config(cfg)
     key = repr(c)
-    if Source(c.source) == Source.embedded and key in _EMBEDDED_LOADED:
-        return _EMBEDDED_LOADED[key]
+    if Source(c.source) in _INSTALLED and key in _INSTALLED_LOADED:
+        return _INSTALLED_LOADED[key]
     splits = _LOADERS[Source(c.source)](c, get_tokenizer(c.tokenizer))
-    if Source(c.source) == Source.embedded:
-        _EMBEDDED_LOADED[key] = splits
+    if Source(c.source) in _INSTALLED:
+        _INSTALLED_LOADED[key] = splits
     log.debug("data: %s", splits.description)  # the caller logs splits.description
     return splits

@@ -9,15 +9,19 @@ run (the schema's types and schema.check's rules come first; these are separate 
 * `check_study_duration(study, out)`: the study's planned FLOPs against what this machine can
   give (runs/sanity.py duration_check): said first when it is long, refused without `allow_long=true`
   when it would take more than a day. Only for launchers that run here (basic, local).
+* `repeated_data(study)`: after the runs, one warning line when any run the study asks for trained on more
+  than one epoch of its training split (summary.json's `epochs`), else None.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, TextIO
+from typing import Any, Iterable, Optional, TextIO
 
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.runs import sanity
+from mltrain.runs.files import read_summary
 from mltrain.runs.keys import override_key
+from mltrain.tools.study.plan import Layout, possible_evaluation_runs, tuning_sweeps
 from mltrain.tools.study.schema import BUDGET, eval_seeds
 
 MAX_TOKENS_PER_PARAM = 1e5  # 5,000 times the compute-optimal 20: beyond it a value is a typo, not a plan
@@ -144,3 +148,17 @@ def check_study_duration(study: Any, out: TextIO) -> None:
                                  steps=steps / jobs)
     if line:
         print(f"mltrain-study: {line}", file=out, flush=True)
+
+
+def repeated_data(study: Any, layout: Layout) -> Optional[str]:
+    """One warning line when any run of the study (its tuning runs and the evaluation runs it may launch,
+    as far as they have a summary) saw its training data more than once, else None."""
+    runs = [r for scale in study.ladder
+            for r in [*(r for s in tuning_sweeps(study, layout, scale) for r in s.runs()),
+                      *possible_evaluation_runs(study, layout, scale)]]  # fmt: skip
+    epochs = [(read_summary(r.dir) or {}).get("epochs") for r in runs]
+    over = [e for e in epochs if isinstance(e, (int, float)) and e > 1]
+    if not over:
+        return None
+    return (f"warning: {len(over)} run(s) of {study.name} saw their training data more than once (up to "
+            f"{max(over):.2f} epochs); use a larger corpus (data=packages, or your own: data=text data.path=...)")

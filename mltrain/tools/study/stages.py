@@ -35,6 +35,7 @@ from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
                                       possible_evaluation_runs, setting_text, tuning_sweeps)
 from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
+from mltrain.tools.study.sanity import repeated_data
 from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, tuned_keys, varied_keys
 
 
@@ -114,6 +115,8 @@ def run(study: Study, command: str) -> int:
     out = study.out or sys.stdout
     for trend in report["trends"]:
         print(trend["sentence"], file=out)
+    if warning := repeated_data(cfg, layout):  # a run passed one epoch of its training split
+        print(warning, file=out)
     incomplete = sum(len(s["missing_runs"]) for s in report["scales"])
     no_verdict = [s["scale"] for s in report["scales"] if s["why_no_verdict"]]
     print(f"mltrain-study: ladder report {layout.ladder.with_suffix('.md')}; {study.launched} sweep(s) launched"

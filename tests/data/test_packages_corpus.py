@@ -1,0 +1,116 @@
+"""data=packages: the installed packages' documentation as a corpus, on a small package tree the tests
+write (the real extraction parses ~10,000 modules: minutes), and the real packages' files found."""
+
+import json
+
+import pytest
+
+from mltrain.data import embedded, loader, load_tokens, packages
+
+LONG = ("This paragraph is long enough to count as a repeat when another module copies it word for word, "
+        "as generated model files often do.")
+
+
+def _module(doc_lines: list[str], func_doc: str = "") -> str:
+    body = '"""' + "\n".join(doc_lines) + '"""\n\n'
+    if func_doc:
+        body += f'def f():\n    """{func_doc}"""\n'
+    return body
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A package `fakepkg`: prose, a doctest, a code-like paragraph, a paragraph repeated in two modules,
+    a tests/ folder."""
+    root = tmp_path / "site" / "fakepkg"
+    (root / "tests").mkdir(parents=True)
+    (root / "__init__.py").write_text(_module(["The fake package, for tests.", "", LONG]))
+    (root / "alpha.py").write_text(_module(
+        ["Alpha computes things with care.", "", ">>> f(1)", "2", ">>> f(2)", "3", "", "{x: [a[i] * 2 + b_j] / (c-d)}"],
+        "Return the answer to a question that nobody asked."))
+    (root / "beta.py").write_text(_module(["Beta repeats what the package said.", "", LONG]))
+    (root / "tests" / "test_alpha.py").write_text(_module(["Tests are not documentation."]))
+    (root / "blank.py").write_text("x = 1\n")
+    return [("fakepkg", root)]
+
+
+def test_extraction_keeps_prose_and_drops_code_repeats_and_tests(tree):
+    files = packages.module_files(tree)
+    assert [n for n, _ in files] == ["fakepkg/__init__.py", "fakepkg/alpha.py", "fakepkg/beta.py", "fakepkg/blank.py"]
+    docs = dict(packages.package_documents(files))
+    assert set(docs) == {"fakepkg/__init__.py", "fakepkg/alpha.py", "fakepkg/beta.py"}  # blank.py has no text
+    assert docs["fakepkg/alpha.py"] == ("Alpha computes things with care.\n\n"
+                                        "Return the answer to a question that nobody asked.")
+    assert LONG in docs["fakepkg/__init__.py"] and LONG not in docs["fakepkg/beta.py"]  # read once, where first
+    assert docs["fakepkg/beta.py"] == "Beta repeats what the package said."
+
+
+def test_same_files_same_documents_and_hash_twice(tree):
+    files = packages.module_files(tree)
+    a, b = packages.package_documents(files), packages.package_documents(packages.module_files(tree))
+    assert a == b and packages.content_hash(a) == packages.content_hash(b)
+    assert packages.fingerprint(files) == packages.fingerprint(packages.module_files(tree))
+    assert packages.content_hash(a) != packages.content_hash(a[:-1])
+
+
+def test_text_is_cached_and_read_back_without_parsing(tree, tmp_path, monkeypatch):
+    monkeypatch.setattr(embedded, "documents", lambda: (("pydoc/x", "Python's own text."),))
+    files = packages.module_files(tree)
+    key = packages.fingerprint(files)
+    first = packages.documents(tmp_path / "cache", files, key)
+    assert [n for n, _ in first] == ["fakepkg/__init__.py", "fakepkg/alpha.py", "fakepkg/beta.py", "pydoc/x"]
+    saved = json.loads((tmp_path / "cache" / "text" / f"packages-{key[:24]}.json").read_text())
+    assert saved["key"] == key
+    monkeypatch.setattr(packages, "package_documents", lambda files: pytest.fail("parsed again"))
+    assert packages.documents(tmp_path / "cache", files, key) == first
+
+
+def _fake_install(monkeypatch, tree, extra_docs=()):
+    docs = (("pydoc/a", "Python topic A " * 40), ("pydoc/b", "Python topic B " * 40), *extra_docs)
+    monkeypatch.setattr(embedded, "documents", lambda: docs)
+    monkeypatch.setattr(packages, "package_dirs", lambda: tree)
+    monkeypatch.setattr(loader, "_INSTALLED_LOADED", {})
+
+
+def test_loaded_corpus_splits_by_document_and_records_its_hash(tree, tmp_path, monkeypatch):
+    _fake_install(monkeypatch, tree)
+    cfg = {"source": "packages", "tokenizer": "bytes", "cache_dir": str(tmp_path / "cache"), "val_fraction": 0.3}
+    splits = load_tokens(cfg)
+    meta = json.loads(next((tmp_path / "cache" / "tokens").glob("packages-bytes-*.json")).read_text())
+    docs = packages.documents(tmp_path / "cache", packages.module_files(tree), packages.fingerprint(
+        packages.module_files(tree)))
+    names = [n for n, _ in docs]
+    assert 0 < len(meta["val_documents"]) < len(names) and set(meta["val_documents"]) < set(names)
+    sizes = {n: len(t.encode()) + 2 for n, t in docs}  # bytes plus the "\n\n" separator
+    assert len(splits.val[0]) == sum(sizes[n] for n in meta["val_documents"])
+    assert len(splits.train[0]) == sum(sizes.values()) - len(splits.val[0])  # disjoint, nothing lost
+    assert f"sha256 {packages.content_hash(docs)[:16]}" in splits.description
+    assert splits.description.startswith(f"packages (docs of 1 installed packages and Python ")
+
+    monkeypatch.setattr(loader, "_INSTALLED_LOADED", {})
+    (tree[0][1] / "gamma.py").write_text(_module(["Gamma arrived with a new version of the package."]))
+    changed = load_tokens(cfg)
+    assert changed.description != splits.description  # other text, other identity
+    assert len(changed.train[0]) + len(changed.val[0]) > len(splits.train[0]) + len(splits.val[0])
+
+
+def test_identity_differs_from_the_embedded_corpus(tree, tmp_path, monkeypatch):
+    _fake_install(monkeypatch, tree)
+    base = {"tokenizer": "bytes", "cache_dir": str(tmp_path / "cache")}
+    mine = load_tokens({"source": "packages", **base}).description
+    theirs = load_tokens({"source": "embedded", **base}).description
+    assert mine.split(",")[0] != theirs.split(",")[0]
+    assert mine.startswith("packages (") and theirs.startswith("embedded (")
+
+
+def test_the_installed_packages_are_found_without_importing_them():
+    import sys
+
+    before = set(sys.modules)
+    found = dict(packages.package_dirs())
+    assert {"torch", "numpy", "scipy", "matplotlib", "datasets"} <= found.keys()
+    assert not {"scipy", "matplotlib", "sympy", "pandas"} & (set(sys.modules) - before)
+    files = packages.module_files(found.items())
+    assert len(files) > 2000 and all(name.endswith(".py") for name, _ in files)
+    assert not any("/tests/" in name for name, _ in files)
+    assert packages.fingerprint(files) == packages.fingerprint(packages.module_files(found.items()))
