@@ -282,7 +282,7 @@ def test_readme_study_commands_compose_and_pass_the_checks():
 
 def test_the_new_ladders_hold_their_stated_rungs():
     """The depth ladder's 8-block rung as stated (width 32, context 32, batch 8, 8 tokens per parameter
-    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run; the coarse phases
+    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run (on data=packages); the coarse phases
     cost ~34% of the fine steps' FLOPs at every rung of both."""
     from mltrain.flops import train_flops_per_token
 
@@ -305,6 +305,6 @@ def test_the_new_ladders_hold_their_stated_rungs():
             one = ["seed=1", "optim.lr=0.3"]
             a = composer.compose([*data.common, *data.ladder.t8.overrides, "train.max_steps=1824",
                                   f"experiment={data.arms[arm].experiment}", *one], "t8")
-            b = composer.compose([*cpu.common, *cpu.ladder.d32.overrides, "train.max_steps=1824",
+            b = composer.compose([*cpu.common, "data=packages", *cpu.ladder.d32.overrides, "train.max_steps=1824",
                                   f"experiment={cpu.arms[arm].experiment}", *one], "d32")
             assert a == b, arm
