@@ -127,7 +127,7 @@ def _load_packages(c: Any, tok: Tokenizer) -> TokenSplits:
     key = _key("packages", cache.CACHE_VERSION, fp, tok.name, c.val_fraction)
 
     def read() -> list[tuple[str, str]]:
-        log.info("reading the docstrings of %d installed packages (%d modules; minutes, once)", len(roots), len(files))
+        log.info("reading the docstrings of %d installed packages (%d modules; a minute or more, once)", len(roots), len(files))
         return packages.documents(c.cache_dir, files, fp)
 
     def what(docs: Sequence[tuple[str, str]], n_bytes: int) -> str:

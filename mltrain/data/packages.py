@@ -5,8 +5,8 @@ reference documentation as docstrings. Each of their modules is one document, `<
 module docstring, then its classes' and functions' docstrings in source order (parsed with `ast` as
 embedded.py does for the standard library; nothing is ever imported), cleaned:
 
-* code is dropped: fenced blocks (```), doctest paragraphs (`>>>` / `...` lines) and paragraphs whose
-  characters are mostly not letters or spaces;
+* code is dropped: fenced blocks (```), doctest paragraphs (half their lines `>>>` / `...`) and paragraphs
+  less than 80% letters and spaces (code, tables, formulas);
 * repeats are dropped: a paragraph of 64 characters or more is kept only where it first occurs (by
   document name), so docstrings copied across modules are read once.
 
@@ -15,13 +15,12 @@ package that is not installed is left out. The text therefore depends on the ins
 identity is a content hash (sha256 of every document's name and text), which the loader writes into the
 data description that runs record. Skipped folders: tests, benchmarks, vendored code, caches.
 
-Extraction parses every module (minutes for ~20,000 files), so the text is cached once per set of source
-files, keyed by their paths, sizes and modification times (see `fingerprint`).
+Extraction parses every module (~70 s of CPU time for ~10,000 modules), so the text is cached once per
+set of source files, keyed by their paths, sizes and modification times (see `fingerprint`).
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib.util
 import json

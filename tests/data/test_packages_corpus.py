@@ -85,7 +85,7 @@ def test_loaded_corpus_splits_by_document_and_records_its_hash(tree, tmp_path, m
     assert len(splits.val[0]) == sum(sizes[n] for n in meta["val_documents"])
     assert len(splits.train[0]) == sum(sizes.values()) - len(splits.val[0])  # disjoint, nothing lost
     assert f"sha256 {packages.content_hash(docs)[:16]}" in splits.description
-    assert splits.description.startswith(f"packages (docs of 1 installed packages and Python ")
+    assert splits.description.startswith("packages (docs of 1 installed packages and Python ")
 
     monkeypatch.setattr(loader, "_INSTALLED_LOADED", {})
     (tree[0][1] / "gamma.py").write_text(_module(["Gamma arrived with a new version of the package."]))
