@@ -114,3 +114,14 @@ def test_the_installed_packages_are_found_without_importing_them():
     assert len(files) > 2000 and all(name.endswith(".py") for name, _ in files)
     assert not any("/tests/" in name for name, _ in files)
     assert packages.fingerprint(files) == packages.fingerprint(packages.module_files(found.items()))
+
+
+def test_a_real_package_gives_the_same_documents_twice():
+    roots = packages.package_dirs(["click"])  # small (17 modules), installed with wandb and huggingface_hub
+    if not roots:
+        pytest.skip("click is not installed here")
+    first = packages.package_documents(packages.module_files(roots))
+    again = packages.package_documents(packages.module_files(packages.package_dirs(["click"])))
+    assert len(first) >= 10 and first == again
+    assert packages.content_hash(first) == packages.content_hash(again)
+    assert sum(len(text) for _, text in first) > 50_000  # English prose, not a handful of one-liners
