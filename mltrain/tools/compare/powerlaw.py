@@ -84,6 +84,7 @@ class Fit:
         return {"available": self.available, "why": self.why,
                 "E": law.E if law else None, "A": law.A if law else None, "alpha": law.alpha if law else None,
                 "loss": FIT_LOSS, "n_points": self.n_points, "rms_log_residual": self.rms if law else None,
+                "degenerate": self.degenerate if law else None,
                 "flop_range": list(self.flop_range) if self.flop_range else None}
 
 

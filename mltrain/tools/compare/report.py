@@ -106,6 +106,7 @@ def render_markdown(report: dict) -> str:
     lines += _per_configuration_section(report)
     lines += _held_out_section(report)
     lines += _frontier_section(report)
+    lines += _tuning_space_section(report)
     lines += _fixed_flops_section(report)
     b = report["baseline"]
     if b is not None:
@@ -403,6 +404,35 @@ def _frontier_section(report: dict) -> list[str]:
                          f"| {_fmt_pct(s['saving_blocks'])} | {_fmt_diff(s['loss_gap'])} |")
         lines.append(f"| | **mean [95% CI]** | | | | {_ci(e['saving'], _fmt_pct)} | {_ci(e['saving_blocks'], _fmt_pct)} "
                      f"| {_ci(e['loss_gap'], _fmt_diff)} |")
+    return lines + [""]
+
+
+def _tuning_space_section(report: dict) -> list[str]:
+    """Per budget the single-level settings tried (✓ kept by its arm, ★ on the frontier's envelope), and
+    what each dimension beyond the plain LR grid gained."""
+    f = report["frontier"]
+    if not f["available"] or not f.get("tried_per_budget"):
+        return []
+    lines = ["## The frontier's tuning space", "",
+             "Every single-level run is a candidate, the schedule control's included (the control's own M is read "
+             "on the frontier without its runs, every other arm's on the frontier with them). ✓ kept at that "
+             "budget on the selection seeds; ★ on the frontier's envelope.", "",
+             "| train.budget | schedule | settings | selection loss | |", "|---|---|---|---|---|"]
+    for b in f["tried_per_budget"]:
+        for i, e in enumerate(b["settings"]):
+            mark = ("✓" if e["kept"] else "") + ("★" if e["on_frontier"] else "")
+            budget = f"{b['budget']:g}" if i == 0 else ""
+            lines.append(f"| {budget} | {e['family']} | {_setting_text(e['settings'])} "
+                         f"| {_fmt_loss(e['selection_loss'])} | {mark} |")
+    if f.get("gains"):
+        lines += ["", "What each dimension added: the frontier rebuilt without it; gain = the full frontier's points "
+                  "read on that frontier's fit (M > 1: the dimension saves that factor of compute), and each arm's M "
+                  "against it.", "", "| without | keeps | gain | arms' M against it |", "|---|---|---|---|"]
+        for g in f["gains"]:
+            arms = "; ".join(f"`{name}` " + (f"M > {r['bound']:.3g}" if r["bound"] else _times(r["M"]))
+                             for name, r in g["arms"].items()) or "—"
+            gain = _times(g["gain_M"]) if g["fit_available"] else f"no fit ({g['why']})"
+            lines.append(f"| {g['dimension']} | {g['restricted_to']} | {gain} | {arms} |")
     return lines + [""]
 
 
