@@ -237,19 +237,27 @@ def _params(n: float) -> str:
 
 
 def _multiplier_text(m: Optional[dict]) -> tuple[str, str]:
+    """The rung's headline M and saving (compare's `headline`: a bound, the interpolated, the joint fit's or
+    the per-run M), with its interval."""
     if not m:
         return "—", "—"
-    if not m.get("available"):
-        return f"unavailable ({m.get('why') or 'no reason given'})", "—"
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
     if (m.get("bound") or {}).get("kind") == "lower":
         return f"M > {m['bound']['value']:.3f}", f"> {pct(1 - 1 / m['bound']['value'])}"
-    mark = " †" if m.get("extrapolated") else ""
-    top = m.get("M_hi_unbounded")
-    lo_hi = lambda lo, hi, f: (f" [{f(lo)}, ∞)" if top and lo is not None else  # noqa: E731
-                               f" [{f(lo)}, {f(hi)}]" if lo is not None and hi is not None else "")
-    return (f"{m['M']:.3f}{lo_hi(m.get('M_lo'), m.get('M_hi'), lambda v: f'{v:.3f}')}{mark}",
-            f"{pct(m['saving'])}{lo_hi(m.get('saving_lo'), m.get('saving_hi'), pct)}" if m.get("saving") is not None else "—")
+    if not m.get("available"):
+        return f"unavailable ({m.get('why') or 'no reason given'})", "—"
+    head = m.get("headline") or {"kind": "per_run", "M": m["M"], "M_lo": m.get("M_lo"), "M_hi": m.get("M_hi"),
+                                 "M_hi_unbounded": m.get("M_hi_unbounded")}
+    lo, hi, mid = head["M_lo"], head["M_hi"], head["M"]
+    mark = (" †" if m.get("extrapolated") else "") + {"interpolated": " (interpolated)"}.get(head["kind"], "")
+
+    def span(f) -> str:
+        if lo is None:
+            return ""
+        return f" [{f(lo)}, ∞)" if head.get("M_hi_unbounded") else (f" [{f(lo)}, {f(hi)}]" if hi is not None else "")
+
+    saving = lambda v: pct(1 - 1 / v)  # noqa: E731
+    return f"{mid:.3f}{span(lambda v: f'{v:.3f}')}{mark}", f"{saving(mid)}{span(saving)}"
 
 
 def _settings_text(entry: Optional[dict]) -> str:
@@ -341,7 +349,9 @@ def render_markdown(report: dict) -> str:
             seeds = len(row.get("eval_seeds") or [])
             lines.append(f"| {head} | {row['arm']} | {_settings_text(row)} | {m} | {saving} | {seeds or '—'} |")
     lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md). "
-              "‡ within the fit's own error at that rung: not a saving."]
+              "‡ within the fit's own error at that rung: not a saving. M > x: the arm's equal-loss point lies past "
+              "the frontier's largest budget, only a bound (no point for the trend). [lo, ∞): too many degenerate "
+              "bootstrap draws for an upper end (no point for the trend either)."]
     notes = [(s["scale"], w) for s in report["scales"] for w in s["warnings"]]
     if notes:
         lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]
