@@ -154,3 +154,23 @@ def test_trend_draws_use_the_rungs_bootstrap_and_fit_error_and_skip_bounds():
     t = ladder.fit_trend(bounded)
     assert t["n_scales"] == 3 and t["excluded"] == [{"x": 16, "why": "M only bounded (M > 1.4)"}]
     assert "not used as points: 16: M only bounded" in ladder.trend_sentence("multilevel", t, "depth")
+
+
+def test_the_ladder_report_shows_a_bound_and_an_unbounded_end_and_leaves_them_out_of_the_trend(tmp_path):
+    labels = {"single": "experiment=single", "multilevel": "experiment=multilevel"}
+    rungs = {4: multiplier(1.10), 8: multiplier(1.20), 12: {**multiplier(1.3), "M_hi": None, "M_hi_unbounded": True},
+             16: {**multiplier(1.6), "bound": {"kind": "lower", "value": 1.45}, "extrapolated": True}}
+    results = []
+    for x, m in rungs.items():
+        arms = [{"label": labels["single"], "run_kind": "single", "eval_seeds": [1, 2, 3, 4]},
+                {"label": labels["multilevel"], "run_kind": "multilevel", "eval_seeds": [1, 2, 3, 4], "multiplier": m}]
+        results.append(ladder.ScaleResult(f"L{x}", 10_000 * x, 100, 8.0, labels, comparison={"arms": arms, "warnings": []},
+                                          axis_value=x))
+    report = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [], "depth")
+    (trend,) = report["trends"]
+    assert trend["verdict"] == "too few scales to tell" and len(trend["excluded"]) == 2
+    ladder.write_ladder(report, tmp_path / "ladder")
+    md = (tmp_path / "ladder.md").read_text()
+    assert "| M > 1.450 | > 31.0% |" in md and "| 1.300 [1.261, ∞) |" in md
+    assert "not used as points: 12: its interval's upper end is unbounded; 16: M only bounded" in md
+    assert (tmp_path / "ladder.png").stat().st_size > 0

@@ -379,6 +379,10 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
         shift = 1.0 + 0.03 * (i - (len(report["trends"]) - 1) / 2)  # arms side by side, not on top
         for s in report["scales"]:
             m = next((r.get("multiplier") for r in s["arms"] if r["arm"] == trend["arm"]), None) or {}
+            x = s.get("x", s["n_params"]) * shift
+            if (m.get("bound") or {}).get("kind") == "lower":  # only a bound: a caret at M > x, no point
+                ax.plot([x], [m["bound"]["value"]], marker="^", color=color, mfc="white", ls="none")
+                continue
             if not m.get("available") or not m.get("M"):
                 continue
             lo, hi = m.get("M_lo") or m["M"], m.get("M_hi") or m["M"]  # no interval (too few seeds): a bare point
@@ -399,7 +403,8 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
     axis = report.get("axis", "params")
     ax.set_xlabel(AXES[axis][1] + " (log scale)")
     ax.set_ylabel("compute multiplier M (95% interval)")
-    ax.set_title(f"{report['study']}: multiplier vs {AXES[axis][0]} (hollow: beyond the frontier's data)", fontsize=9)
+    ax.set_title(f"{report['study']}: multiplier vs {AXES[axis][0]} (hollow: beyond the frontier's data; ^: M only "
+                 "bounded below)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:
