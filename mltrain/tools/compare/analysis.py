@@ -354,9 +354,10 @@ def verdicts(report: dict) -> list[dict]:
 
 
 def build_report(configs: list[Configuration], baseline: Optional[Configuration], frontier: Frontier,
-                 control_label: str | None = None) -> dict:
+                 control_label: str | None = None, without_control: Optional[Frontier] = None) -> dict:
     """The per-configuration sections: against the one baseline, the schedule control and the tuned
-    frontier's points, the held-out loss at fixed FLOPs, the held-out set, the uncounted costs."""
+    frontier's points (the control's own runs against the frontier `without_control` them), the held-out
+    loss at fixed FLOPs, the held-out set, the uncounted costs."""
     in_frontier = {id(c) for c in frontier.configs} if frontier.why is None else set()
     # Every single-level setting is a candidate for the frontier, not a method measured against it.
     others = [c for c in configs if c.run_kind != RunKind.single and c is not baseline]
@@ -399,7 +400,9 @@ def build_report(configs: list[Configuration], baseline: Optional[Configuration]
         "configurations": configurations,
         "vs_baseline": vs_baseline,
         "vs_control": vs_control,
-        "vs_frontier": [compare_to_frontier(frontier, c) for c in others] if frontier.why is None else [],
+        "vs_frontier": [compare_to_frontier(without_control if c.run_kind == RunKind.schedule_control
+                                            and without_control is not None and without_control.why is None
+                                            else frontier, c) for c in others] if frontier.why is None else [],
         "fixed_flops": fixed_flops(configs, baseline) if baseline is not None else
         {"flop_fractions": [], "flops": [], "rows": []},
         "held_out": held_out(configs),

@@ -38,9 +38,11 @@ from mltrain.tools.compare.loading import (
 from mltrain.tools.compare.names import readable
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
-from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, bootstrap,
-                                           fit_error, interpolated_saving, loss_interval, multiplier, verdict_word,
-                                           wallclock_saving, within_fit_error)
+from mltrain.tools.compare import dimensions
+from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
+                                           fit_error, headline, interpolated_multiplier, interpolated_saving,
+                                           loss_interval, multiplier, verdict_word, wallclock_saving,
+                                           within_fit_error)
 
 log = logging.getLogger("mltrain.tools.compare")
 
@@ -96,11 +98,21 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     warnings += _seed_warnings(configs, select_seeds)
     flops_frontier, clock = frontiers.build(configs, arms, select_seeds)
     fit = _fit(flops_frontier)
-    draws, fitted = bootstrap(flops_frontier, fit, arms) if fit.available else ({}, 0)
+    # The control is single-level training: a frontier candidate, and an arm measured against the frontier
+    # built without its runs; every other arm is measured against the frontier with them.
+    controls = [a for a in arms if a.run_kind == dimensions.CONTROL]
+    control_ids = {id(a) for a in controls}
+    plain = frontiers.build(configs, arms, select_seeds, kinds=(RunKind.single,))[0] if controls else flops_frontier
+    plain_fit = _fit(plain) if controls else fit
+    readings = {id(a): (plain, plain_fit) if id(a) in control_ids else (flops_frontier, fit) for a in arms}
+    draws, fitted = bootstrap(flops_frontier, fit, [a for a in arms if id(a) not in control_ids]) if fit.available else ({}, 0)
+    if controls and plain_fit.available:
+        draws.update(bootstrap(plain, plain_fit, controls)[0])
     error = fit_error(fit, flops_frontier)
+    errors = {id(plain): fit_error(plain_fit, plain), id(flops_frontier): error}
     kept = [a.selected for a in arms if a.run_kind == RunKind.single and a.selected is not None]
     baseline = choose_baseline(configs, baseline_label, kept)
-    report = build_report(configs, baseline, flops_frontier, control_label)
+    report = build_report(configs, baseline, flops_frontier, control_label, plain)
     warnings += _report_warnings(runs, baseline, flops_frontier, fit, arms)
     config_names = _name_configs(configs, tuned, report)
     report = {
@@ -116,9 +128,16 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
         "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "refits": fitted,
                       "what": "evaluation seeds drawn with replacement, the frontier refitted on each draw"},
         "warnings": warnings,
-        "arms": [_arm_entry(a, fit, draws.get(id(a), []), fitted, flops_frontier, clock, error) for a in arms],
+        "arms": [_arm_entry(a, readings[id(a)][1], draws.get(id(a), Draws()), fitted, readings[id(a)][0], clock,
+                            errors[id(readings[id(a)][0])], id(a) in control_ids) for a in arms],
         "frontier": {**_frontier_json(flops_frontier, clock, fit, config_names, tuned, select_seeds, arms),
-                     "fit_error": error},
+                     "fit_error": error,
+                     "tried_per_budget": dimensions.tried_per_budget(flops_frontier, configs, arms, tuned, config_names,
+                                                                     select_seeds),
+                     "gains": dimensions.gains(flops_frontier, configs, arms, tuned, select_seeds,
+                                               [a for a in arms if a.run_kind != RunKind.single]),
+                     "without_control": ({"fit": plain_fit.as_dict(), "fit_error": errors[id(plain)],
+                                          "n_points": len(plain.points)} if controls else None)},
         "excluded": [{"run": r.source, "label": r.label, "run_kind": r.run_kind, "seed": r.seed,
                       "status": r.status, "reason": r.reason} for r in runs if not r.usable],
         **report,
@@ -195,15 +214,16 @@ def _name_configs(configs: list[Configuration], tuned: Sequence[str], report: di
     return by_key
 
 
-def _arm_entry(arm: Arm, fit: Fit, draws, fitted: int, frontier, clock, error: dict) -> dict:
+def _arm_entry(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, error: dict, control: bool) -> dict:
     runs = arm.eval_runs
-    m, per_run = multiplier(fit, runs, draws, fitted)
+    m, per_run = multiplier(fit, runs, draws, fitted, frontier.points)
     if not runs and arm.selected is not None:
         m["why"] = "no run of the kept setting on a seed apart from the selection seeds: nothing left to measure on"
     interpolated = interpolated_saving(frontier, runs, lambda r: r.total_flops())
     selected = arm.setting(arm.selected) if arm.selected is not None else {}
     is_frontier = arm.run_kind == RunKind.single  # its settings are the frontier: read on its own fit, M is the fit's error
     within = None if is_frontier else within_fit_error(m, error)
+    m["headline"] = headline(m, interpolated, interpolated_multiplier(frontier, runs), error)
     entry: dict[str, Any] = {
         "arm": arm.name,
         "label": arm.label,
@@ -219,6 +239,8 @@ def _arm_entry(arm: Arm, fit: Fit, draws, fitted: int, frontier, clock, error: d
         "saving_interpolated": interpolated,
         "saving_wallclock": wallclock_saving(clock, runs),
         "is_frontier": is_frontier,
+        "measured_against": ("the frontier without the schedule control's runs" if control
+                             else "the frontier with every single-level run"),
         "within_fit_error": within,
         "verdict": FRONTIER_VERDICT if is_frontier else verdict_word(m, interpolated, within),
         "runs": per_run,
@@ -250,7 +272,7 @@ def _frontier_json(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str],
     points = []
     for p in frontier.points:
         r = runs[p.source]
-        points.append({"seed": r.seed, "flops": p.flops, "loss": p.loss,
+        points.append({"seed": r.seed, "flops": p.flops, "loss": p.loss, "run_kind": r.run_kind,
                        "settings": {**setting_of(r, tuned), "train.budget": r.budget},
                        "name": names[config_of[p.source].key], "run": r.source})
     on_mean = {(p.flops, p.loss) for p in frontier.mean}

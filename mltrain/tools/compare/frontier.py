@@ -1,5 +1,8 @@
 """The tuned single-level frontier: for each evaluation seed, the lower envelope in (total FLOPs, final
 held-out loss) of the single-level runs, whatever their optimizer and schedule settings and budgets.
+Single-level means the kinds in SINGLE_LEVEL: plain training and the LR-schedule control (the fine model
+alone, a constant high-LR phase before the usual schedule) are both candidates at their FLOPs; the
+control is also measured as an arm, against the frontier built without it (`build(..., without=...)`).
 
 Which runs: without selection seeds, every usable single-level run (the envelope itself picks the best
 setting at each FLOPs, on the seeds that measure it). With selection seeds, only the settings each
@@ -14,12 +17,12 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from mltrain.method.kinds import RunKind
 from mltrain.tools.compare.arms import Arm
 from mltrain.tools.compare.loading import Configuration, Run, _seed_sort
 from mltrain.tools.compare.statistics import FrontierPoint, lower_envelope
 
 # Run time, evaluation excluded, when the run recorded it; else its wall time, evaluation included.
+SINGLE_LEVEL = ("single", "schedule_control")  # run kinds that train the fine model alone, whatever the schedule
 TIME_KEYS = (("train_time_s", "train time (evaluation excluded)"),
              ("wall_time_s", "wall time (includes evaluation and diagnostics)"))
 
@@ -92,12 +95,13 @@ def envelope(configs: list[Configuration], seeds: list, x: Callable[[Run], Optio
     return fr
 
 
-def frontier_configs(configs: list[Configuration], arms: list[Arm], select_seeds: Optional[list]) -> list[Configuration]:
-    """Every single-level configuration, or with selection seeds the ones the single-level arms kept."""
-    singles = [c for c in configs if c.run_kind == RunKind.single]
+def frontier_configs(configs: list[Configuration], arms: list[Arm], select_seeds: Optional[list],
+                     kinds: tuple = SINGLE_LEVEL) -> list[Configuration]:
+    """Every single-level configuration of `kinds`, or with selection seeds the ones their arms kept."""
+    singles = [c for c in configs if c.run_kind in kinds]
     if not select_seeds:
         return singles
-    kept = {id(c) for a in arms if a.run_kind == RunKind.single for c in a.selected_by_budget.values()}
+    kept = {id(c) for a in arms if a.run_kind in kinds for c in a.selected_by_budget.values()}
     return [c for c in singles if id(c) in kept]
 
 
@@ -108,9 +112,10 @@ def eval_seeds(runs: list[Run], select_seeds: Optional[list]) -> list:
     return sorted(seeds, key=_seed_sort)
 
 
-def build(configs: list[Configuration], arms: list[Arm], select_seeds: Optional[list]) -> tuple[Frontier, Frontier]:
-    """(the FLOPs frontier, the wall-clock frontier) on the evaluation seeds."""
-    chosen = frontier_configs(configs, arms, select_seeds)
+def build(configs: list[Configuration], arms: list[Arm], select_seeds: Optional[list],
+          kinds: tuple = SINGLE_LEVEL) -> tuple[Frontier, Frontier]:
+    """(the FLOPs frontier, the wall-clock frontier) on the evaluation seeds, from the runs of `kinds`."""
+    chosen = frontier_configs(configs, arms, select_seeds, kinds)
     runs = [r for c in chosen for r in c.runs]
     seeds = eval_seeds(runs, select_seeds)
     flops = envelope(chosen, seeds, lambda r: r.total_flops())

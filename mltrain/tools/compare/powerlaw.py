@@ -25,6 +25,7 @@ F_SCALE = 0.02  # log residual (about 2% of the loss) beyond which soft_l1 grows
 ALPHA_BOUNDS = (1e-3, 4.0)
 MIN_POINTS = 3
 MAX_NFEV = 2000
+E_AT_BOUND = 1e-3  # E within 0.1% of the lowest loss, or below 0.1% of it, is at its bound
 MAX_LOG_FLOPS = math.log(1e300)  # a C_eq beyond this is "unreachable", not a number
 
 
@@ -59,6 +60,20 @@ class Fit:
     n_points: int
     flop_range: Optional[tuple[float, float]]
     rms: Optional[float] = None  # root mean square of the log residuals: how far the points are off the curve
+    e_max: Optional[float] = None  # the upper bound E was fitted under (just below the lowest loss)
+
+    @property
+    def degenerate(self) -> Optional[str]:
+        """Why the fit says little beyond its points (E at one of its bounds, α at one of its bounds, no
+        fit at all), or None: such a fit's curve is its bounds' shape, not the data's."""
+        if self.law is None or self.why is not None:
+            return self.why or "no fit"
+        if self.e_max is not None and (self.law.E <= E_AT_BOUND * self.e_max
+                                       or self.law.E >= (1 - E_AT_BOUND) * self.e_max):
+            return f"the floor E = {self.law.E:.4g} at its bound [0, {self.e_max:.4g}]"
+        if any(math.isclose(self.law.alpha, b, rel_tol=1e-3) for b in ALPHA_BOUNDS):
+            return f"α = {self.law.alpha:.3g} at its bound"
+        return None
 
     @property
     def available(self) -> bool:
@@ -69,6 +84,7 @@ class Fit:
         return {"available": self.available, "why": self.why,
                 "E": law.E if law else None, "A": law.A if law else None, "alpha": law.alpha if law else None,
                 "loss": FIT_LOSS, "n_points": self.n_points, "rms_log_residual": self.rms if law else None,
+                "degenerate": self.degenerate if law else None,
                 "flop_range": list(self.flop_range) if self.flop_range else None}
 
 
@@ -125,7 +141,7 @@ def fit_power_law(flops: Sequence[float], losses: Sequence[float], start: Option
         why = f"the fit did not converge ({res.message.rstrip('.')})"
     elif any(math.isclose(alpha, b, rel_tol=1e-4) for b in ALPHA_BOUNDS):
         why = f"the fit did not converge: α ran into its bound {alpha:.3g} (the points do not make a power law)"
-    return Fit(law, why, int(x.size), span, float(np.sqrt(np.mean(res.fun ** 2))))
+    return Fit(law, why, int(x.size), span, float(np.sqrt(np.mean(res.fun ** 2))), e_max)
 
 
 @dataclass
@@ -148,3 +164,46 @@ def read(fit: Fit, flops: float, loss: float) -> Reading:
     lo, hi = fit.flop_range
     beyond = c_eq / hi if c_eq > hi else (lo / c_eq if c_eq < lo else None)
     return Reading(c_eq, c_eq / flops, beyond)
+
+
+LOG_M_BOUND = math.log(1e3)  # the joint fit's shift is sought within [1/1000, 1000]
+
+
+def _shift_residuals(p: np.ndarray, u: np.ndarray, arm: np.ndarray, log_y: np.ndarray) -> np.ndarray:
+    e, log_a, alpha, log_m = p
+    return np.log(e + np.exp(log_a - alpha * (u + arm * log_m))) - log_y
+
+
+def _shift_jacobian(p: np.ndarray, u: np.ndarray, arm: np.ndarray, log_y: np.ndarray) -> np.ndarray:
+    e, log_a, alpha, log_m = p
+    t = u + arm * log_m
+    term = np.exp(log_a - alpha * t)
+    pred = e + term
+    return np.stack([1 / pred, term / pred, -t * term / pred, -alpha * arm * term / pred], axis=1)
+
+
+def fit_shift(frontier: tuple[Sequence[float], Sequence[float]], arm: tuple[Sequence[float], Sequence[float]],
+              start: PowerLaw, log_m0: float = 0.0) -> Optional[float]:
+    """The joint fit: the arm's points are the frontier's curve shifted by a factor M in compute,
+    L_arm(C) = L_f(M·C) (one E, A, α for both), fitted to the frontier's and the arm's (FLOPs, loss)
+    points at once with the frontier fit's loss on log residuals. M, or None when the fit does not
+    converge or M runs into its bound."""
+    x = np.concatenate([np.asarray(frontier[0], float), np.asarray(arm[0], float)])
+    y = np.concatenate([np.asarray(frontier[1], float), np.asarray(arm[1], float)])
+    is_arm = np.concatenate([np.zeros(len(frontier[0])), np.ones(len(arm[0]))])
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    x, y, is_arm = x[keep], y[keep], is_arm[keep]
+    if not is_arm.any() or len(np.unique(x[is_arm == 0])) < MIN_POINTS:
+        return None
+    c_ref = float(np.exp(np.mean(np.log(x[is_arm == 0]))))
+    u, e_max = np.log(x / c_ref), float(y.min()) * (1 - 1e-9)
+    lower = [0.0, -50.0, ALPHA_BOUNDS[0], -LOG_M_BOUND]
+    upper = [e_max, 50.0, ALPHA_BOUNDS[1], LOG_M_BOUND]
+    p0 = np.clip([min(start.E, e_max * (1 - 1e-6)), math.log(start.a_scaled * (c_ref / start.c_ref) ** -start.alpha),
+                  start.alpha, log_m0], lower, upper)
+    res = least_squares(_shift_residuals, p0, jac=_shift_jacobian, args=(u, is_arm, np.log(y)), bounds=(lower, upper),
+                        loss="soft_l1", f_scale=F_SCALE, max_nfev=MAX_NFEV)
+    log_m = float(res.x[3])
+    if not res.success or abs(log_m) >= LOG_M_BOUND * (1 - 1e-6):
+        return None
+    return math.exp(log_m)

@@ -106,6 +106,7 @@ def render_markdown(report: dict) -> str:
     lines += _per_configuration_section(report)
     lines += _held_out_section(report)
     lines += _frontier_section(report)
+    lines += _tuning_space_section(report)
     lines += _fixed_flops_section(report)
     b = report["baseline"]
     if b is not None:
@@ -171,14 +172,42 @@ def _times(x: Optional[float]) -> str:
     return "—" if x is None else f"{x:.3g}×"
 
 
+def _span(lo: Optional[float], hi: Optional[float], unbounded: bool, fmt, top: str = "∞") -> str:
+    if lo is None:
+        return ""
+    return f" [{fmt(lo)}, {top})" if unbounded else (f" [{fmt(lo)}, {fmt(hi)}]" if hi is not None else "")
+
+
 def _multiplier_cell(m: dict) -> str:
+    """The headline M (a bound beyond the data; the interpolated M where the fit's own error is wide; else
+    the joint fit's, else the per-run reading's), with the fitted per-run reading beside it."""
+    head = m.get("headline") or {}
+    if head.get("kind") == "bound":
+        return f"M > {m['bound']['value']:.3g} (n={m['n']}, beyond the frontier's data)" + (" !" if m["warnings"] else "")
     if not m["available"]:
         return "—"
-    text = _times(m["M"]) + (f" [{_times(m['M_lo'])}, {_times(m['M_hi'])}]" if m["M_lo"] is not None else "")
-    text += f" (n={m['n']})"
+    kind = head.get("kind", "per_run")
+    text = _times(head.get("M", m["M"])) + _span(head.get("M_lo", m["M_lo"]), head.get("M_hi", m["M_hi"]),
+                                                head.get("M_hi_unbounded", False), _times)
+    text += f" (n={m['n']}" + {"interpolated": ", read on the frontier's points", "joint": ", joint fit"}.get(kind, "") + ")"
+    if kind != "per_run":
+        text += f"; per run {_times(m['M'])}" + _span(m["M_lo"], m["M_hi"], m.get("M_hi_unbounded", False), _times)
     if m["extrapolated"]:
         text += f", extrapolated {m['beyond_data']:.3g}× beyond the frontier's FLOPs"
+    if m.get("fit_disagrees"):
+        text += ", fitted and interpolated disagree"
     return text + (" !" if m["warnings"] else "")
+
+
+def _multiplier_saving_cell(m: dict) -> str:
+    head = m.get("headline") or {}
+    if head.get("kind") == "bound":
+        return f"> {_fmt_pct(1 - 1 / m['bound']['value'])}"
+    if not m["available"] or head.get("M") is None:
+        return _saving_cell(m)
+    saving = lambda v: _fmt_pct(1 - 1 / v)  # noqa: E731
+    return (saving(head["M"]) + _span(head["M_lo"], head["M_hi"], head["M_hi_unbounded"], saving, "unbounded")
+            + (" !" if m["warnings"] else ""))
 
 
 def _saving_cell(s: dict, lo: str = "saving_lo", hi: str = "saving_hi") -> str:
@@ -221,7 +250,7 @@ def _verdict_section(report: dict) -> list[str]:
         lines.append(
             f"| `{a['arm']}` | {a['settings_tried']} | {_setting_text(a['selected'])} "
             f"| {', '.join(map(str, a['eval_seeds'])) or '—'} | {loss} | {cell} "
-            f"| {_saving_cell(m)} | {savings[0]} | {savings[1]} "
+            f"| {'—' if a.get('is_frontier') else _multiplier_saving_cell(m)} | {savings[0]} | {savings[1]} "
             f"| {a['verdict']} |")
         for what in ("multiplier", "saving_interpolated", "saving_wallclock"):
             if a.get("is_frontier"):
@@ -375,6 +404,35 @@ def _frontier_section(report: dict) -> list[str]:
                          f"| {_fmt_pct(s['saving_blocks'])} | {_fmt_diff(s['loss_gap'])} |")
         lines.append(f"| | **mean [95% CI]** | | | | {_ci(e['saving'], _fmt_pct)} | {_ci(e['saving_blocks'], _fmt_pct)} "
                      f"| {_ci(e['loss_gap'], _fmt_diff)} |")
+    return lines + [""]
+
+
+def _tuning_space_section(report: dict) -> list[str]:
+    """Per budget the single-level settings tried (✓ kept by its arm, ★ on the frontier's envelope), and
+    what each dimension beyond the plain LR grid gained."""
+    f = report["frontier"]
+    if not f["available"] or not f.get("tried_per_budget"):
+        return []
+    lines = ["## The frontier's tuning space", "",
+             "Every single-level run is a candidate, the schedule control's included (the control's own M is read "
+             "on the frontier without its runs, every other arm's on the frontier with them). ✓ kept at that "
+             "budget on the selection seeds; ★ on the frontier's envelope.", "",
+             "| train.budget | schedule | settings | selection loss | |", "|---|---|---|---|---|"]
+    for b in f["tried_per_budget"]:
+        for i, e in enumerate(b["settings"]):
+            mark = ("✓" if e["kept"] else "") + ("★" if e["on_frontier"] else "")
+            budget = f"{b['budget']:g}" if i == 0 else ""
+            lines.append(f"| {budget} | {e['family']} | {_setting_text(e['settings'])} "
+                         f"| {_fmt_loss(e['selection_loss'])} | {mark} |")
+    if f.get("gains"):
+        lines += ["", "What each dimension added: the frontier rebuilt without it; gain = the full frontier's points "
+                  "read on that frontier's fit (M > 1: the dimension saves that factor of compute), and each arm's M "
+                  "against it.", "", "| without | keeps | gain | arms' M against it |", "|---|---|---|---|"]
+        for g in f["gains"]:
+            arms = "; ".join(f"`{name}` " + (f"M > {r['bound']:.3g}" if r["bound"] else _times(r["M"]))
+                             for name, r in g["arms"].items()) or "—"
+            gain = _times(g["gain_M"]) if g["fit_available"] else f"no fit ({g['why']})"
+            lines.append(f"| {g['dimension']} | {g['restricted_to']} | {gain} | {arms} |")
     return lines + [""]
 
 

@@ -12,21 +12,25 @@ such multiset is fitted once.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from mltrain.tools.compare.arms import Arm
 from mltrain.tools.compare.frontier import Frontier, run_time
 from mltrain.tools.compare.loading import Run
-from mltrain.tools.compare.powerlaw import Fit, fit_power_law, read
-from mltrain.tools.compare.statistics import CONFIDENCE, frontier_flops, interval
+from mltrain.tools.compare.powerlaw import Fit, fit_power_law, fit_shift, read
+from mltrain.tools.compare.statistics import CONFIDENCE, FrontierPoint, frontier_flops, interval
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 # With n seeds, a draw repeats one seed n times with probability n^(1-n): 11% at 3 seeds, so each 2.5%
 # tail of the bootstrap would be such draws and the "interval" just the spread of single seeds; 1.6% at 4.
 MIN_SEEDS_FOR_INTERVAL = 4
+# More degenerate draws than one tail of the interval holds: its upper end is no number.
+DEGENERATE_SHARE = (1 - CONFIDENCE) / 2
+FIT_BAND_LIMIT = 0.05  # a fit whose own error is wider than ±5% in M: the frontier's points lead, not its curve
 
 
 def loss_interval(runs: list[Run]) -> dict:
@@ -34,50 +38,96 @@ def loss_interval(runs: list[Run]) -> dict:
     return {"mean": iv.mean, "lo": iv.low, "hi": iv.high, "n": iv.n}
 
 
-def _log_mean_multiplier(fit: Fit, runs: list[Run]) -> Optional[float]:
-    logs = []
+def log_mean_multiplier(fit: Fit, runs: list[Run]) -> tuple[Optional[float], bool]:
+    """(the mean log M of the runs on `fit`, whether the arm lies beyond the fit's data: its equal-loss
+    point past the largest FLOPs fitted, or a run at or below the floor E)."""
+    logs, unreachable = [], False
     for r in runs:
         reading = read(fit, r.total_flops(), r.final("val"))
         if reading.multiplier:
             logs.append(math.log(reading.multiplier))
-    return float(np.mean(logs)) if logs else None
+        else:
+            unreachable = True
+    if not logs:
+        return None, True
+    log_m = float(np.mean(logs))
+    log_c = float(np.mean([math.log(r.total_flops()) for r in runs]))
+    return log_m, unreachable or log_m + log_c > math.log(fit.flop_range[1]) * (1 + 1e-12)
 
 
-def bootstrap(frontier: Frontier, fit: Fit, arms: list[Arm]) -> tuple[dict[int, np.ndarray], int]:
-    """({id(arm): the multipliers of the draws}, how many draws gave a fit)."""
+@dataclass
+class Draws:
+    """One arm's bootstrap: the multiplier of each draw that gave one (per-run reading and joint fit),
+    and how many draws were degenerate (a fit at its bounds, no fit, or the arm beyond the draw's data)."""
+
+    values: list = field(default_factory=list)
+    joint: list = field(default_factory=list)
+    degenerate: int = 0
+    total: int = 0
+
+
+def _joint(fit: Fit, frontier_pts: list, runs: list[Run], log_m0: float) -> Optional[float]:
+    return fit_shift(([p.flops for p in frontier_pts], [p.loss for p in frontier_pts]),
+                     ([r.total_flops() for r in runs], [r.final("val") for r in runs]), fit.law, log_m0)
+
+
+def _draw_arm(refit: Fit, pts: list, runs: list[Run], out: Draws) -> None:
+    out.total += 1
+    if not refit.available:
+        out.degenerate += 1
+        return
+    log_m, beyond = log_mean_multiplier(refit, runs)
+    out.degenerate += bool(beyond or refit.degenerate)
+    if log_m is None:
+        return
+    out.values.append(math.exp(log_m))
+    joint = _joint(refit, pts, runs, log_m)
+    if joint is not None:
+        out.joint.append(joint)
+
+
+def bootstrap(frontier: Frontier, fit: Fit, arms: list[Arm]) -> tuple[dict[int, Draws], int]:
+    """({id(arm): its draws}, how many draws gave a fit of the frontier)."""
     by_seed = {id(a): {} for a in arms}
     for a in arms:
         for r in a.eval_runs:
             by_seed[id(a)].setdefault(r.seed, []).append(r)
     seeds = sorted({*frontier.per_seed, *(s for d in by_seed.values() for s in d)}, key=str)
-    samples: dict[int, list[float]] = {id(a): [] for a in arms}
+    samples = {id(a): Draws() for a in arms}
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    refits: dict[tuple, Fit] = {}  # a draw's fit depends only on which seeds it drew, how often: few seeds, few fits
+    # a draw's fits depend only on which seeds it drew, how often: few seeds, few fits
+    refits: dict[tuple, Fit] = {}
+    per_draw: dict[tuple, dict[int, Draws]] = {}
     fitted = 0
     for _ in range(BOOTSTRAP_RESAMPLES if len(seeds) >= MIN_SEEDS_FOR_INTERVAL else 0):
         draw = tuple(sorted(int(i) for i in rng.integers(0, len(seeds), len(seeds))))
+        pts = [p for i in draw for p in frontier.per_seed.get(seeds[i], [])]
         if draw not in refits:
-            pts = [p for i in draw for p in frontier.per_seed.get(seeds[i], [])]
             refits[draw] = fit_power_law([p.flops for p in pts], [p.loss for p in pts], start=fit.law)
-        refit = refits[draw]
-        if not refit.available:
-            continue
-        fitted += 1
+            per_draw[draw] = {}
+            for a in arms:
+                runs = [r for i in draw for r in by_seed[id(a)].get(seeds[i], [])]
+                per_draw[draw][id(a)] = one = Draws()
+                if runs:
+                    _draw_arm(refits[draw], pts, runs, one)
+        fitted += refits[draw].available
         for a in arms:
-            log_m = _log_mean_multiplier(refit, [r for i in draw for r in by_seed[id(a)].get(seeds[i], [])])
-            if log_m is not None:
-                samples[id(a)].append(math.exp(log_m))
-    return {k: np.asarray(v) for k, v in samples.items()}, fitted
+            one, acc = per_draw[draw][id(a)], samples[id(a)]
+            acc.values += one.values
+            acc.joint += one.joint
+            acc.degenerate += one.degenerate
+            acc.total += one.total
+    return samples, fitted
 
 
 def _unavailable(why: str) -> dict:
     return {"available": False, "why": why, "M": None, "M_lo": None, "M_hi": None, "saving": None,
             "saving_lo": None, "saving_hi": None, "extrapolated": False, "beyond_data": None, "n": 0,
-            "n_resamples": 0, "warnings": []}
+            "n_resamples": 0, "warnings": [], "bound": None, "M_hi_unbounded": False, "n_degenerate": 0,
+            "M_joint": None, "M_joint_lo": None, "M_joint_hi": None, "M_joint_hi_unbounded": False}
 
 
-def multiplier(fit: Fit, runs: list[Run], draws: np.ndarray, fitted: int) -> tuple[dict, list[dict]]:
-    """(the arm's multiplier with its interval, one reading per run)."""
+def _per_run(fit: Fit, runs: list[Run]) -> list[dict]:
     per_run = []
     for r in runs:
         reading = read(fit, r.total_flops(), r.final("val")) if fit.available else None
@@ -86,17 +136,71 @@ def multiplier(fit: Fit, runs: list[Run], draws: np.ndarray, fitted: int) -> tup
                         "M": reading.multiplier if reading else None,
                         "extrapolated": bool(reading and reading.extrapolated),
                         "beyond_data": reading.beyond_data if reading else None})
+    return per_run
+
+
+def bound_value(fit: Fit, runs: list[Run]) -> float:
+    """C_max / C_run: the most M the frontier's data can show (C_run the runs' geometric mean FLOPs)."""
+    return fit.flop_range[1] / math.exp(float(np.mean([math.log(r.total_flops()) for r in runs])))
+
+
+def _bound(fit: Fit, runs: list[Run]) -> Optional[dict]:
+    """M > C_max / C_run when the arm's equal-loss point lies past the frontier's largest FLOPs."""
+    _, beyond = log_mean_multiplier(fit, runs)
+    if not beyond:
+        return None
+    return {"kind": "lower", "value": bound_value(fit, runs),
+            "what": "the arm's equal-loss point lies beyond the frontier's largest FLOPs C_max: M > C_max / C_run"}
+
+
+def _percentiles(values: list) -> tuple[float, float]:
+    tail = 100 * (1 - CONFIDENCE) / 2
+    lo, hi = (float(v) for v in np.percentile(values, [tail, 100 - tail]))
+    return lo, hi
+
+
+def _intervals(out: dict, draws: Draws, fitted: int) -> None:
+    """M's (and the joint fit's) bootstrap interval; the upper end unbounded when too many draws are
+    degenerate (DEGENERATE_SHARE)."""
+    share = draws.degenerate / draws.total if draws.total else 0.0
+    unbounded = share > DEGENERATE_SHARE
+    out.update(n_degenerate=draws.degenerate, degenerate_share=share,
+               bootstrap_M=[float(f"{v:.6g}") for v in draws.values])  # the draws, for the ladder's trend
+    if len(draws.values) < BOOTSTRAP_RESAMPLES / 2:
+        out["warnings"].append(f"only {len(draws.values)} of {BOOTSTRAP_RESAMPLES} resamples gave a multiplier: "
+                               "no interval")
+        return
+    lo, hi = _percentiles(draws.values)
+    out.update(M_lo=lo, M_hi=None if unbounded else hi, saving_lo=1 - 1 / lo,
+               saving_hi=None if unbounded else 1 - 1 / hi, M_hi_unbounded=unbounded)
+    if len(draws.joint) >= BOOTSTRAP_RESAMPLES / 2 and out["M_joint"] is not None:
+        jlo, jhi = _percentiles(draws.joint)
+        out.update(M_joint_lo=jlo, M_joint_hi=None if unbounded else jhi, M_joint_hi_unbounded=unbounded)
+    if unbounded:
+        out["warnings"].append(f"{draws.degenerate} of {draws.total} resamples degenerate (a fit at its bounds, "
+                               f"or the arm beyond the draw's frontier data): the interval's upper end is unbounded")
+    if fitted < BOOTSTRAP_RESAMPLES:
+        out["warnings"].append(f"{BOOTSTRAP_RESAMPLES - fitted} of {BOOTSTRAP_RESAMPLES} resamples gave no fit")
+
+
+def multiplier(fit: Fit, runs: list[Run], draws: Draws, fitted: int,
+               frontier_pts: Sequence[FrontierPoint] = ()) -> tuple[dict, list[dict]]:
+    """(the arm's multiplier with its interval, a bound beyond the data, the joint fit; one reading per run)."""
+    per_run = _per_run(fit, runs)
     if not fit.available:
         return _unavailable(f"no fit of the frontier: {fit.why}"), per_run
     if not runs:
         return _unavailable("no run on an evaluation seed"), per_run
+    bound = _bound(fit, runs)
     reached = [e for e in per_run if e["M"]]
     if not reached:
-        return _unavailable(f"every final loss is at or below the fitted floor E = {fit.law.E:.4g}: "
-                            "no single-level compute reaches it"), per_run
+        return {**_unavailable(f"every final loss is at or below the fitted floor E = {fit.law.E:.4g}: "
+                               "no single-level compute reaches it"), "bound": bound}, per_run
     m = math.exp(float(np.mean([math.log(e["M"]) for e in reached])))
     out = {**_unavailable(""), "available": True, "why": None, "M": m, "saving": 1 - 1 / m, "n": len(reached),
-           "n_resamples": len(draws)}
+           "n_resamples": len(draws.values), "bound": bound}
+    if frontier_pts:
+        out["M_joint"] = _joint(fit, list(frontier_pts), runs, math.log(m))
     beyond = [e["beyond_data"] for e in reached if e["extrapolated"]]
     out["extrapolated"], out["beyond_data"] = bool(beyond), (max(beyond) if beyond else None)
     if len(reached) < len(per_run):
@@ -104,14 +208,10 @@ def multiplier(fit: Fit, runs: list[Run], draws: np.ndarray, fitted: int) -> tup
                                f"({fit.law.E:.4g}) left out: the multiplier understates them")
     if len({e['seed'] for e in reached}) < MIN_SEEDS_FOR_INTERVAL:
         out["warnings"].append(f"fewer than {MIN_SEEDS_FOR_INTERVAL} evaluation seeds: no interval")
-    elif len(draws) == 0 or len(draws) < BOOTSTRAP_RESAMPLES / 2:
-        out["warnings"].append(f"only {len(draws)} of {BOOTSTRAP_RESAMPLES} resamples gave a multiplier: no interval")
     else:
-        tail = 100 * (1 - CONFIDENCE) / 2
-        lo, hi = (float(v) for v in np.percentile(draws, [tail, 100 - tail]))
-        out.update(M_lo=lo, M_hi=hi, saving_lo=1 - 1 / lo, saving_hi=1 - 1 / hi)
-        if fitted < BOOTSTRAP_RESAMPLES:
-            out["warnings"].append(f"{BOOTSTRAP_RESAMPLES - fitted} of {BOOTSTRAP_RESAMPLES} resamples gave no fit")
+        _intervals(out, draws, fitted)
+    if bound is not None:
+        out.update(M_hi=None, saving_hi=None, M_hi_unbounded=True, M_joint_hi=None, M_joint_hi_unbounded=True)
     return out, per_run
 
 
@@ -175,6 +275,51 @@ def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], 
     return out
 
 
+def interpolated_multiplier(frontier: Frontier, runs: list[Run]) -> Optional[float]:
+    """M read on the frontier's own points, no curve: the geometric mean over the runs inside the
+    frontier of F* / F_run (F* interpolated in log FLOPs on the run's seed's envelope)."""
+    logs = []
+    for r in runs if frontier.why is None else []:
+        env, _ = frontier.envelope_for(r.seed)
+        if env is None or not r.total_flops() or r.final("val") is None:
+            continue
+        reading = frontier_flops(env, r.final("val"))
+        if reading.flops is not None:
+            logs.append(math.log(reading.flops / r.total_flops()))
+    return math.exp(float(np.mean(logs))) if logs else None
+
+
+def fit_band(error: dict) -> Optional[float]:
+    """The fit's own error as a half-width in log M (the widest of its per-budget readings), or None."""
+    if not error.get("available"):
+        return None
+    return max(abs(math.log(error["M_lo"])), abs(math.log(error["M_hi"])))
+
+
+def headline(m: dict, interpolated: dict, m_interp: Optional[float], error: dict) -> dict:
+    """Which M the report leads with, and whether the fitted and interpolated readings disagree: a
+    bound beyond the data; else the interpolated M where the fit's own error is wider than ±FIT_BAND_LIMIT;
+    else the joint fit's M when it converged, else the per-run reading's (see docs/outputs.md)."""
+    band = fit_band(error)
+    m["M_interpolated"] = m_interp
+    fitted = m["M_joint"] if m.get("M_joint") is not None else m["M"]
+    m["fit_disagrees"] = bool(band is not None and fitted and m_interp
+                              and abs(math.log(fitted) - math.log(m_interp)) > band)
+    if m["fit_disagrees"]:
+        m["warnings"].append(f"the fitted M ({fitted:.3g}) and the one read on the frontier's points ({m_interp:.3g}) "
+                             f"differ by more than the fit's own error (±{100 * (math.exp(band) - 1):.1f}%)")
+    if m.get("bound"):
+        return {"kind": "bound", "M": None, "M_lo": m["bound"]["value"], "M_hi": None, "M_hi_unbounded": True}
+    if band is not None and band > math.log(1 + FIT_BAND_LIMIT) and m_interp is not None:
+        lo, hi = interpolated.get("saving_lo"), interpolated.get("saving_hi")
+        return {"kind": "interpolated", "M": m_interp, "M_lo": 1 / (1 - lo) if lo is not None else None,
+                "M_hi": 1 / (1 - hi) if hi is not None and hi < 1 else None, "M_hi_unbounded": False}
+    joint = m.get("M_joint") is not None
+    key = "M_joint" if joint else "M"
+    return {"kind": "joint" if joint else "per_run", "M": m[key], "M_lo": m[f"{key}_lo"], "M_hi": m[f"{key}_hi"],
+            "M_hi_unbounded": m[f"{key}_hi_unbounded"]}
+
+
 def wallclock_saving(clock: Frontier, runs: list[Run]) -> dict:
     key, what = clock.basis if clock.basis else (None, None)
     if key is not None and not all(run_time(r, key) is not None for r in runs):
@@ -190,12 +335,17 @@ WITHIN_FIT_ERROR = "within the fit's own error"
 
 
 def verdict_word(m: dict, interpolated: dict, within: Optional[bool] = None) -> str:
-    """From the multiplier's interval; from the interpolated saving's when there is no multiplier. An M
-    inside the fit's own error (`within`) is no saving or cost, however tight its interval."""
+    """From the headline M's interval (a bound: from its value); from the interpolated saving's when there
+    is no multiplier. An M inside the fit's own error (`within`) is no saving or cost, however tight its
+    interval."""
+    head = m.get("headline") or {}
+    if head.get("kind") == "bound":
+        return "saves FLOPs (M only bounded)" if head["M_lo"] > 1 else "no evidence either way"
     if m["available"]:
-        if m["M_lo"] is None:
+        lo, hi = head.get("M_lo", m["M_lo"]), head.get("M_hi", m["M_hi"])
+        if lo is None:
             return f"too few seeds (n={m['n']})"
-        word = "saves FLOPs" if m["M_lo"] > 1 else ("costs FLOPs" if m["M_hi"] < 1 else "no evidence either way")
+        word = "saves FLOPs" if lo > 1 else ("costs FLOPs" if hi is not None and hi < 1 else "no evidence either way")
         return WITHIN_FIT_ERROR if within and word != "no evidence either way" else word
     if not interpolated["available"]:
         return "no verdict"

@@ -6,15 +6,20 @@ with their intervals, tokens per parameter; the multiplier against the study's `
 (parameters, depth, width or tokens per parameter: each rung's value read from its composed config);
 and per arm the trend along that axis.
 
-The trend is the slope b of log M = a + b log x over the rungs (x: the rung's value on the axis), fitted
-by weighted least squares (scipy's curve_fit) with each rung's own 95% interval as its error. When
-the rungs scatter about the line more than their intervals allow (reduced chi-square > 1) the slope's
-error is widened by that scatter (the Birge ratio) and the interval uses Student's t with n - 2
-degrees of freedom; otherwise the normal quantile. In one sentence:
+The trend is the slope b of log M = a + b log x over the rungs (x: the rung's value on the axis), from a
+hierarchical bootstrap (TREND_DRAWS draws, numpy seed TREND_SEED): per draw, each rung's log M is one of
+its own bootstrap draws (compare's: the rung's evaluation seeds resampled and its frontier refitted, so
+every rung is refitted per draw; a rung without stored draws, a normal of its interval's width) plus an
+offset uniform within that rung's fit-error band (a systematic), and the slope is fitted by least
+squares; the interval is the draws' 2.5 and 97.5 percentiles. When the rungs scatter about the line
+more than their draws allow (reduced chi-square > 1) the interval is widened by that scatter (the
+Birge ratio, with Student's t for n - 2 degrees of freedom). A rung whose M is only a bound ("M > x")
+or whose interval's upper end is unbounded is no point for the slope (listed in `excluded`). In one
+sentence:
 
 * flat: the whole interval lies within +-FLAT_SLOPE (M changes by less than ~3.5% per doubling of x);
-* growing / shrinking: the interval lies above / below zero;
-* cannot tell: anything else (an interval that crosses zero without being narrow);
+* growing / shrinking: the interval lies above / below zero AND the rungs' M rise / fall at every step;
+* cannot tell: anything else (the slope is shown);
 * too few scales / seeds to tell: fewer than MIN_SCALES_FOR_TREND rungs with a multiplier measured on
   at least MIN_SEEDS_FOR_TREND evaluation seeds. Two rungs always lie on a line, so nothing would
   check the straight line the slope assumes; and with fewer than 4 seeds a rung's bootstrap interval
@@ -35,13 +40,15 @@ import numpy as np
 
 from mltrain import guarded
 from mltrain.tools.compare.cells import markdown_safe
-from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
+from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL, fit_band
 from mltrain.tools.study.plan import label_parts
 
 FLAT_SLOPE = 0.05
 Z95 = 1.959963984540054
 MIN_SCALES_FOR_TREND = 3
 MIN_SEEDS_FOR_TREND = MIN_SEEDS_FOR_INTERVAL
+TREND_DRAWS = 2000
+TREND_SEED = 0
 # The axis as the report and the plot name it: (word in "log M against log <word>", axis label, unit)
 AXES = {"params": ("N", "model parameters N", "parameters"),
         "depth": ("depth", "depth: blocks (model.n_layer)", "blocks"),
@@ -94,14 +101,49 @@ def _sigma(m: dict) -> Optional[float]:
     return max((math.log(hi) - math.log(lo)) / (2 * Z95), 1e-12)
 
 
-def fit_trend(points: list[tuple[float, dict, int]]) -> dict:
-    """Slope of log M against log x from (x, multiplier dict, evaluation seeds) points (see the module
-    docstring)."""
-    from scipy import optimize, stats
+def _why_not_a_point(m: dict, seeds: int) -> Optional[str]:
+    """Why a rung's multiplier is no point for the slope, or None when it is one."""
+    if not m.get("available") or not (m.get("M") or 0) > 0:
+        return "no multiplier"
+    if (m.get("bound") or {}).get("kind"):
+        return f"M only bounded (M > {m['bound']['value']:.3g})"
+    if m.get("M_hi_unbounded"):
+        return "its interval's upper end is unbounded"
+    if seeds < MIN_SEEDS_FOR_TREND:
+        return f"fewer than {MIN_SEEDS_FOR_TREND} evaluation seeds"
+    return None
 
-    measured = [(n, m, k) for n, m, k in points if m.get("available") and (m.get("M") or 0) > 0]
-    usable = [(n, m) for n, m, k in measured if k >= MIN_SEEDS_FOR_TREND]
-    out: dict[str, Any] = {"n_scales": len(usable)}
+
+def _rung_draws(m: dict, fit_error: Optional[dict], rng: np.random.Generator) -> Optional[np.ndarray]:
+    """TREND_DRAWS draws of one rung's log M: its own bootstrap draws (compare's, every draw a refit of the
+    rung's frontier on resampled evaluation seeds) or, without them, a normal of its interval's width;
+    plus a per-draw offset uniform within the rung's fit-error band (a systematic)."""
+    own = [v for v in m.get("bootstrap_M") or [] if v and v > 0]
+    if own:
+        y = np.log(rng.choice(own, TREND_DRAWS))
+    elif _sigma(m) is not None:
+        y = rng.normal(math.log(m["M"]), _sigma(m), TREND_DRAWS)
+    else:
+        return None
+    band = fit_band(fit_error or {})
+    return y + (rng.uniform(-band, band, TREND_DRAWS) if band else 0.0)
+
+
+def _monotone(y: np.ndarray) -> Optional[str]:
+    steps = np.diff(y)
+    return "growing" if np.all(steps > 0) else ("shrinking" if np.all(steps < 0) else None)
+
+
+def fit_trend(points: list[tuple]) -> dict:
+    """Slope of log M against log x from (x, multiplier dict, evaluation seeds[, fit error]) points
+    (see the module docstring)."""
+    from scipy import stats
+
+    points = [(*p, None)[:4] for p in points]
+    measured = [p for p in points if _why_not_a_point(p[1], MIN_SEEDS_FOR_TREND) is None]
+    usable = [p for p in measured if p[2] >= MIN_SEEDS_FOR_TREND]
+    excluded = [{"x": p[0], "why": w} for p in points if (w := _why_not_a_point(p[1], p[2])) and w != "no multiplier"]
+    out: dict[str, Any] = {"n_scales": len(usable), "excluded": excluded}
     if len(usable) < MIN_SCALES_FOR_TREND:
         few_seeds = len(measured) - len(usable)
         word = "too few seeds to tell" if few_seeds and len(measured) >= MIN_SCALES_FOR_TREND else "too few scales to tell"
@@ -110,37 +152,42 @@ def fit_trend(points: list[tuple[float, dict, int]]) -> dict:
                + f"; a trend needs {MIN_SCALES_FOR_TREND} scales with {MIN_SEEDS_FOR_TREND} seeds or more each "
                "(two scales always lie on a line; fewer seeds give no interval to weigh a scale by)")
         return {**out, "verdict": word, "why": why}
-    x = np.log([n for n, _ in usable])
-    y = np.log([m["M"] for _, m in usable])
-    sigmas = [_sigma(m) for _, m in usable]
-    weighted = all(s is not None for s in sigmas)
-    if not weighted and len(usable) < 3:
-        return {**out, "verdict": "cannot tell", "why": "no intervals, and too few scales to estimate the scatter"}
-    line = lambda t, a, b: a + b * t  # noqa: E731
-    popt, cov = optimize.curve_fit(line, x, y, sigma=sigmas if weighted else None, absolute_sigma=weighted)
+    usable.sort(key=lambda p: p[0])
+    rng = np.random.default_rng(TREND_SEED)
+    draws = [_rung_draws(m, err, rng) for _, m, _, err in usable]
+    if any(d is None for d in draws):
+        return {**out, "verdict": "cannot tell", "why": "a scale without an interval or bootstrap draws"}
+    x, y = np.log([p[0] for p in usable]), np.log([p[1]["M"] for p in usable])
+    ys = np.stack(draws, axis=1)  # (draws, rungs)
+    design = np.stack([np.ones_like(x), x], axis=1)
+    coef = np.linalg.lstsq(design, ys.T, rcond=None)[0]  # (2, draws): intercept, slope per draw
+    a, b = (float(v) for v in np.linalg.lstsq(design, y, rcond=None)[0])
+    lo, hi = np.percentile(coef[1], [2.5, 97.5])
+    scale, method = 1.0, "hierarchical bootstrap: the rungs' own draws and their fit-error bands, one slope per draw"
     dof = len(usable) - 2
-    scale, quantile, method = 1.0, Z95, "weighted by the scales' intervals"
-    if weighted and dof > 0:
-        chi2 = float(np.sum(((y - line(x, *popt)) / np.array(sigmas)) ** 2)) / dof
+    sd = ys.std(axis=0)
+    if dof > 0 and np.all(sd > 0):
+        chi2 = float(np.sum(((y - (a + b * x)) / sd) ** 2)) / dof
         if chi2 > 1:
-            scale, quantile = math.sqrt(chi2), float(stats.t.ppf(0.975, dof))
+            scale = math.sqrt(chi2) * float(stats.t.ppf(0.975, dof)) / Z95
             method += f", widened by their scatter (reduced chi-square {chi2:.2f}, t with {dof} df)"
-    elif not weighted:
-        quantile, method = float(stats.t.ppf(0.975, dof)), f"unweighted (some scales lack intervals), t with {dof} df"
-    cov = np.asarray(cov) * scale**2
-    b, half = float(popt[1]), quantile * math.sqrt(cov[1, 1])
-    out.update(slope=b, slope_lo=b - half, slope_hi=b + half, intercept=float(popt[0]), cov=cov.tolist(),
-               quantile=quantile, method=method, n_min=float(np.exp(x.min())), n_max=float(np.exp(x.max())))
-    out["verdict"] = trend_word(b - half, b + half)
+    lo, hi = b - (b - float(lo)) * scale, b + (float(hi) - b) * scale
+    cov = np.cov(coef) * scale ** 2
+    out.update(slope=b, slope_lo=lo, slope_hi=hi, intercept=a, cov=cov.tolist(), quantile=Z95, method=method,
+               n_min=float(np.exp(x.min())), n_max=float(np.exp(x.max())), n_draws=TREND_DRAWS,
+               monotone=_monotone(y))
+    out["verdict"] = trend_word(lo, hi, out["monotone"])
     return out
 
 
-def trend_word(lo: float, hi: float) -> str:
+def trend_word(lo: float, hi: float, monotone: Optional[str] = None) -> str:
+    """flat inside ±FLAT_SLOPE; growing / shrinking only when the interval excludes zero and the rungs'
+    M move that way at every step; else cannot tell."""
     if -FLAT_SLOPE <= lo and hi <= FLAT_SLOPE:
         return "flat"
-    if lo > 0:
+    if lo > 0 and monotone == "growing":
         return "growing"
-    if hi < 0:
+    if hi < 0 and monotone == "shrinking":
         return "shrinking"
     return "cannot tell"
 
@@ -161,11 +208,16 @@ def trend_sentence(arm: str, trend: dict, axis: str = "params") -> str:
     word, _, unit = AXES[axis]
     along = "scale" if axis == "params" else word
     if "slope" not in trend:
-        return f"{arm}: {trend['verdict']} how the compute multiplier changes with {along} ({trend['why']})."
+        left = "; ".join(f"{axis_text(e['x'], axis)}: {e['why']}" for e in trend.get("excluded") or [])
+        return (f"{arm}: {trend['verdict']} how the compute multiplier changes with {along} ({trend['why']}"
+                + (f"; not used as points: {left}" if left else "") + ").")
     span = f"over {trend['n_scales']} scales ({axis_text(trend['n_min'], axis)} to {axis_text(trend['n_max'], axis)} {unit})"
     slope = f"slope of log M against log {word} {trend['slope']:+.3f} [{trend['slope_lo']:+.3f}, {trend['slope_hi']:+.3f}]"
+    left = "; ".join(f"{axis_text(e['x'], axis)}: {e['why']}" for e in trend.get("excluded") or [])
+    span += f"; not used as points: {left}" if left else ""
     if trend["verdict"] == "cannot tell":
-        return f"{arm}: cannot tell whether the compute multiplier changes with {along}: {slope} {span}."
+        bumpy = " (the rungs' M do not move one way)" if not trend.get("monotone") else ""
+        return f"{arm}: cannot tell whether the compute multiplier changes with {along}: {slope} {span}{bumpy}."
     return f"{arm}: the compute multiplier is {trend['verdict']} with {along}: {slope} {span}."
 
 
@@ -185,15 +237,27 @@ def _params(n: float) -> str:
 
 
 def _multiplier_text(m: Optional[dict]) -> tuple[str, str]:
+    """The rung's headline M and saving (compare's `headline`: a bound, the interpolated, the joint fit's or
+    the per-run M), with its interval."""
     if not m:
         return "—", "—"
+    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    if (m.get("bound") or {}).get("kind") == "lower":
+        return f"M > {m['bound']['value']:.3f}", f"> {pct(1 - 1 / m['bound']['value'])}"
     if not m.get("available"):
         return f"unavailable ({m.get('why') or 'no reason given'})", "—"
-    mark = " †" if m.get("extrapolated") else ""
-    lo_hi = lambda lo, hi, f: f" [{f(lo)}, {f(hi)}]" if lo is not None and hi is not None else ""  # noqa: E731
-    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
-    return (f"{m['M']:.3f}{lo_hi(m.get('M_lo'), m.get('M_hi'), lambda v: f'{v:.3f}')}{mark}",
-            f"{pct(m['saving'])}{lo_hi(m.get('saving_lo'), m.get('saving_hi'), pct)}" if m.get("saving") is not None else "—")
+    head = m.get("headline") or {"kind": "per_run", "M": m["M"], "M_lo": m.get("M_lo"), "M_hi": m.get("M_hi"),
+                                 "M_hi_unbounded": m.get("M_hi_unbounded")}
+    lo, hi, mid = head["M_lo"], head["M_hi"], head["M"]
+    mark = (" †" if m.get("extrapolated") else "") + {"interpolated": " (interpolated)"}.get(head["kind"], "")
+
+    def span(f) -> str:
+        if lo is None:
+            return ""
+        return f" [{f(lo)}, ∞)" if head.get("M_hi_unbounded") else (f" [{f(lo)}, {f(hi)}]" if hi is not None else "")
+
+    saving = lambda v: pct(1 - 1 / v)  # noqa: E731
+    return f"{mid:.3f}{span(lambda v: f'{v:.3f}')}{mark}", f"{saving(mid)}{span(saving)}"
 
 
 def _settings_text(entry: Optional[dict]) -> str:
@@ -228,8 +292,8 @@ def ladder_report(study: str, arms: list[str], frontier: str, results: list[Scal
     for arm in arms:
         if arm == frontier:
             continue
-        points = [(r.x, (r.arm(arm) or {}).get("multiplier") or {}, len((r.arm(arm) or {}).get("eval_seeds") or []))
-                  for r in results]
+        points = [(r.x, (r.arm(arm) or {}).get("multiplier") or {}, len((r.arm(arm) or {}).get("eval_seeds") or []),
+                   ((r.comparison or {}).get("frontier") or {}).get("fit_error")) for r in results]
         trend = fit_trend(points)
         trend["sentence"] = trend_sentence(arm, trend, axis)
         trend["predictions"] = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
@@ -285,7 +349,9 @@ def render_markdown(report: dict) -> str:
             seeds = len(row.get("eval_seeds") or [])
             lines.append(f"| {head} | {row['arm']} | {_settings_text(row)} | {m} | {saving} | {seeds or '—'} |")
     lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md). "
-              "‡ within the fit's own error at that rung: not a saving."]
+              "‡ within the fit's own error at that rung: not a saving. M > x: the arm's equal-loss point lies past "
+              "the frontier's largest budget, only a bound (no point for the trend). [lo, ∞): too many degenerate "
+              "bootstrap draws for an upper end (no point for the trend either)."]
     notes = [(s["scale"], w) for s in report["scales"] for w in s["warnings"]]
     if notes:
         lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]
@@ -313,6 +379,10 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
         shift = 1.0 + 0.03 * (i - (len(report["trends"]) - 1) / 2)  # arms side by side, not on top
         for s in report["scales"]:
             m = next((r.get("multiplier") for r in s["arms"] if r["arm"] == trend["arm"]), None) or {}
+            x = s.get("x", s["n_params"]) * shift
+            if (m.get("bound") or {}).get("kind") == "lower":  # only a bound: a caret at M > x, no point
+                ax.plot([x], [m["bound"]["value"]], marker="^", color=color, mfc="white", ls="none")
+                continue
             if not m.get("available") or not m.get("M"):
                 continue
             lo, hi = m.get("M_lo") or m["M"], m.get("M_hi") or m["M"]  # no interval (too few seeds): a bare point
@@ -333,7 +403,8 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
     axis = report.get("axis", "params")
     ax.set_xlabel(AXES[axis][1] + " (log scale)")
     ax.set_ylabel("compute multiplier M (95% interval)")
-    ax.set_title(f"{report['study']}: multiplier vs {AXES[axis][0]} (hollow: beyond the frontier's data)", fontsize=9)
+    ax.set_title(f"{report['study']}: multiplier vs {AXES[axis][0]} (hollow: beyond the frontier's data; ^: M only "
+                 "bounded below)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:
