@@ -370,12 +370,12 @@ def _choose_arm(study: Study, scale: str, name: str, runs: list[Run]) -> Choice:
 
 def _control_wins(study: Study, scale: str, sweeps: list[Sweep], choice: Choice, single: tuning.Losses) -> dict:
     """The budgets where the control's schedule beat the frontier's own best setting on the selection seeds:
-    budget -> the control's setting there."""
+    budget -> the control's setting there. The control arm's own runs (budget 1, its own length) are not
+    among them: they are its arm's, evaluated as such, and join the verdict's frontier at their FLOPs."""
     control, seeds = study.cfg.frontier.control_arm, selection_seeds(study.cfg)
     if control is None:
         return {}
-    table = {**tuning.losses(_arm_runs(study.layout, scale, sweeps, control)),
-             **tuning.losses(_arm_runs(study.layout, scale, sweeps, control + AT_FRONTIER))}
+    table = tuning.losses(_arm_runs(study.layout, scale, sweeps, control + AT_FRONTIER))
     wins = {}
     for budget, setting in choice.by_budget.items():
         own = tuning.mean_loss(single, tuple(sorted({**setting, BUDGET: budget}.items())), seeds)
