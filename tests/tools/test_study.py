@@ -292,7 +292,8 @@ def test_the_new_ladders_hold_their_stated_rungs():
         l8 = composer.compose([*depth.common, *depth.ladder.L8.overrides], "L8")
         assert (l8.model.n_layer, l8.model.n_embd, l8.model.block_size, l8.train.batch_size) == (8, 32, 32, 8)
         assert sizes["depth"]["L8"].max_steps == 3360 and sizes["depth"]["L8"].tokens_per_param == pytest.approx(8.0)
-        assert [s.on_axis("depth") for s in sizes["depth"].values()] == [4, 8, 12]
+        assert [s.on_axis("depth") for s in sizes["depth"].values()] == [4, 8, 12, 16]
+        assert all(schema.eval_seeds(study, rung) == [1, 2, 3, 4, 5, 6] for study in (depth, data) for rung in study.ladder)
         assert [round(s.tokens_per_param) for s in sizes["data"].values()] == [8, 16, 32]
         for name, study in (("depth", depth), ("data", data)):
             for rung, size in sizes[name].items():
@@ -301,10 +302,192 @@ def test_the_new_ladders_hold_their_stated_rungs():
                 coarse = cfg.multilevel.n_cycles * 2 * cfg.multilevel.coarse_steps * per_token(cfg.model.n_layer // 2)
                 assert coarse / (size.max_steps * per_token(cfg.model.n_layer)) == pytest.approx(0.34, abs=0.005)
         for arm in ("single", "multilevel", "schedule_control", "stacking", "raptr"):
-            assert data.arms[arm] == cpu.arms[arm]
+            same = ("experiment", "overrides", "grid")  # the pilots that fixed the grids are counted in data_ladder
+            assert {k: data.arms[arm][k] for k in same} == {k: cpu.arms[arm][k] for k in same}
             one = ["seed=1", "optim.lr=0.3"]
             a = composer.compose([*data.common, *data.ladder.t8.overrides, "train.max_steps=1824",
                                   f"experiment={data.arms[arm].experiment}", *one], "t8")
             b = composer.compose([*cpu.common, "data=packages", *cpu.ladder.d32.overrides, "train.max_steps=1824",
                                   f"experiment={cpu.arms[arm].experiment}", *one], "d32")
             assert a == b, arm
+
+
+# ---------------------------------------------------------------------------------------------
+# The study's own tuning: the frontier's space, edges, ties, bracketing, resume (no training: the runs'
+# summaries are written by hand, the choice is the lowest mean loss on the selection seeds)
+
+WIDE = """# @package _global_
+defaults: [smoke]
+name: wide
+arms:
+  control:
+    experiment: schedule_control
+    overrides: [multilevel.coarse_steps=2]
+    grid: {optim.lr: [0.03, 0.3]}
+frontier: {control_arm: control, warmup_fractions: [0.01, 0.045], lr_neighbours: true, max_budget: 3}
+extra_selection_seeds: [100, 101]
+grid_extensions: 1
+"""
+
+
+def wide_study(tmp_path, *overrides):
+    own = tmp_path / "conf" / "study"
+    own.mkdir(parents=True, exist_ok=True)
+    (own / "wide.yaml").write_text(WIDE)
+    cfg = compose_study(["study=wide", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                         *overrides])
+    schema.check(cfg)
+    return cfg
+
+
+def finish(run, loss: float) -> None:
+    run.dir.mkdir(parents=True, exist_ok=True)
+    (run.dir / "summary.json").write_text(json.dumps({"status": "finished", "final_val_loss": loss}))
+
+
+def test_the_frontier_tries_warmups_the_control_at_every_budget_and_its_lr_neighbours(tmp_path):
+    from mltrain.tools.study import tuning
+    from mltrain.tools.study.plan import control_sweeps
+
+    cfg = wide_study(tmp_path, "grid_extensions=0")  # neighbours alone (an edge extension is tested below)
+    layout = Layout(tmp_path / "study", {"d16": 100, "d32": 200})
+    single = tuning_sweeps(cfg, layout, "d16")[0]
+    assert dict(single.swept)["schedule.warmup_steps"] == ("1", "4")  # 1% and 4.5% of 100 steps
+    assert len(single.runs()) == 2 * 2 * 3  # warm-up x LR x budget, on seed 0
+    control = control_sweeps(cfg, layout, "d16", 100, ["0.5", "1.0", "2.0"])
+    lengths = {dict(s.swept)["train.budget"][0]: dict(s.swept)["multilevel.coarse_steps"] for s in control}
+    assert lengths == {"0.5": ("1",), "2.0": ("4",)}  # at budget 1 the control arm's own runs are that point
+    assert all(s.dir.name == "control@frontier" and "experiment=schedule_control" in s.fixed for s in control)
+    for run in single.runs():
+        finish(run, 2.0 + abs(float(run.setting["optim.lr"]) - 0.3))
+    by_budget = {b: {"optim.lr": "0.3", "schedule.warmup_steps": "4"} for b in ("0.5", "1.0", "2.0")}
+    more = tuning.more_sweeps(cfg, layout, "d16", 100, [single], {"single": Choice({}, by_budget)})
+    planned = sorted((r.setting["train.budget"], r.setting["optim.lr"], r.seed) for s in more for r in s.runs())
+    assert planned == sorted((b, lr, 0) for b in ("0.5", "1.0", "2.0") for lr in ("0.5196", "0.1732"))
+    assert all(r.setting["schedule.warmup_steps"] == "4" for s in more for r in s.runs())
+
+
+def test_an_arm_beyond_the_frontier_data_adds_the_next_budget_up_to_the_cap(tmp_path):
+    from mltrain.tools.study.tuning import next_budget
+
+    cfg = wide_study(tmp_path)
+    beyond = {"arms": [{"is_frontier": True, "multiplier": {}},
+                       {"is_frontier": False, "multiplier": {"extrapolated": True, "beyond_data": 1.6}}]}
+    inside = {"arms": [{"is_frontier": False, "multiplier": {"extrapolated": False, "beyond_data": None}}]}
+    bound = {"arms": [{"is_frontier": False, "multiplier": {"bound": {"kind": "lower"}}}]}
+    assert next_budget(cfg, ["0.5", "1.0", "2.0"], beyond) == "3.0"
+    assert next_budget(cfg, ["0.5", "1.0", "2.0"], bound) == "3.0"
+    assert next_budget(cfg, ["0.5", "1.0", "2.0", "3.0"], beyond) is None  # frontier.max_budget=3
+    assert next_budget(cfg, ["0.5", "1.0", "2.0"], inside) is None
+    assert next_budget(wide_study(tmp_path, "frontier.max_budget=null"), ["1.0", "2.0"], beyond) is None
+    sweeps = tuning_sweeps(cfg, Layout(tmp_path, {"d16": 100}), "d16", budgets=["0.5", "1.0", "2.0", "3.0"])
+    assert dict(sweeps[0].swept)["train.budget"] == ("0.5", "1.0", "2.0", "3.0")
+
+
+def test_a_choice_on_the_grid_edge_plans_one_more_value_beyond_it(tmp_path):
+    from mltrain.tools.study import tuning
+
+    cfg = wide_study(tmp_path)
+    layout = Layout(tmp_path / "study", {"d16": 100})
+    multilevel = tuning_sweeps(cfg, layout, "d16")[1]
+    losses = {"0.03": 2.5, "0.3": 2.1}
+    for run in multilevel.runs():
+        finish(run, losses[run.setting["optim.lr"]])
+    more = tuning.more_sweeps(cfg, layout, "d16", 100, [multilevel], {"multilevel": Choice({"optim.lr": "0.3"})})
+    assert [(r.setting, r.seed) for s in more for r in s.runs()] == [({"optim.lr": "3.0"}, 0)]  # the grid's x10
+    finish(more[0].runs()[0], 2.3)  # worse beyond: the grid brackets the choice now
+    assert tuning.more_sweeps(cfg, layout, "d16", 100, [multilevel, *more], {"multilevel": Choice({"optim.lr": "0.3"})}) == []
+    # ... and where the extension wins, the cap (grid_extensions=1) stops it
+    assert tuning.edge_value(["0.03", "0.3"], ["0.03", "0.3", "3.0"], "3.0", 1) is None
+    assert tuning.edge_value(["0.03", "0.3"], ["0.03", "0.3", "3.0"], "3.0", 2) == 30.0
+    assert tuning.edge_value(["0.03", "0.1", "0.3"], ["0.03", "0.1", "0.3"], "0.1", 3) is None
+
+
+def test_a_near_tie_runs_the_extra_selection_seeds_and_evaluates_the_runner_up(tmp_path):
+    from mltrain.tools.study import tuning
+
+    lrs = "optim.lr:[0.03,0.1,0.3]"
+    cfg = wide_study(tmp_path, f"arms.multilevel.grid={{{lrs}}}", f"arms.control.grid={{{lrs}}}",
+                     f"arms.single.grid={{{lrs},train.budget:[0.5,1.0,2.0]}}", "grid_extensions=0")
+    layout = Layout(tmp_path / "study", {"d16": 100})
+    multilevel = tuning_sweeps(cfg, layout, "d16")[1]
+    for run, loss in zip(multilevel.runs(), [2.4, 2.10, 2.115]):  # 0.1 and 0.3 within 0.02 nats
+        finish(run, loss)
+    more = tuning.more_sweeps(cfg, layout, "d16", 100, [multilevel], {"multilevel": Choice({"optim.lr": "0.1"})})
+    assert sorted((r.setting["optim.lr"], r.seed) for s in more for r in s.runs()) == [
+        ("0.1", 100), ("0.1", 101), ("0.3", 100), ("0.3", 101)]
+    for run, loss in zip([r for s in more for r in s.runs()], [2.14, 2.13, 2.10, 2.09]):
+        finish(run, loss)
+    table = tuning.losses([*multilevel.runs(), *(r for s in more for r in s.runs())])
+    close = tuning.tied(table, table, [0], cfg.tie_nats)
+    assert [dict(s)["optim.lr"] for s in close] == ["0.1", "0.3"]
+    # on the mean over the three selection seeds 0.3 wins (2.102 against 2.123): the runner-up is 0.1
+    assert dict(tuning.runner_up(table, close, [0, 100, 101], (("optim.lr", "0.3"),))) == {"optim.lr": "0.1"}
+    apart = {(("optim.lr", "0.1"),): {0: 2.0}, (("optim.lr", "0.3"),): {0: 2.03}}
+    assert tuning.tied(apart, apart, [0], 0.02) == []  # 0.03 nats apart: the selection seed decides
+    sweeps = evaluation_sweeps(cfg, layout, "d16", {"multilevel": Choice({"optim.lr": "0.3"}, runner_up={"optim.lr": "0.1"})})
+    runs = {(r.sweep.dir.name, r.setting["optim.lr"], r.seed) for s in sweeps for r in s.runs()}
+    assert runs == {("multilevel", "0.3", 1), ("multilevel", "0.3", 2),
+                    ("multilevel@runner_up", "0.1", 1), ("multilevel@runner_up", "0.1", 2)}
+
+
+def test_extra_selection_seeds_must_be_apart_from_the_others(tmp_path, capsys):
+    code, _, err = run_main("study=smoke", f"dir={tmp_path / 'study'}", "extra_selection_seeds=[2,100]", capsys=capsys)
+    assert code == 2 and "extra_selection_seeds [2] also in selection_seeds or the evaluation seeds" in err
+    code, _, err = run_main("study=smoke", f"dir={tmp_path / 'study'}", "frontier.control_arm=nope", capsys=capsys)
+    assert code == 2 and "frontier.control_arm=nope: name one of the study's other arms (multilevel)" in err
+
+
+def test_a_study_invoked_again_over_its_finished_runs_plans_nothing_new(tmp_path, monkeypatch):
+    import io
+    import math
+
+    from mltrain.tools.study.progress import Progress, ended, run_status
+
+    cfg = wide_study(tmp_path)
+    sizes = {"d16": compose.ScaleSize(1000, 100, 64), "d32": compose.ScaleSize(2000, 100, 64)}
+    kinds = {(scale, arm): "single" if arm == "single" else "multilevel" for scale in sizes for arm in cfg.arms}
+    study = stages.Study(cfg, Layout(tmp_path / "study", {"d16": 100, "d32": 100}), sizes, kinds, {}, None,
+                         progress=Progress(io.StringIO(), 0, 0, 0.0))
+    launched = []
+
+    def loss(run) -> float:  # a bowl in log LR around 0.2 (shallow off the frontier); the shorter warm-up better
+        s, steep = run.setting, 0.05 if run.sweep.dir.name == "single" else 0.005
+        return (2.0 + steep * abs(math.log(float(s["optim.lr"]) / 0.2)) - 0.1 * float(s.get("train.budget", 1.0))
+                - 0.003 * (s.get("schedule.warmup_steps") == "1") + 0.001 * (run.seed % 7))
+
+    def fake_launch(study, sweep):
+        pending = [r for r in sweep.runs() if not ended(run_status(r.dir))]
+        launched.extend(pending)
+        for run in pending:
+            finish(run, loss(run))
+
+    def fake_compare(paths, select_seeds, tune, **_):  # the lowest mean on the selection seeds, per budget
+        rows = {}
+        for p in paths:
+            parts = dict(kv.split("=", 1) for kv in Path(p).name.split(","))
+            if int(parts.pop("seed")) in select_seeds:
+                loss_ = json.loads((Path(p) / "summary.json").read_text())["final_val_loss"]
+                rows.setdefault(tuple(sorted(parts.items())), []).append(loss_)
+        best = {}
+        for setting, ls in rows.items():
+            b = dict(setting).get("train.budget", "1.0")
+            best[b] = min(best.get(b, (math.inf, None)), (sum(ls) / len(ls), setting))
+        pick = {b: {k: v for k, v in s if k in tune} for b, (_, s) in best.items()}
+        return {"arms": [{"label": "x", "selected": pick[max(pick, key=float)], "selected_by_budget": pick}]}
+
+    monkeypatch.setattr(stages, "_launch", fake_launch)
+    monkeypatch.setattr(stages, "_compare", fake_compare)
+    budgets = ["0.5", "1.0", "2.0"]
+    sweeps, choices = stages._tune(study, "d16", budgets)
+    ran = {(r.sweep.dir.name, tuple(sorted(r.setting.items())), r.seed) for r in launched}
+    assert ("single", (("optim.lr", "0.5196"), ("schedule.warmup_steps", "1"), ("train.budget", "1.0")), 0) in ran
+    assert any(name == "control@frontier" for name, _, _ in ran) and any(seed == 100 for _, _, seed in ran)
+    assert choices["single"].by_budget["1.0"] == {"optim.lr": "0.1732", "schedule.warmup_steps": "1"}
+    assert choices["multilevel"].runner_up  # its settings lie within 0.02 nats of each other
+    launched.clear()
+    again, same = stages._tune(study, "d16", budgets)
+    assert launched == [] and same == choices
+    assert {r.dir for s in again for r in s.runs()} == {r.dir for s in sweeps for r in s.runs()}
+    found, distrusted = stages.read_choices(cfg, study.layout, "d16")
+    assert distrusted == [] and found == choices

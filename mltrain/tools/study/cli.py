@@ -104,12 +104,23 @@ def _status(cfg: Any, out: Any) -> int:
     from mltrain.tools.study.progress import status_lines
     from mltrain.tools.study.stages import read_choices
 
-    layout = Layout(Path(cfg.dir).resolve())
+    layout = Layout(Path(cfg.dir).resolve(), _steps(cfg))
     read = {scale: read_choices(cfg, layout, scale) for scale in cfg.ladder}
     choices = {scale: found for scale, (found, _) in read.items()}
     distrusted = {scale: arms for scale, (_, arms) in read.items()}
     print("\n".join(status_lines(cfg, layout, choices, distrusted)), file=out, flush=True)
     return 0
+
+
+def _steps(cfg: Any) -> dict[str, int]:
+    """Each rung's steps where the folders depend on them (the frontier's warm-up lengths), else none: the
+    parameter count needs the model built (on the meta device)."""
+    if not cfg.frontier.warmup_fractions:
+        return {}
+    from mltrain.tools.study import compose
+
+    with compose.Composer() as composer:
+        return {name: size.max_steps for name, size in compose.ladder_sizes(cfg, composer).items()}
 
 
 def study_main() -> None:

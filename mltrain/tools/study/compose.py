@@ -198,7 +198,7 @@ def check_settings(study: Any, sweeps: Iterable[Sweep], sizes: dict[str, ScaleSi
 
 
 def check_seeds(study: Any) -> None:
-    for seed in [*study.selection_seeds, *study.seeds, *(s for r in study.ladder.values() for s in (r.seeds or []))]:
+    for seed in [*study.selection_seeds, *study.extra_selection_seeds, *study.seeds, *(s for r in study.ladder.values() for s in (r.seeds or []))]:
         if not 0 <= seed < 2**32:
             raise ConfigError(f"seed {seed} must be in [0, 2**32)")
 

@@ -4,6 +4,9 @@
     <dir>/<scale>/eval/<arm>/<chosen values>,seed=S    stage 2: the chosen setting on the evaluation
                                                         seeds; the single-level arm: each budget at the
                                                         setting chosen for that budget (the frontier)
+    <dir>/<scale>/tune/<control>@frontier/...          the control's schedule at the frontier's budgets
+    <dir>/<scale>/eval/<control>@frontier/...          ... at the budgets where it was the best single-level run
+    <dir>/<scale>/eval/<arm>@runner_up/...             an arm's runner-up setting (a near tie) on the evaluation seeds
     <dir>/<scale>/selection.json                       the settings stage 1 chose
     <dir>/<scale>/verdict/comparison.{md,json,png}     stage 3: mltrain-compare on the scale
     <dir>/ladder.{md,json,png}                         stage 4: across scales
@@ -31,6 +34,8 @@ from mltrain.runs.names import short_dirname
 from mltrain.tools.study.schema import BUDGET, SEED, eval_seeds, frontier_arm, tuned_keys
 
 TUNE, EVAL = "tune", "eval"  # the stages that launch runs; also the runs' W&B job_type
+AT_FRONTIER, RUNNER_UP = "@frontier", "@runner_up"  # folder suffixes (arm names cannot hold '@')
+WARMUP, COARSE_STEPS = "schedule.warmup_steps", "multilevel.coarse_steps"
 BOOKKEEPING = ("train.resume=true", "train.progress=false")
 
 _parser = OverridesParser.create()
@@ -131,7 +136,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return f"{self.sweep.scale}/{self.sweep.stage}/{self.sweep.arm}/{self.dir.name}"
+        return f"{self.sweep.scale}/{self.sweep.stage}/{self.sweep.dir.name}/{self.dir.name}"
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,7 @@ class Layout:
     """The study's folders and files (see the module docstring)."""
 
     root: Path
+    steps: dict[str, int] = field(default_factory=dict)  # scale -> train.max_steps (the warm-up values follow it)
 
     def scale(self, scale: str) -> Path:
         return self.root / scale
@@ -221,10 +227,72 @@ def grid_values(arm: Any) -> dict[str, list[str]]:
     return {k: [setting_text(k, v) for v in arm.grid[k]] for k in keys}
 
 
-def tuning_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int] = None) -> list[Sweep]:
-    """Stage 1: one sweep per arm, its whole grid on the selection seeds."""
-    return [_sweep(study, layout, scale, TUNE, arm, max_steps, grid_values(study.arms[arm]), study.selection_seeds)
+def warmup_values(study: Any, steps: Optional[int]) -> list[str]:
+    """The frontier's warm-up lengths at a rung of `steps` steps (none added when no fraction is set)."""
+    fractions = list(study.frontier.warmup_fractions)
+    if fractions and steps is None:
+        raise ConfigError("the frontier's warm-up lengths need each rung's steps (internal: no steps given)")
+    return list(dict.fromkeys(str(round(f * steps)) for f in fractions))
+
+
+def frontier_values(study: Any, layout: Layout, scale: str, max_steps: Optional[int] = None,
+                    budgets: Optional[list[str]] = None) -> dict[str, list[str]]:
+    """The frontier arm's swept values at a rung: its grid, the warm-up lengths, the budgets (last)."""
+    values = grid_values(study.arms[frontier_arm(study)])
+    warmups = warmup_values(study, max_steps or layout.steps.get(scale))
+    if warmups:
+        values = {WARMUP: warmups, **{k: v for k, v in values.items() if k != WARMUP}}
+    budget = values.pop(BUDGET)
+    return {**values, BUDGET: list(budgets) if budgets is not None else budget}
+
+
+def tuning_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int] = None,
+                  budgets: Optional[list[str]] = None) -> list[Sweep]:
+    """Stage 1: one sweep per arm, its whole grid on the selection seeds (the frontier's with its warm-up
+    lengths and `budgets`, default its grid's)."""
+    frontier = frontier_arm(study)
+    return [_sweep(study, layout, scale, TUNE, arm, max_steps,
+                   frontier_values(study, layout, scale, max_steps, budgets) if arm == frontier
+                   else grid_values(study.arms[arm]), study.selection_seeds)
             for arm in study.arms]
+
+
+def setting_sweep(study: Any, layout: Layout, scale: str, stage: str, arm: str, setting: dict[str, str],
+                  seeds: Iterable[int], max_steps: Optional[int] = None, folder: Optional[str] = None) -> Sweep:
+    """One setting (every swept key but the seed) of an arm on `seeds`, in the arm's folder or `folder`."""
+    sweep = _sweep(study, layout, scale, stage, arm, max_steps, {k: [v] for k, v in setting.items()}, seeds)
+    if folder is None:
+        return sweep
+    return Sweep(scale, stage, arm, layout.sweep(scale, stage, folder), sweep.fixed, sweep.swept)
+
+
+def control_coarse_steps(study: Any, scale: str) -> int:
+    """The control arm's multilevel.coarse_steps at a rung (its length at budget 1)."""
+    arm = study.frontier.control_arm
+    found = [override_value(o) for o in arm_overrides(study, scale, arm, None) if key_of(o) == COARSE_STEPS]
+    if not found:
+        raise ConfigError(f"frontier.control_arm={arm}: set {COARSE_STEPS} in the rung's or the arm's overrides "
+                          "(its length at every budget follows from it)")
+    return int(found[-1])
+
+
+def control_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int],
+                   budgets: list[str]) -> list[Sweep]:
+    """The control's schedule at each budget of the frontier, its grid on the first selection seed, its
+    length (coarse steps) scaled by the budget and each length factor. At budget 1 and factor 1 its own
+    tuning runs are that point already."""
+    arm = study.frontier.control_arm
+    if arm is None:
+        return []
+    base, sweeps = control_coarse_steps(study, scale), []
+    for budget in budgets:
+        lengths = [str(max(1, round(base * float(budget) * f))) for f in study.frontier.control_length_factors]
+        lengths = [n for n in dict.fromkeys(lengths) if not (float(budget) == 1.0 and int(n) == base)]
+        if lengths:
+            values = {**grid_values(study.arms[arm]), COARSE_STEPS: lengths, BUDGET: [budget]}
+            sweep = _sweep(study, layout, scale, TUNE, arm, max_steps, values, study.selection_seeds[:1])
+            sweeps.append(Sweep(scale, TUNE, arm, layout.sweep(scale, TUNE, arm + AT_FRONTIER), sweep.fixed, sweep.swept))
+    return sweeps
 
 
 @dataclass
@@ -234,6 +302,9 @@ class Choice:
 
     setting: dict[str, str] = field(default_factory=dict)
     by_budget: dict[str, dict[str, str]] = field(default_factory=dict)  # budget text -> setting
+    # the frontier's budgets where the control's schedule was the best single-level run: budget -> its setting
+    control_by_budget: dict[str, dict[str, str]] = field(default_factory=dict)
+    runner_up: dict[str, str] = field(default_factory=dict)  # a near tie's second setting, evaluated too
 
 
 def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str, Choice],
@@ -241,20 +312,26 @@ def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str,
     """Stage 2: each arm's chosen setting on the evaluation seeds; the frontier arm's budgets, grouped
     by the setting chosen for them (one sweep per distinct setting). Arms stage 1 chose nothing for
     are left out (the report says so)."""
-    sweeps = []
-    frontier = frontier_arm(study)
+    sweeps, frontier, seeds = [], frontier_arm(study), eval_seeds(study, scale)
     for arm, choice in choices.items():
+        if arm != frontier and choice.setting:
+            sweeps.append(setting_sweep(study, layout, scale, EVAL, arm, choice.setting, seeds, max_steps))
+        if choice.runner_up:
+            sweeps.append(setting_sweep(study, layout, scale, EVAL, arm, choice.runner_up, seeds, max_steps,
+                                        arm + RUNNER_UP))
         if arm != frontier:
-            if choice.setting:
-                sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps,
-                                     {k: [v] for k, v in choice.setting.items()}, eval_seeds(study, scale)))
             continue
+        control = study.frontier.control_arm
+        for budget, setting in choice.control_by_budget.items():
+            sweeps.append(setting_sweep(study, layout, scale, EVAL, control, {**setting, BUDGET: budget}, seeds,
+                                        max_steps, control + AT_FRONTIER))
         groups: dict[tuple, list[str]] = {}
         for budget, setting in choice.by_budget.items():
-            groups.setdefault(tuple(sorted(setting.items())), []).append(budget)
+            if budget not in choice.control_by_budget:
+                groups.setdefault(tuple(sorted(setting.items())), []).append(budget)
         for setting, budgets in groups.items():
             values = {**{k: [v] for k, v in setting}, BUDGET: budgets}
-            sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps, values, eval_seeds(study, scale)))
+            sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps, values, seeds))
     return sweeps
 
 

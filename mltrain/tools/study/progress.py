@@ -76,6 +76,13 @@ class Progress:
             self.done += done
             self.cost_left -= cost
 
+    def grow(self, runs: int, done: int, cost: float) -> None:
+        """Runs planned since the start (the tuning rules' and the bracketing budgets'), `done` of them ended."""
+        with self._lock:
+            self.total += runs
+            self.done += done
+            self.cost_left += cost
+
     def ended(self, run: Run, summary: dict, cost: float) -> None:
         took = summary.get("wall_time_s")
         status = summary.get("status", "finished")

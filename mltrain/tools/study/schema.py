@@ -38,6 +38,28 @@ class ArmConfig:
     # tuned key -> the values tried, e.g. {optim.lr: [0.03, 0.1]}; every combination is one setting.
     # The single-level arm also lists train.budget: its budgets at the best LR of each make the frontier.
     grid: Dict[str, List[Any]] = field(default_factory=dict)
+    # Settings tried by hand before the study, that fixed this grid (pilots on the selection seed; the
+    # yaml says which): the report counts them with the settings the study ran.
+    pilots: int = 0
+
+
+@dataclass
+class FrontierConfig:
+    """The single-level frontier's tuning beyond its arm's grid (every default keeps a study as cheap as
+    its grid alone). See tuning.py for the rules."""
+
+    # warm-up lengths tried at every budget, as fractions of the rung's steps (schedule.warmup_steps =
+    # round(fraction x train.max_steps)); empty: the rung's own warm-up only
+    warmup_fractions: List[float] = field(default_factory=list)
+    # after the coarse grid: each budget's chosen LR's x sqrt(3) neighbours, on the first selection seed
+    lr_neighbours: bool = False
+    # a study arm (the LR-schedule control) whose schedule is also tried at every budget of the frontier
+    # (its grid on the first selection seed, multilevel.coarse_steps scaled by the budget and each factor)
+    control_arm: Optional[str] = None
+    control_length_factors: List[float] = field(default_factory=lambda: [1.0])
+    # bracketing: while an arm's equal-loss point lies beyond the frontier's data, add budgets 3, 4, ...
+    # (times the steps) up to this; null: never
+    max_budget: Optional[float] = None
 
 
 @dataclass
@@ -74,6 +96,14 @@ class StudyConfig:
     extra: List[str] = field(default_factory=list)
     arms: Dict[str, ArmConfig] = field(default_factory=dict)
     selection_seeds: List[int] = field(default_factory=lambda: [0])  # each arm's setting is chosen here
+    # Where an arm's best settings lie within tie_nats on the selection seeds, those settings also run on
+    # these seeds and the choice is made on the mean over all of them; the runner-up is evaluated too.
+    extra_selection_seeds: List[int] = field(default_factory=list)
+    tie_nats: float = 0.02
+    # A chosen value at the edge of its grid gets one more value beyond it (at the grid's own ratio, on
+    # the first selection seed), up to this many per side.
+    grid_extensions: int = 0
+    frontier: FrontierConfig = field(default_factory=FrontierConfig)
     seeds: List[int] = field(default_factory=lambda: [1, 2, 3, 4])  # ... and measured here
     tokens_per_param: Optional[float] = None  # the ladder's default token budget
     # What the rungs vary, the x-axis of the ladder report: params (the model's size, whatever changes
@@ -152,6 +182,7 @@ def check(study: Any) -> None:
                           "number of settings, or the better-tuned arm wins by its tuning")
     for name, scale in study.ladder.items():
         _check_scale(name, scale, study.tokens_per_param)
+    _check_tuning(study)
     if study.launcher.n_jobs is not None and study.launcher.n_jobs < 1:
         raise ConfigError(f"launcher.n_jobs={study.launcher.n_jobs} must be >= 1")
     if study.predict_params and study.ladder_axis != "params":
@@ -182,6 +213,38 @@ def _check_seeds(study: Any) -> None:
             f"seed{'s' if len(both) > 1 else ''} {both} in both selection_seeds and seeds: each arm's setting "
             "must be chosen on seeds apart from those that measure it"
         )
+
+
+def _check_tuning(study: Any) -> None:
+    """The frontier's added tuning and the selection's extra seeds, tie and grid extensions."""
+    f = study.frontier
+    if study.tie_nats < 0 or study.grid_extensions < 0:
+        raise ConfigError(f"tie_nats={study.tie_nats} and grid_extensions={study.grid_extensions} must be >= 0")
+    for name, arm in study.arms.items():
+        if arm.pilots < 0:
+            raise ConfigError(f"arm {name}: pilots={arm.pilots} must be >= 0")
+    if any(not 0 < x < 1 for x in f.warmup_fractions) or len(set(f.warmup_fractions)) != len(f.warmup_fractions):
+        raise ConfigError(f"frontier.warmup_fractions={list(f.warmup_fractions)}: distinct fractions of the steps, in (0, 1)")
+    if not f.control_length_factors or any(not x > 0 for x in f.control_length_factors):
+        raise ConfigError(f"frontier.control_length_factors={list(f.control_length_factors)}: positive factors, at least one")
+    if f.control_arm is not None and (f.control_arm not in study.arms or f.control_arm == frontier_arm(study)):
+        raise ConfigError(f"frontier.control_arm={f.control_arm}: name one of the study's other arms "
+                          f"({', '.join(a for a in study.arms if a != frontier_arm(study))})")
+    if f.max_budget is not None and not 0 < f.max_budget <= 10:
+        raise ConfigError(f"frontier.max_budget={f.max_budget} must be in (0, 10] (train.budget's range)")
+    extra = list(study.extra_selection_seeds)
+    if len(set(extra)) != len(extra):
+        raise ConfigError(f"extra_selection_seeds={extra} repeats a seed")
+    measured = set(study.seeds) | {s for scale in study.ladder.values() for s in (scale.seeds or [])}
+    both = sorted(set(extra) & (measured | set(study.selection_seeds)))
+    if both:
+        raise ConfigError(f"extra_selection_seeds {both} also in selection_seeds or the evaluation seeds: "
+                          "the extra selection seeds must be apart from both")
+
+
+def selection_seeds(study: Any) -> list[int]:
+    """Every seed a choice may be made on: the selection seeds and the extra ones."""
+    return [*study.selection_seeds, *study.get("extra_selection_seeds", [])]
 
 
 def _check_arm(name: str, arm: Any) -> None:

@@ -30,13 +30,16 @@ from omegaconf import OmegaConf
 from mltrain.errors import ConfigError, MltrainError
 from mltrain import guarded
 from mltrain.runs import rundir
-from mltrain.tools.study import compose, ladder
+from mltrain.tools.study import compose, ladder, tuning
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
-from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
-                                      possible_evaluation_runs, setting_text, tuning_sweeps)
+from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP, TUNE, Choice, Layout, Run, Sweep,
+                                      control_sweeps, evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
+                                      setting_text, tuning_sweeps)
 from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
 from mltrain.tools.study.sanity import repeated_data
-from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, tuned_keys, varied_keys
+from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, selection_seeds, varied_keys
+
+MAX_ROUNDS = 20  # tuning rounds per scale and budget set: a safeguard (each round adds only what the rules ask)
 
 
 @dataclass
@@ -54,6 +57,8 @@ class Study:
     failures: dict[str, str] = field(default_factory=dict)  # run name -> why it did not end
     interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
     configs: dict[tuple, Any] = field(default_factory=dict)  # (scale, arm, setting) -> its composed run config
+    counted: set = field(default_factory=set)  # run folders the progress has in its total
+    tuning: dict[str, dict] = field(default_factory=dict)  # scale -> what its tuning tried and chose (ladder.json)
 
     def cost(self, run: Run) -> float:
         """A run's planned fine-step FLOPs, up to a constant: parameters x tokens."""
@@ -63,10 +68,10 @@ class Study:
 
 def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
     """Every check, before any run starts: ConfigError (one line) for the first problem."""
-    layout = Layout(Path(cfg.dir).resolve())
     compose.check_seeds(cfg)
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
+        layout = Layout(Path(cfg.dir).resolve(), {name: size.max_steps for name, size in sizes.items()})
         tuning = [s for scale in cfg.ladder for s in tuning_sweeps(cfg, layout, scale, sizes[scale].max_steps)]
         configs = compose.check_settings(cfg, tuning, sizes, composer)
     kinds = compose.arm_kinds(configs)
@@ -107,6 +112,8 @@ def run(study: Study, command: str) -> int:
             results = [_scale(study, scale) for scale in cfg.ladder]
             report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
                                           cfg.ladder_axis)
+            for entry in report["scales"]:
+                entry["tuning"] = study.tuning.get(entry["scale"])
             ladder.write_ladder(report, layout.ladder, root=layout.root)
     except KeyboardInterrupt:
         print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
@@ -125,10 +132,22 @@ def run(study: Study, command: str) -> int:
     return 1 if incomplete or no_verdict else 0
 
 
+def _base_budgets(cfg: Any) -> list[str]:
+    return [setting_text(BUDGET, b) for b in cfg.arms[frontier_arm(cfg)].grid[BUDGET]]
+
+
+def _base_tuning(study: Study, scale: str, budgets: Optional[list[str]] = None) -> list[Sweep]:
+    """The tuning sweeps known before any choice: every arm's grid, the control's schedule at the budgets."""
+    cfg, layout, steps = study.cfg, study.layout, study.sizes[scale].max_steps
+    budgets = budgets if budgets is not None else _base_budgets(cfg)
+    return [*tuning_sweeps(cfg, layout, scale, steps, budgets), *control_sweeps(cfg, layout, scale, steps, budgets)]
+
+
 def _progress(study: Study, out: TextIO) -> Progress:
     cfg, total, done, cost_left = study.cfg, 0, 0, 0.0
     for scale in cfg.ladder:
-        runs = [r for s in tuning_sweeps(cfg, study.layout, scale, study.sizes[scale].max_steps) for r in s.runs()]
+        runs = [r for s in _base_tuning(study, scale) for r in s.runs()]
+        study.counted |= {r.dir for r in runs}
         eval_budgets = sum(sum(map(float, a.grid[BUDGET])) if BUDGET in a.grid else 1.0 for a in cfg.arms.values())
         size = study.sizes[scale]
         cost_left += eval_budgets * len(eval_seeds(cfg, scale)) * size.n_params * size.tokens_per_step * size.max_steps
@@ -144,31 +163,75 @@ def _progress(study: Study, out: TextIO) -> Progress:
     return Progress(out, total, done, cost_left)
 
 
+def _grow(study: Study, runs: list[Run]) -> None:
+    """Runs the rules added (and the progress does not count yet) join its total."""
+    new = [r for r in runs if r.dir not in study.counted]
+    study.counted |= {r.dir for r in new}
+    done = [r for r in new if ended(run_status(r.dir))]
+    if new and study.progress is not None:
+        study.progress.grow(len(new), len(done), sum(study.cost(r) for r in new if r not in done))
+
+
+def _standard(study: Study, scale: str, runs: list[Run]) -> list[Run]:
+    """The evaluation runs the progress counts from the start: no runner-up, no bracketing budget."""
+    base = set(_base_budgets(study.cfg))
+    return [r for r in runs if not r.sweep.dir.name.endswith(RUNNER_UP) and (BUDGET not in r.setting or r.setting[BUDGET] in base)]
+
+
 def _scale(study: Study, scale: str) -> ladder.ScaleResult:
     cfg, size = study.cfg, study.sizes[scale]
-    tuning = tuning_sweeps(cfg, study.layout, scale, size.max_steps)
-    _say_left_out(study, scale)
-    for sweep in tuning:
-        _launch(study, sweep)
+    budgets = _base_budgets(cfg)
     counted = _ended_evaluation(study, scale, read_choices(cfg, study.layout, scale)[0])
-    choices = _choose(study, scale)
-    _recount(study, counted, _ended_evaluation(study, scale, choices))
-    evaluation = evaluation_sweeps(cfg, study.layout, scale, choices, size.max_steps)
-    for sweep in evaluation:
-        _launch(study, sweep)
-    result = _verdict(study, scale, [r for s in (*tuning, *evaluation) for r in s.runs()])
-    result.missing = _missing(study, [r for s in (*tuning, *evaluation) for r in s.runs()])
+    first = True
+    while True:
+        tuned, choices = _tune(study, scale, budgets)
+        evaluation = evaluation_sweeps(cfg, study.layout, scale, choices, size.max_steps)
+        runs = [r for s in evaluation for r in s.runs()]
+        if first:
+            _recount(study, counted, [r for r in _standard(study, scale, runs) if ended(run_status(r.dir))])
+            study.counted |= {r.dir for r in _standard(study, scale, runs)}
+            first = False
+        _grow(study, runs)
+        for sweep in evaluation:
+            _launch(study, sweep)
+        judged = [s for s in evaluation if not s.dir.name.endswith(RUNNER_UP)]
+        result = _verdict(study, scale, [r for s in (*tuned, *judged) for r in s.runs()])
+        budget = tuning.next_budget(cfg, budgets, result.comparison)
+        if budget is None or budget in budgets:
+            break
+        study.progress.say(f"mltrain-study: {scale}: an arm's equal-loss point lies beyond the frontier's data: "
+                           f"the frontier gets budget {budget}")
+        budgets.append(budget)
+    everything = [r for s in (*tuned, *evaluation) for r in s.runs()]
+    _say_left_out(study, scale, everything)
+    study.tuning[scale] = _tuning_record(study, scale, budgets, [*tuned, *evaluation], choices)
+    result.missing = _missing(study, everything)
     result.missing += [f"{scale}/{arm}: stage 1 chose no setting, so it was not evaluated"
                        for arm in cfg.arms if arm not in choices]
     return result
 
 
-def _say_left_out(study: Study, scale: str) -> None:
+def _tune(study: Study, scale: str, budgets: list[str]) -> tuple[list[Sweep], dict[str, Choice]]:
+    """Stage 1 at these frontier budgets: the grids, then what the tuning rules add, until they add nothing."""
+    cfg, steps = study.cfg, study.sizes[scale].max_steps
+    sweeps, choices = _base_tuning(study, scale, budgets), {}
+    for _ in range(MAX_ROUNDS):
+        _grow(study, [r for s in sweeps for r in s.runs()])
+        for sweep in sweeps:
+            _launch(study, sweep)
+        choices = _choose(study, scale, sweeps)
+        more = tuning.more_sweeps(cfg, study.layout, scale, steps, sweeps, choices)
+        if not more:
+            break
+        sweeps += more
+    return sweeps, choices
+
+
+def _say_left_out(study: Study, scale: str, planned: list[Run]) -> None:
     """One line naming the run folders of the scale that this config does not ask for (its grid, arms or
     seeds changed since they ran): they stay on disk, and neither the choice nor the verdict reads them."""
-    cfg, layout = study.cfg, study.layout
-    asked = {r.dir for s in tuning_sweeps(cfg, layout, scale) for r in s.runs()}
-    asked |= {r.dir for r in possible_evaluation_runs(cfg, layout, scale)}
+    layout = study.layout
+    asked = {r.dir for r in (*planned, *possible_evaluation_runs(study.cfg, layout, scale))}
     found = [d for stage in (TUNE, EVAL) for d in sorted(layout.scale(scale).glob(f"{stage}/*/*"))
              if d.is_dir() and not d.is_symlink() and (d / "metrics.jsonl").exists() and d not in asked]
     if found:
@@ -186,7 +249,7 @@ def _existing(runs: list[Run]) -> list[Path]:
 def _ended_evaluation(study: Study, scale: str, choices: Optional[dict[str, Choice]]) -> list[Run]:
     """The evaluation runs of these choices that have ended (none before stage 1 has chosen)."""
     sweeps = evaluation_sweeps(study.cfg, study.layout, scale, choices) if choices else []
-    return [r for s in sweeps for r in s.runs() if ended(run_status(r.dir))]
+    return [r for r in _standard(study, scale, [r for s in sweeps for r in s.runs()]) if ended(run_status(r.dir))]
 
 
 def _recount(study: Study, counted: list[Run], now: list[Run]) -> None:
@@ -235,14 +298,13 @@ def _compare(paths: list[Path], **kwargs: Any) -> dict:
     return compare_dirs([str(p) for p in paths], **kwargs)
 
 
-def _on_grid(arm: Any, key: str, value: Any) -> str:
-    """The grid's own text for a value compare chose (compare reads values back from the runs)."""
-    grid = [setting_text(key, v) for v in arm.grid[key]]
+def _on_values(values: list[str], key: str, value: Any) -> str:
+    """The runs' own text for a value compare chose (compare reads values back from the runs)."""
     text = setting_text(key, value)
-    for g in grid:
-        if g == text or _same_number(g, text):
-            return g
-    raise ConfigError(f"mltrain-compare chose {key}={value}, which is not in the grid {grid}")
+    for v in values:
+        if v == text or _same_number(v, text):
+            return v
+    raise ConfigError(f"mltrain-compare chose {key}={value}, which is not among the values tried {values}")
 
 
 def _same_number(a: str, b: str) -> bool:
@@ -252,37 +314,79 @@ def _same_number(a: str, b: str) -> bool:
         return False
 
 
-def _choose(study: Study, scale: str) -> dict[str, Choice]:
-    """Stage 1's choice per arm, by mltrain-compare on the arm's tuning runs; written to selection.json."""
-    cfg, choices, basis = study.cfg, {}, {}
-    for name, arm in cfg.arms.items():
-        keys = tuned_keys(arm)
-        runs = _tuning_runs(cfg, study.layout, scale, name)
+def _arm_runs(layout: Layout, scale: str, sweeps: list[Sweep], folder: str) -> list[Run]:
+    return [r for s in sweeps if s.dir == layout.sweep(scale, TUNE, folder) for r in s.runs()]
+
+
+def _choose(study: Study, scale: str, sweeps: list[Sweep]) -> dict[str, Choice]:
+    """Stage 1's choice per arm, by mltrain-compare on the arm's tuning runs (`sweeps`) over every selection
+    seed; the frontier's per budget, where the control's schedule may win; written to selection.json."""
+    cfg, choices, basis, record = study.cfg, {}, {}, {}
+    for name in cfg.arms:
+        runs = _arm_runs(study.layout, scale, sweeps, name)
         try:
-            if not _existing(runs):
-                raise MltrainError("none of its tuning runs is on disk")
-            found = _compare(_existing(runs), out=None, select_seeds=list(cfg.selection_seeds), tune=keys, plot=False)
-            kind = study.kinds[(scale, name)]
-            label = compose.arm_label(cfg, scale, name, study.sizes[scale].max_steps, kind, keys)
-            arms = found.get("arms", [])
-            entry = arms[0] if len(arms) == 1 else ladder.find_arm(arms, label, kind)
-            if entry is None:
-                raise ConfigError(f"no arm labelled {label!r} among {[a.get('label') for a in arms]}")
-            by_budget = {_on_grid(arm, BUDGET, b): {k: _on_grid(arm, k, v) for k, v in s.items() if k in keys}
-                         for b, s in (entry.get("selected_by_budget") or {}).items()} if BUDGET in arm.grid else {}
-            setting = {k: _on_grid(arm, k, v) for k, v in (entry.get("selected") or {}).items() if k in keys}
+            choice = _choose_arm(study, scale, name, runs)
         except (MltrainError, OSError) as err:
             study.progress.say(f"mltrain-study: {scale}/{name}: stage 1 chose nothing: {err}")
             continue
-        if setting or by_budget:
-            choices[name] = Choice(setting, by_budget)
-            basis[name] = choice_basis(runs, choices[name])
+        if name == frontier_arm(cfg):
+            choice.control_by_budget = _control_wins(study, scale, sweeps, choice, tuning.losses(runs))
+        if choice.setting or choice.by_budget:
+            choices[name] = choice
+            used = runs + (_arm_runs(study.layout, scale, sweeps, cfg.frontier.control_arm + AT_FRONTIER)
+                           if name == frontier_arm(cfg) and cfg.frontier.control_arm else [])
+            basis[name] = {"digest": choice_basis(used, choice), "runs": sorted(r.name for r in used)}
+            record[name] = {"setting": choice.setting, "by_budget": choice.by_budget,
+                            "control_by_budget": choice.control_by_budget, "runner_up": choice.runner_up,
+                            "selection_losses": tuning.settings_table(tuning.losses(runs), selection_seeds(cfg))}
     guarded.write_json(study.layout.selection(scale), {
-        "scale": scale, "selection_seeds": list(cfg.selection_seeds),
-        "arms": {a: {"setting": c.setting, "by_budget": c.by_budget} for a, c in choices.items()}},
-        root=study.layout.root, indent=2)
+        "scale": scale, "selection_seeds": selection_seeds(cfg), "arms": record}, root=study.layout.root, indent=2)
     guarded.write_json(_basis_file(study.layout, scale), basis, root=study.layout.root, indent=2)
     return choices
+
+
+def _choose_arm(study: Study, scale: str, name: str, runs: list[Run]) -> Choice:
+    """One arm's choice (MltrainError when there is none to make); a near tie names its runner-up."""
+    cfg = study.cfg
+    if not _existing(runs):
+        raise MltrainError("none of its tuning runs is on disk")
+    keys = [k for k in dict.fromkeys(k for r in runs for k in r.setting) if k != BUDGET]
+    tried = {k: list(dict.fromkeys(r.setting[k] for r in runs if k in r.setting)) for k in (*keys, BUDGET)}
+    found = _compare(_existing(runs), out=None, select_seeds=selection_seeds(cfg), tune=keys, plot=False)
+    kind = study.kinds[(scale, name)]
+    label = compose.arm_label(cfg, scale, name, study.sizes[scale].max_steps, kind, keys)
+    arms = found.get("arms", [])
+    entry = arms[0] if len(arms) == 1 else ladder.find_arm(arms, label, kind)
+    if entry is None:
+        raise ConfigError(f"no arm labelled {label!r} among {[a.get('label') for a in arms]}")
+    by_budget = {_on_values(tried[BUDGET], BUDGET, b): {k: _on_values(tried[k], k, v) for k, v in s.items() if k in keys}
+                 for b, s in (entry.get("selected_by_budget") or {}).items()} if name == frontier_arm(cfg) else {}
+    setting = {k: _on_values(tried[k], k, v) for k, v in (entry.get("selected") or {}).items() if k in keys}
+    choice = Choice(setting, by_budget)
+    if name != frontier_arm(cfg) and setting and cfg.extra_selection_seeds:
+        table = tuning.losses(runs)
+        close = tuning.tied(table, table, list(cfg.selection_seeds), cfg.tie_nats)
+        second = tuning.runner_up(table, close, selection_seeds(cfg), tuple(sorted(setting.items())))
+        choice.runner_up = dict(second) if second else {}
+    return choice
+
+
+def _control_wins(study: Study, scale: str, sweeps: list[Sweep], choice: Choice, single: tuning.Losses) -> dict:
+    """The budgets where the control's schedule beat the frontier's own best setting on the selection seeds:
+    budget -> the control's setting there. The control arm's own runs (budget 1, its own length) are not
+    among them: they are its arm's, evaluated as such, and join the verdict's frontier at their FLOPs."""
+    control, seeds = study.cfg.frontier.control_arm, selection_seeds(study.cfg)
+    if control is None:
+        return {}
+    table = tuning.losses(_arm_runs(study.layout, scale, sweeps, control + AT_FRONTIER))
+    wins = {}
+    for budget, setting in choice.by_budget.items():
+        own = tuning.mean_loss(single, tuple(sorted({**setting, BUDGET: budget}.items())), seeds)
+        rivals = [(m, s) for s in table if dict(s).get(BUDGET, "1.0") == budget
+                  and (m := tuning.mean_loss(table, s, seeds)) is not None]
+        if own is not None and rivals and min(rivals)[0] < own:
+            wins[budget] = {k: v for k, v in min(rivals)[1] if k != BUDGET}
+    return wins
 
 
 def _basis_file(layout: Layout, scale: str) -> Path:
@@ -299,21 +403,28 @@ def choice_basis(runs: list[Run], choice: Choice) -> str:
     summary.json, and the chosen setting. It is kept beside selection.json; a record whose digest does not
     come out of the runs the config asks for now (edited by hand, or its runs or grid changed) is not
     believed."""
+    return _digest([(r.name, r.dir) for r in runs], choice)
+
+
+def _digest(runs: list[tuple[str, Path]], choice: Choice) -> str:
     h = hashlib.sha256()
-    for run in sorted(runs, key=lambda r: r.name):
+    for name, folder in sorted(runs):
         try:
-            summary = (run.dir / "summary.json").read_bytes()
+            summary = (folder / "summary.json").read_bytes()
         except OSError:
             summary = b""
-        h.update(run.name.encode() + b"\0" + hashlib.sha256(summary).digest())
-    h.update(json.dumps({"setting": choice.setting, "by_budget": choice.by_budget}, sort_keys=True).encode())
+        h.update(name.encode() + b"\0" + hashlib.sha256(summary).digest())
+    h.update(json.dumps({"setting": choice.setting, "by_budget": choice.by_budget,
+                         "control_by_budget": choice.control_by_budget, "runner_up": choice.runner_up},
+                        sort_keys=True).encode())
     return h.hexdigest()
 
 
 def read_choices(cfg: Any, layout: Layout, scale: str) -> tuple[Optional[dict[str, Choice]], list[str]]:
     """(what selection.json records for a scale, or None when stage 1 has not chosen yet; the arms whose
-    record is not believed). An arm's record is believed only when its digest (choice_basis) comes out
-    of this config's tuning runs of the arm as they are on disk now (recorded beside it: _basis_file)."""
+    record is not believed). An arm's record is believed only when the runs it names (recorded beside it:
+    _basis_file) include this config's tuning runs of the arm and its digest (choice_basis) comes out of
+    them as they are on disk now."""
     try:
         saved = json.loads(layout.selection(scale).read_text())
         arms = saved.get("arms", {})
@@ -329,9 +440,14 @@ def read_choices(cfg: Any, layout: Layout, scale: str) -> tuple[Optional[dict[st
     choices, distrusted = {}, []
     for arm, c in arms.items():
         try:
-            choice = Choice(dict(c.get("setting", {})), {str(b): dict(v) for b, v in c.get("by_budget", {}).items()})
-            trusted = arm in cfg.arms and basis.get(arm) == choice_basis(_tuning_runs(cfg, layout, scale, arm), choice)
-        except (AttributeError, TypeError, ValueError):
+            choice = Choice(dict(c.get("setting", {})), {str(b): dict(v) for b, v in c.get("by_budget", {}).items()},
+                            {str(b): dict(v) for b, v in c.get("control_by_budget", {}).items()},
+                            dict(c.get("runner_up", {})))
+            names = [str(n) for n in basis[arm]["runs"]]
+            asked = {r.name for r in _tuning_runs(cfg, layout, scale, arm)}
+            trusted = arm in cfg.arms and asked <= set(names) and basis[arm]["digest"] == _digest(
+                [(n, layout.root / n) for n in names], choice)
+        except (AttributeError, TypeError, ValueError, KeyError, StopIteration):
             trusted = False
         if trusted:
             choices[arm] = choice
@@ -353,11 +469,57 @@ def _verdict(study: Study, scale: str, runs: list[Run]) -> ladder.ScaleResult:
         guarded.refuse_linked([verdict / f"comparison.{s}" for s in ("md", "json", "png")], study.layout.root)
         if not paths:
             raise MltrainError("no run of this scale is on disk")
-        result.comparison = _compare(paths, out=verdict, select_seeds=list(cfg.selection_seeds), tune=tune, plot=True)
+        result.comparison = _compare(paths, out=verdict, select_seeds=selection_seeds(cfg), tune=tune, plot=True)
     except (MltrainError, OSError) as err:
         result.why_no_verdict = str(err)
         study.progress.say(f"mltrain-study: {scale}: no verdict: {err}")
     return result
+
+
+def _runner_up_multiplier(study: Study, scale: str, sweeps: list[Sweep], arm: str, choice: Choice) -> Optional[dict]:
+    """M of an arm's runner-up setting against the same frontier (mltrain-compare on the frontier's runs and
+    the runner-up's alone); None when it cannot be had."""
+    cfg = study.cfg
+    control = cfg.frontier.control_arm
+    frontier = {frontier_arm(cfg), *([control + AT_FRONTIER] if control else []), *([control] if control != arm else [])}
+    second = tuple(sorted(choice.runner_up.items()))
+    runs = [r for s in sweeps if s.dir.name in frontier for r in s.runs()]
+    runs += [r for s in sweeps if s.dir.name in (arm, arm + RUNNER_UP) for r in s.runs()
+             if tuple(sorted(r.setting.items())) == second]
+    try:
+        found = _compare(_existing(runs), out=None, select_seeds=selection_seeds(cfg), tune=varied_keys(cfg), plot=False)
+    except (MltrainError, OSError) as err:
+        study.progress.say(f"mltrain-study: {scale}/{arm}: no M at the runner-up setting: {err}")
+        return None
+    entry = ladder.find_arm(found.get("arms", []), study.labels[scale][arm], study.kinds[(scale, arm)])
+    return entry.get("multiplier") if entry else None
+
+
+def _tuning_record(study: Study, scale: str, budgets: list[str], sweeps: list[Sweep], choices: dict[str, Choice]) -> dict:
+    """What each arm tried (the pilots that fixed its grid counted in), its per-setting selection losses, what
+    it chose, and M at its runner-up: the ladder.json entry of a rung's tuning."""
+    cfg, arms = study.cfg, {}
+    control = cfg.frontier.control_arm
+    for arm in cfg.arms:
+        runs = _arm_runs(study.layout, scale, sweeps, arm)
+        ran = len({tuple((k, v) for k, v in sorted(r.setting.items()) if k != BUDGET) for r in runs})
+        entry = {"pilots": cfg.arms[arm].pilots, "settings_run": ran, "settings_tried": ran + cfg.arms[arm].pilots,
+                 "selection_losses": tuning.settings_table(tuning.losses(runs), selection_seeds(cfg))}
+        choice = choices.get(arm)
+        if arm == frontier_arm(cfg) and control:
+            family = _arm_runs(study.layout, scale, sweeps, control + AT_FRONTIER)
+            entry["control_settings_run"] = len({tuple((k, v) for k, v in sorted(r.setting.items())
+                                                       if k not in (BUDGET, COARSE_STEPS)) for r in family})
+            entry["control_selection_losses"] = tuning.settings_table(tuning.losses(family), selection_seeds(cfg))
+            entry["settings_tried"] += entry["control_settings_run"]
+        if choice is not None:
+            entry.update({"setting": choice.setting, "by_budget": choice.by_budget,
+                          "control_by_budget": choice.control_by_budget})
+            if choice.runner_up:
+                entry["runner_up"] = {"setting": choice.runner_up,
+                                      "multiplier": _runner_up_multiplier(study, scale, sweeps, arm, choice)}
+        arms[arm] = entry
+    return {"frontier_budgets": budgets, "selection_seeds": selection_seeds(cfg), "arms": arms}
 
 
 def _missing(study: Study, runs: list[Run]) -> list[str]:

@@ -1,0 +1,194 @@
+"""Where one pass over an arm's grid leaves its choice in doubt, the study tunes on (selection seeds only):
+
+* edge: a chosen value at the end of the values tried gets one more value beyond it, at the grid's own
+  ratio at that end (`grid_extensions` per side); the choice is then made again;
+* neighbours: each budget's chosen frontier LR, where it is a grid value, gets its x sqrt(3) and
+  / sqrt(3) neighbours (`frontier.lr_neighbours`);
+* ties: the settings within `tie_nats` of the best on the selection seeds also run on the
+  `extra_selection_seeds`, and the choice is made on the mean over every selection seed each has
+  (mltrain-compare's rule); the second best of them is the runner-up, evaluated too;
+* bracketing: while an arm's equal-loss point lies beyond the frontier's data, the frontier gets the
+  next budget (3, 4, ... times the steps) up to `frontier.max_budget`.
+
+Every rule reads the runs on disk alone, so a study invoked again plans the same runs (and finds them
+ended). Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional
+
+from mltrain.tools.study.plan import (BUDGET, TUNE, Choice, Layout, Run, Sweep, setting_sweep, setting_text)
+from mltrain.tools.study.progress import ended, run_status
+from mltrain.tools.study.schema import frontier_arm
+
+Setting = tuple  # a run's setting as sorted (key, value text) pairs: every swept key but the seed
+Losses = dict  # Setting -> {seed: final val loss}; a diverged run counts as +inf
+LR = "optim.lr"
+
+
+def setting_of(run: Run) -> Setting:
+    return tuple(sorted(run.setting.items()))
+
+
+def losses(runs: Iterable[Run]) -> Losses:
+    """The final validation loss of every ended run, by setting and seed."""
+    table: Losses = {}
+    for run in runs:
+        summary = run_status(run.dir)
+        if not ended(summary):
+            continue
+        loss = summary.get("final_val_loss") if summary.get("status", "finished") == "finished" else None
+        table.setdefault(setting_of(run), {})[run.seed] = float(loss) if isinstance(loss, (int, float)) else math.inf
+    return table
+
+
+def mean_loss(table: Losses, setting: Setting, seeds: Iterable[int]) -> Optional[float]:
+    """The mean loss of a setting over those of `seeds` it has run on (None: none)."""
+    found = [table.get(setting, {}).get(s) for s in seeds]
+    found = [x for x in found if x is not None]
+    return sum(found) / len(found) if found else None
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        x = float(text)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) and x > 0 and text not in ("true", "false") else None
+
+
+def _rounded(x: float, integral: bool) -> float:
+    return float(max(1, round(x))) if integral else float(f"{x:.4g}")
+
+
+def _grid_numbers(grid: list[str]) -> Optional[tuple[list[float], bool]]:
+    nums = [_number(g) for g in grid]
+    if len(grid) < 2 or any(n is None for n in nums):
+        return None
+    return sorted(nums), all("." not in g and "e" not in g for g in grid)
+
+
+def coarse_values(grid: list[str], cap: int) -> list[float]:
+    """The grid's numbers and the values an edge may extend it by (cap per side)."""
+    found = _grid_numbers(grid)
+    if found is None:
+        return []
+    nums, integral = found
+    up, down = nums[-1] / nums[-2], nums[0] / nums[1]
+    return [*nums, *(_rounded(nums[-1] * up ** i, integral) for i in range(1, cap + 1)),
+            *(_rounded(nums[0] * down ** i, integral) for i in range(1, cap + 1))]
+
+
+def _tried(x: float, tried: Iterable[float]) -> bool:
+    return any(math.isclose(x, t, rel_tol=1e-6) for t in tried)
+
+
+def edge_value(grid: list[str], tried: list[str], chosen: str, cap: int) -> Optional[float]:
+    """The next value beyond the end of the values tried that `chosen` sits at, at the grid's own ratio
+    there; None when it sits inside, the key is not a positive number, or `cap` values lie beyond."""
+    found, c = _grid_numbers(grid), _number(chosen)
+    numbers = [x for t in tried if (x := _number(t)) is not None]
+    if found is None or c is None or not numbers or min(numbers) < c < max(numbers):
+        return None
+    nums, integral = found
+    up = c >= max(numbers)
+    ratio, start = (nums[-1] / nums[-2], nums[-1]) if up else (nums[0] / nums[1], nums[0])
+    for i in range(1, cap + 1):
+        x = _rounded(start * ratio ** i, integral)
+        if not _tried(x, numbers):
+            return x
+    return None
+
+
+def neighbours(grid: list[str], tried: list[str], chosen: str, cap: int) -> list[float]:
+    """The x sqrt(3) neighbours of a chosen coarse value (a grid value or an edge's) not tried yet."""
+    c, numbers = _number(chosen), [x for t in tried if (x := _number(t)) is not None]
+    if c is None or not _tried(c, coarse_values(grid, cap)):
+        return []
+    return [x for x in (_rounded(c * math.sqrt(3), False), _rounded(c / math.sqrt(3), False)) if not _tried(x, numbers)]
+
+
+def tied(table: Losses, settings: Iterable[Setting], seeds: list[int], nats: float) -> list[Setting]:
+    """The settings within `nats` of the best on `seeds`, best first, when there are two or more."""
+    scored = sorted((m, s) for s in settings if (m := mean_loss(table, s, seeds)) is not None and math.isfinite(m))
+    close = [s for m, s in scored if m <= scored[0][0] + nats] if scored else []
+    return close if len(close) >= 2 else []
+
+
+def runner_up(table: Losses, close: list[Setting], seeds: list[int], chosen: Setting) -> Optional[Setting]:
+    """The best of the tied settings other than the chosen one, on the mean over every selection seed."""
+    rest = sorted((mean_loss(table, s, seeds) or math.inf, s) for s in close if s != chosen)
+    return rest[0][1] if rest else None
+
+
+def next_budget(study: Any, budgets: list[str], comparison: Optional[dict]) -> Optional[str]:
+    """The frontier's next budget (the next whole multiple of the steps) while some arm's equal-loss point
+    lies beyond its data, up to frontier.max_budget; None otherwise."""
+    cap = study.frontier.max_budget
+    if cap is None or comparison is None:
+        return None
+    beyond = [a for a in comparison.get("arms", []) if not a.get("is_frontier") and _beyond(a.get("multiplier") or {})]
+    nxt = float(math.floor(max(map(float, budgets))) + 1)
+    return setting_text(BUDGET, nxt) if beyond and nxt <= cap + 1e-9 else None
+
+
+def _beyond(m: dict) -> bool:
+    bound = m.get("bound")
+    return bool(m.get("extrapolated") or m.get("beyond_data") or (isinstance(bound, dict) and bound.get("kind") == "lower"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The runs the rules add
+
+
+def more_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int], sweeps: list[Sweep],
+                choices: dict[str, Choice]) -> list[Sweep]:
+    """The tuning runs the rules add, given the arms' tuning sweeps so far and stage 1's choices; none
+    that any of `sweeps` already holds."""
+    planned = {r.dir for s in sweeps for r in s.runs()}
+    frontier, out = frontier_arm(study), []
+    for arm, choice in choices.items():
+        runs = [r for s in sweeps if s.dir == layout.sweep(scale, TUNE, arm) for r in s.runs()]
+        table = losses(runs)
+        picks = [{**s, BUDGET: b} for b, s in choice.by_budget.items()] if arm == frontier else [choice.setting]
+        for pick in picks:
+            same = [r.setting for r in runs if r.setting.get(BUDGET) == pick.get(BUDGET)]
+            for setting, seeds in _wider(study, arm, arm == frontier, pick, same, table):
+                sweep = setting_sweep(study, layout, scale, TUNE, arm, setting, seeds, max_steps)
+                if any(r.dir not in planned for r in sweep.runs()):
+                    out.append(sweep)
+                    planned |= {r.dir for r in sweep.runs()}
+    return out
+
+
+def _wider(study: Any, arm: str, is_frontier: bool, pick: dict, same: list[dict], table: Losses) -> list:
+    """(setting, seeds) to run for one chosen setting: its edges, its LR neighbours, its near ties."""
+    cfg, out = study.arms[arm], []
+    first = list(study.selection_seeds)
+    for key, values in cfg.grid.items():
+        if key == BUDGET or key not in pick:
+            continue
+        grid = [setting_text(key, v) for v in values]
+        tried = list(dict.fromkeys(s[key] for s in same if key in s))
+        edge = edge_value(grid, tried, pick[key], study.grid_extensions)
+        more = [edge] if edge is not None else []
+        if is_frontier and key == LR and study.frontier.lr_neighbours:
+            more += neighbours(grid, tried, pick[key], study.grid_extensions)
+        out += [({**pick, key: setting_text(key, x)}, first) for x in more]
+    extra = list(study.extra_selection_seeds)
+    if extra and not out:  # ties once the grid brackets the choice
+        for setting in tied(table, {tuple(sorted(s.items())) for s in same}, first, study.tie_nats):
+            missing = [s for s in extra if s not in table.get(setting, {})]
+            if missing:
+                out.append((dict(setting), missing))
+    return out
+
+
+def settings_table(table: Losses, seeds: list[int]) -> list[dict]:
+    """The per-setting selection losses, best first (what selection.json and ladder.json list)."""
+    rows = [{"setting": dict(s), "losses": {str(k): v for k, v in sorted(by_seed.items())},
+             "mean": mean_loss(table, s, seeds)} for s, by_seed in table.items()]
+    return sorted(rows, key=lambda r: (math.inf if r["mean"] is None else r["mean"], sorted(r["setting"].items())))
+
