@@ -83,19 +83,17 @@ def _check_jobs(study: Any) -> None:
 # How long
 
 
-def _run_cost(cfg: Any) -> tuple[float, int]:
-    """(planned training FLOPs, fine steps) of one run (a lower bound: coarse phases add to both)."""
-    from mltrain.config import budget_steps
+def run_cost(cfg: Any) -> tuple[float, int]:
+    """(planned FLOPs, optimizer steps) of one run: every phase of its plan (mltrain/method/cost.py)."""
     from mltrain.data.tokenizers import get_tokenizer
-    from mltrain.flops import train_flops_per_step
+    from mltrain.method.cost import plan_cost
 
-    m = cfg.model
     try:
-        vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
+        vocab = cfg.model.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
     except MltrainError:  # the runs themselves say why the tokenizer cannot load; without the head, still a bound
         vocab = 0
-    steps = budget_steps(cfg.train)
-    return train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * steps, steps
+    cost = plan_cost(cfg, vocab)
+    return cost.total, cost.steps
 
 
 def planned_cost(study: Any, configs: dict[tuple, Any]) -> tuple[float, int]:
@@ -104,7 +102,7 @@ def planned_cost(study: Any, configs: dict[tuple, Any]) -> tuple[float, int]:
     flops, steps = 0.0, 0
     evaluated: dict[tuple, tuple[float, int]] = {}
     for (scale, arm, setting), cfg in configs.items():
-        f, n = _run_cost(cfg)
+        f, n = run_cost(cfg)
         flops, steps = flops + f * len(study.selection_seeds), steps + n * len(study.selection_seeds)
         seeds = len(eval_seeds(study, scale))
         evaluated.setdefault((scale, arm, dict(setting).get(BUDGET)), (f * seeds, n * seeds))

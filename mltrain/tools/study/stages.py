@@ -34,7 +34,9 @@ from mltrain.tools.study import compose, ladder
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
                                       possible_evaluation_runs, setting_text, tuning_sweeps)
-from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
+from mltrain.tools.study.compose import setting_key
+from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, run_status
+from mltrain.tools.study.sanity import run_cost
 from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, tuned_keys, varied_keys
 
 
@@ -54,10 +56,25 @@ class Study:
     interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
     configs: dict[tuple, Any] = field(default_factory=dict)  # (scale, arm, setting) -> its composed run config
 
+    costs: dict[tuple, float] = field(default_factory=dict)  # (scale, arm, setting) -> its planned FLOPs
+
     def cost(self, run: Run) -> float:
-        """A run's planned fine-step FLOPs, up to a constant: parameters x tokens."""
-        size = self.sizes[run.sweep.scale]
-        return size.n_params * size.tokens_per_step * size.max_steps * budget_of(run)
+        """A run's planned FLOPs, every phase of its plan (mltrain/method/cost.py)."""
+        return self.setting_cost(run.sweep.scale, run.sweep.arm, run.setting)
+
+    def setting_cost(self, scale: str, arm: str, setting: dict[str, str]) -> float:
+        """The planned FLOPs of a run of `setting`: its composed config's; a setting no tuning run has (an
+        evaluation budget off the grid) costs the arm's first setting times its budget."""
+        key = (scale, *setting_key(arm, setting))
+        if key not in self.costs:
+            cfg = self.configs.get(key)
+            if cfg is not None:
+                self.costs[key] = run_cost(cfg)[0]
+            else:
+                near, first = next((k, c) for k, c in self.configs.items() if k[:2] == (scale, arm))
+                ratio = float(setting.get(BUDGET, 1.0)) / float(dict(near[2]).get(BUDGET, 1.0))
+                self.costs[key] = run_cost(first)[0] * ratio
+        return self.costs[key]
 
 
 def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
@@ -123,22 +140,46 @@ def run(study: Study, command: str) -> int:
 
 
 def _progress(study: Study, out: TextIO) -> Progress:
+    """The runs to count and their planned FLOPs; the finished ones' summaries give the first rate."""
     cfg, total, done, cost_left = study.cfg, 0, 0, 0.0
+    progress = Progress(out, 0, 0, 0.0, _parallel(cfg))
     for scale in cfg.ladder:
         runs = [r for s in tuning_sweeps(cfg, study.layout, scale, study.sizes[scale].max_steps) for r in s.runs()]
-        eval_budgets = sum(sum(map(float, a.grid[BUDGET])) if BUDGET in a.grid else 1.0 for a in cfg.arms.values())
-        size = study.sizes[scale]
-        cost_left += eval_budgets * len(eval_seeds(cfg, scale)) * size.n_params * size.tokens_per_step * size.max_steps
+        cost_left += _evaluation_cost(study, scale)
         ended_eval = _ended_evaluation(study, scale, read_choices(cfg, study.layout, scale)[0])
         done += len(ended_eval)
         cost_left -= sum(study.cost(r) for r in ended_eval)
         total += len(runs) + evaluation_run_count(cfg, scale)
+        for r in [*runs, *ended_eval]:
+            summary = run_status(r.dir)
+            if ended(summary):
+                progress.measure(summary)
         for r in runs:
             if ended(run_status(r.dir)):
                 done += 1
             else:
                 cost_left += study.cost(r)
-    return Progress(out, total, done, cost_left)
+    progress.total, progress.done, progress.cost_left = total, done, cost_left
+    return progress
+
+
+def _evaluation_cost(study: Study, scale: str) -> float:
+    """Planned FLOPs of a scale's evaluation runs before stage 1 chooses: per arm and budget, the mean
+    of its tuning settings' costs on every evaluation seed."""
+    cfg, seeds, flops = study.cfg, len(eval_seeds(study.cfg, scale)), 0.0
+    for arm in cfg.arms:
+        by_budget: dict[float, list[float]] = {}
+        for (s, a, setting), _ in study.configs.items():
+            if (s, a) == (scale, arm):
+                by_budget.setdefault(float(dict(setting).get(BUDGET, 1.0)), []).append(
+                    study.setting_cost(scale, arm, dict(setting)))
+        flops += seeds * sum(sum(c) / len(c) for c in by_budget.values())
+    return flops
+
+
+def _parallel(cfg: Any) -> int:
+    """Runs that train at once: the local launcher's jobs (the basic launcher runs one at a time)."""
+    return max(1, cfg.launcher.n_jobs or 1) if cfg.launcher.name == "local" else 1
 
 
 def _scale(study: Study, scale: str) -> ladder.ScaleResult:
