@@ -37,6 +37,7 @@ from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.plan import planned_steps
 from mltrain.model import GPT, GPTConfig
 from mltrain.runs import rundir
+from mltrain.runs.keys import config_digest
 from mltrain.runs.names import run_label, run_name, sweep_run_name, swept_keys
 from mltrain.runs.provenance import provenance
 from mltrain.runs.tracking import Tracker
@@ -361,7 +362,8 @@ def run_record(session: Session, overrides: list[str]) -> dict:
     """What the run is (runs/files.py RUN_RECORD_FIELDS): run.json at the start, repeated in summary.json."""
     cfg, kind = session.cfg, session.kind
     return {"run_kind": kind.value, "label": run_label(overrides, kind), "seed": cfg.seed,
-            "budget": float(cfg.train.budget), "budget_steps": session.runner.last_fine_step, "preset": cfg.preset}
+            "budget": float(cfg.train.budget), "budget_steps": session.runner.last_fine_step, "preset": cfg.preset,
+            "config_digest": config_digest(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))}
 
 
 def open_tracker(session: Session, run_dir: Path, record: dict, origin: dict, resumed: dict) -> Tracker:
