@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 from mltrain.errors import ConfigError, MltrainError
 from mltrain import guarded
 from mltrain.runs import rundir
+from mltrain.runs.provenance import redact_tree
 from mltrain.tools.study import compose, ladder
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (EVAL, TUNE, Choice, Layout, Run, Sweep, evaluation_run_count, evaluation_sweeps,
@@ -117,8 +118,8 @@ def run(study: Study, command: str) -> int:
         # One study per folder at a time; what the sweeps print goes to study.log, the study's lines here.
         with rundir.claim(layout.root, what="dir", earlier=lambda _: None), output_to(layout.log) as console, \
                 study.interrupts:
-            guarded.write_json(layout.root / "study.json", OmegaConf.to_container(cfg, resolve=True), root=layout.root,
-                               indent=2)
+            record = redact_tree(OmegaConf.to_container(cfg, resolve=True))  # secrets as run.json keeps them out
+            guarded.write_json(layout.root / "study.json", record, root=layout.root, indent=2)
             study.progress = _progress(study, study.out or console)
             results = [_scale(study, scale) for scale in cfg.ladder]
             report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
