@@ -78,7 +78,7 @@ def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optio
         if not chosen:
             raise CompareError(f"--data-group {data_group!r}: no usable run was trained on it (the groups: "
                                + "; ".join(describe_group(g) for g in groups) + ")")
-        groups = chosen + [g for g in groups if g is not chosen[0]]
+        groups = [chosen[0]] + [g for g in groups if g is not chosen[0]]  # the largest that matches
     elif len(groups) > 1 and len(groups[0]) == len(groups[1]):
         tied = [g for g in groups if len(g) == len(groups[0])]
         preferred = _preferred(tied, baseline_label)
