@@ -151,13 +151,13 @@ def _progress(study: Study, out: TextIO) -> Progress:
         done += len(ended_eval)
         cost_left -= sum(study.cost(r) for r in ended_eval)
         total += len(runs) + evaluation_run_count(cfg, scale)
-        for r in [*runs, *ended_eval]:
+        for r in ended_eval:
+            progress.measure(run_status(r.dir) or {})
+        for r in runs:
             summary = run_status(r.dir)
             if ended(summary):
-                progress.measure(summary)
-        for r in runs:
-            if ended(run_status(r.dir)):
                 done += 1
+                progress.measure(summary)
             else:
                 cost_left += study.cost(r)
     progress.total, progress.done, progress.cost_left = total, done, cost_left
