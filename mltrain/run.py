@@ -26,16 +26,18 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain.config import budget_steps, resuming, validate
+from mltrain.config import resuming, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
 from mltrain.flops import FLOPS_FORMULA, train_flops_per_step
 from mltrain.memory import check_fits
 from mltrain.method.coarsening import build_scheme
+from mltrain.method.cost import plan_cost
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.plan import planned_steps
 from mltrain.model import GPT, GPTConfig
 from mltrain.runs import rundir
+from mltrain.runs.keys import config_digest
 from mltrain.runs.names import run_label, run_name, sweep_run_name, swept_keys
 from mltrain.runs.provenance import provenance
 from mltrain.runs.tracking import Tracker
@@ -206,20 +208,19 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
 def check_duration(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, world=None) -> None:
     """How long the run takes at least on this machine (mltrain/runs/sanity.py): one line before its
     first step when that is more than an hour; ConfigError when it is more than a day, unless
-    train.allow_long=true. The fine steps' FLOPs only (coarse phases come on top), at a nominal rate."""
+    train.allow_long=true. Every phase of the plan counted (mltrain/method/cost.py), at a nominal rate."""
     from mltrain.runs import sanity
 
     world = world or distributed.world_from_env()
-    c, steps = gpt_config, budget_steps(cfg.train)
-    flops = train_flops_per_step(c.n_layer, c.n_embd, c.vocab_size, c.block_size, cfg.train.batch_size) * steps
+    cost = plan_cost(cfg, gpt_config.vocab_size)
     if device.type == "cpu":
         threads = torch.get_num_threads() * world.size
         where, flop_rate = f"cpu ({threads} thread{'s' if threads > 1 else ''})", sanity.rate("cpu", threads)
     else:
         where = f"{world.size} {device.type.upper()} device{'s' if world.size > 1 else ''}"
         flop_rate = world.size * sanity.rate(device.type, peak=peak_flops(device))
-    line = sanity.duration_check("this run", flops, flop_rate, where, "train.allow_long", bool(cfg.train.allow_long),
-                                 steps=steps)
+    line = sanity.duration_check("this run", cost.total, flop_rate, where, "train.allow_long",
+                                 bool(cfg.train.allow_long), steps=cost.steps)
     if line and world.is_main:
         log.info("%s", line)
 
@@ -361,7 +362,8 @@ def run_record(session: Session, overrides: list[str]) -> dict:
     """What the run is (runs/files.py RUN_RECORD_FIELDS): run.json at the start, repeated in summary.json."""
     cfg, kind = session.cfg, session.kind
     return {"run_kind": kind.value, "label": run_label(overrides, kind), "seed": cfg.seed,
-            "budget": float(cfg.train.budget), "budget_steps": session.runner.last_fine_step, "preset": cfg.preset}
+            "budget": float(cfg.train.budget), "budget_steps": session.runner.last_fine_step, "preset": cfg.preset,
+            "config_digest": config_digest(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))}
 
 
 def open_tracker(session: Session, run_dir: Path, record: dict, origin: dict, resumed: dict) -> Tracker:

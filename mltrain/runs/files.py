@@ -26,9 +26,9 @@ METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 RUN_RECORD = "run.json"
 # What run.json holds: the run kind (method/kinds.py RunKind), the configuration label shared by its
-# seeds, the seed, the fraction of train.max_steps it trains (train.budget) and those fine steps, and the
-# method preset's name.
-RUN_RECORD_FIELDS = ("run_kind", "label", "seed", "budget", "budget_steps", "preset")
+# seeds, the seed, the fraction of train.max_steps it trains (train.budget) and those fine steps, the
+# method preset's name, and the digest of what it computes (runs/keys.py config_digest).
+RUN_RECORD_FIELDS = ("run_kind", "label", "seed", "budget", "budget_steps", "preset", "config_digest")
 
 
 def json_default(obj: Any) -> Any:

@@ -17,7 +17,9 @@ that read run files use it.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Mapping, Optional
+import hashlib
+import json
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from mltrain.method.kinds import RunKind
 from mltrain.method.registry import method_class
@@ -116,6 +118,23 @@ def matches(key: str, prefixes: Iterable[str]) -> bool:
 
 def is_bookkeeping(key: str) -> bool:
     return matches(key, BOOKKEEPING_KEYS)
+
+
+def config_digest(config: Mapping) -> str:
+    """What a run computes, as 16 hex digits: the sha256 of its resolved config (a plain dict) with the
+    bookkeeping keys and the seed left out, so two runs of one setting and seed share it wherever they
+    ran (run.json records it; mltrain-compare counts runs that share it, their seed and data once)."""
+
+    def kept(node: Any, prefix: str) -> Any:
+        if isinstance(node, Mapping):
+            return {str(k): kept(v, f"{prefix}{k}.") for k, v in sorted(node.items(), key=lambda kv: str(kv[0]))
+                    if not is_bookkeeping(f"{prefix}{k}") and f"{prefix}{k}" != SEED_KEY}
+        if isinstance(node, (list, tuple)):
+            return [kept(v, prefix) for v in node]
+        return node
+
+    text = json.dumps(kept(config, ""), default=str, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def seed_of(overrides: Iterable[str]) -> Optional[str]:

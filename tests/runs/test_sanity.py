@@ -141,3 +141,26 @@ def test_environment_values(env, ok):
     else:
         with pytest.raises(ConfigError, match="launcher.env."):
             sanity.check_env(env, "launcher.env")
+
+
+# ---------------------------------------------------------------------------------------------
+# Every phase counted (mltrain/method/cost.py): coarse phases, a study's arms
+
+HUGE_COARSE = ["coarsening=evenodd", "multilevel.n_cycles=2", "multilevel.coarse_steps=100000000"]
+
+
+def test_a_multilevel_run_with_a_huge_coarse_phase_is_refused_with_an_estimate_that_counts_it(tmp_path):
+    run = tmp_path / "run"
+    line = refused(tool("mltrain", "data=embedded", "data.tokenizer=bytes", "device=cpu", "train.progress=false",
+                        "model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16",
+                        "train.max_steps=24", *HUGE_COARSE, f"hydra.run.dir={run}", cwd=tmp_path), "this run needs")
+    assert "in 400,000,024 steps" in line and "days" in line and "train.allow_long=true" in line, line
+    assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
+
+
+def test_a_studys_estimate_counts_an_arms_coarse_phases(tmp_path):
+    study = tmp_path / "study"
+    overrides = "arms.multilevel.overrides=[" + ",".join(f"'{o}'" for o in HUGE_COARSE[1:]) + "]"
+    line = refused(tool("mltrain-study", "study=smoke", f"dir={study}", overrides, cwd=tmp_path), "this study needs")
+    assert "add allow_long=true" in line and "days" in line, line
+    assert not study.exists()

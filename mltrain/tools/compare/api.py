@@ -29,6 +29,10 @@ from mltrain.tools.compare.loading import (
     CompareError,
     Configuration,
     Run,
+    comparability,
+    data_groups,
+    describe_group,
+    drop_duplicates,
     find_run_dirs,
     group_runs,
     load_run_dir,
@@ -64,11 +68,45 @@ def compare_dirs(paths: list, out: Path | None = None, select_seeds: list | None
                         plot=plot, command=" ".join(shlex.quote(a) for a in command))
 
 
-def _reference(runs: list[Run], baseline_label: Optional[str]) -> Optional[Run]:
-    """The run the others must match in data, tokenizer, held-out set, FLOP convention and model."""
+def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optional[str] = None
+               ) -> tuple[Optional[Run], Optional[str]]:
+    """The run the others must match in data, tokenizer, held-out set, FLOP convention and model, and
+    the line that names the runs on other data when they differ: the reference comes from the group
+    `data_group` names (its data description, tokenizer or held-out fingerprint), else from the largest
+    group (a tie: the one holding the baseline), never silently."""
+    groups = data_groups(runs)
+    if data_group is not None:
+        chosen = [g for g in groups if data_group in {str(v) for v in comparability(g[0]).values()}]
+        if not chosen:
+            raise CompareError(f"--data-group {data_group!r}: no usable run was trained on it (the groups: "
+                               + "; ".join(describe_group(g) for g in groups) + ")")
+        groups = [chosen[0]] + [g for g in groups if g is not chosen[0]]  # the largest that matches
+    elif len(groups) > 1 and len(groups[0]) == len(groups[1]):
+        tied = [g for g in groups if len(g) == len(groups[0])]
+        preferred = _preferred(tied, baseline_label)
+        groups = [preferred] + [g for g in groups if g is not preferred]
+    reference = _preferred_run(groups[0], baseline_label) if groups else None
+    if len(groups) < 2:
+        return reference, None
+    line = (f"runs differ in data: compared {describe_group(groups[0])}; left out "
+            + "; ".join(describe_group(g) + f" ({', '.join(r.source for r in g)})" for g in groups[1:])
+            + (" (chosen with --data-group)" if data_group is not None else " (the largest group; choose another with "
+               "--data-group)"))
+    return reference, line
+
+
+def _preferred(groups: list[list[Run]], baseline_label: Optional[str]) -> list[Run]:
+    """Of groups as large as each other, the one holding the baseline's run (else the first)."""
+    for group in groups:
+        if _preferred_run(group, baseline_label, fallback=False) is not None:
+            return group
+    return groups[0]
+
+
+def _preferred_run(runs: list[Run], baseline_label: Optional[str], fallback: bool = True) -> Optional[Run]:
     usable = [r for c in group_runs(r for r in runs if r.usable) for r in c.runs]
     for wanted in ((lambda r: r.label == baseline_label) if baseline_label else None,
-                   lambda r: r.run_kind == RunKind.single, lambda r: True):
+                   lambda r: r.run_kind == RunKind.single, (lambda r: True) if fallback else None):
         hit = next((r for r in usable if wanted and wanted(r)), None)
         if hit is not None:
             return hit
@@ -77,11 +115,14 @@ def _reference(runs: list[Run], baseline_label: Optional[str]) -> Optional[Run]:
 
 def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional[list] = None,
                  tune: Sequence[str] = (), plot: bool = True, smooth: int = 10, baseline_label: Optional[str] = None,
-                 control_label: Optional[str] = None, logx: bool = False, dpi: int = 120, command: str = "") -> dict:
+                 control_label: Optional[str] = None, logx: bool = False, dpi: int = 120, command: str = "",
+                 data_group: Optional[str] = None) -> dict:
     for r in runs:
         r.smoothed = moving_average(r.train.loss, smooth)
         vet(r)
-    reference = _reference(runs, baseline_label)
+    said = [drop_duplicates(runs)]
+    reference, other_data = _reference(runs, baseline_label, data_group)
+    said.append(other_data)
     if reference is not None:
         exclude_mismatched(runs, reference)
     configs = group_runs(r for r in runs if r.usable)
@@ -94,7 +135,8 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     for a in arms:
         select(a, select_seeds)
     _name_arms(arms)
-    warnings = tuning_warnings(arms, configs, [k for k in tune if k not in TUNED_KEYS])  # the loud one first
+    warnings = [line for line in said if line]  # what was left out of the set given, first
+    warnings += tuning_warnings(arms, configs, [k for k in tune if k not in TUNED_KEYS])
     warnings += _seed_warnings(configs, select_seeds)
     flops_frontier, clock = frontiers.build(configs, arms, select_seeds)
     fit = _fit(flops_frontier)

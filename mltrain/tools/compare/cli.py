@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                    "tables compare with (default: the kept single-level setting at its largest train.budget)")
     p.add_argument("--control", metavar="LABEL", help="label of the schedule-control configuration "
                    "(default: matched by label, or the only one)")
+    p.add_argument("--data-group", metavar="DATA", help="when the runs differ in data, tokenizer or held-out set: "
+                   "compare the ones on this data (its description, tokenizer or held-out fingerprint, as the "
+                   "warning names them; default: the largest group, the others named)")
     p.add_argument("--logx", action="store_true", help="log-scale FLOPs axis")
     p.add_argument("--dpi", type=int, default=120, help=f"resolution of comparison.png ({DPI_RANGE[0]}-{DPI_RANGE[1]}, default 120)")
     p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from the W&B API instead of folders")
@@ -90,7 +93,7 @@ def run_compare(args: argparse.Namespace, argv: Sequence[str]) -> dict:
             log.warning("left out of the comparison: %s: %s (%s)", r.source, r.status, r.reason)
     return compare_runs(
         runs, out, select_seeds=args.select_seeds, tune=args.tune, smooth=args.smooth, baseline_label=args.baseline,
-        control_label=args.control, logx=args.logx, dpi=args.dpi,
+        control_label=args.control, logx=args.logx, dpi=args.dpi, data_group=args.data_group,
         command=" ".join(shlex.quote(a) for a in ["mltrain-compare", *argv]),
     )
 

@@ -365,6 +365,46 @@ def mismatch(run: Run, reference: Run) -> Optional[str]:
     return "different " + "; ".join(sorted(diffs)) if diffs else None
 
 
+def identity(run: Run) -> tuple:
+    """What a run is, by content: the digest of what it computes (run.json's config_digest; a run from an
+    older version: its kind and label), its seed, and the data it saw (comparability). A folder copied
+    beside its original has the same identity: it is one run, not another seed."""
+    what = run.summary.get("config_digest") or (run.run_kind, run.label)
+    return (what, str(run.seed), tuple(sorted((k, str(v)) for k, v in comparability(run).items())))
+
+
+def drop_duplicates(runs: list[Run]) -> Optional[str]:
+    """Leave out (status "duplicate") every usable run whose identity an earlier one (by source) has;
+    the one line naming them, or None."""
+    first: dict[tuple, Run] = {}
+    dropped = []
+    for r in sorted((r for r in runs if r.usable), key=lambda r: r.source):
+        kept = first.setdefault(identity(r), r)
+        if kept is not r:
+            r.status, r.reason = "duplicate", f"the same run as {kept.source} (config digest, seed and data)"
+            dropped.append(f"{r.source} = {kept.source}")
+    if not dropped:
+        return None
+    return (f"{len(dropped)} run folder(s) hold a run already counted (the same config, seed and data), counted "
+            f"once: {'; '.join(dropped)}")
+
+
+def data_groups(runs: Iterable[Run]) -> list[list[Run]]:
+    """The usable runs grouped by what must agree between them (comparability), largest group first."""
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        if r.usable:
+            groups.setdefault(tuple(sorted((k, str(v)) for k, v in comparability(r).items())), []).append(r)
+    return sorted(groups.values(), key=len, reverse=True)
+
+
+def describe_group(runs: list[Run]) -> str:
+    """`3 runs on data 'X', tokenizer 'bytes'`: a group of data_groups in words."""
+    seen = comparability(runs[0])
+    what = ", ".join(f"{k} {seen[k]!r}" for k in ("data", "tokenizer", "held-out set") if k in seen)
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}" + (f" on {what}" if what else "")
+
+
 # ---------------------------------------------------------------------------------------------
 # W&B source
 

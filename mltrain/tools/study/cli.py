@@ -105,6 +105,7 @@ def _status(cfg: Any, out: Any) -> int:
     from mltrain.tools.study.stages import read_choices
 
     layout = Layout(Path(cfg.dir).resolve(), _steps(cfg))
+    _check_study_folder(cfg, layout.root)
     read = {scale: read_choices(cfg, layout, scale) for scale in cfg.ladder}
     choices = {scale: found for scale, (found, _) in read.items()}
     distrusted = {scale: arms for scale, (_, arms) in read.items()}
@@ -121,6 +122,33 @@ def _steps(cfg: Any) -> dict[str, int]:
 
     with compose.Composer() as composer:
         return {name: size.max_steps for name, size in compose.ladder_sizes(cfg, composer).items()}
+
+
+def _check_study_folder(cfg: Any, root: Path) -> None:
+    """ConfigError unless `root` is this study's folder (its study.json names it, or it holds a scale's
+    folder of the study) or does not exist yet (a study not started): a file, an empty folder or another
+    study's is not shown as a fresh study."""
+    import json
+
+    if not root.exists() and not root.is_symlink():
+        return
+    if not root.is_dir():
+        raise ConfigError(f"--status: dir={root} is not a folder, so not a study's folder; give the folder the "
+                          "study writes (dir=...)")
+    try:
+        recorded = json.loads((root / "study.json").read_text())
+    except FileNotFoundError:
+        if any((root / str(scale)).is_dir() for scale in cfg.ladder):
+            return  # its runs are there (a study.json lost or never written): shown as what they are
+        raise ConfigError(f"--status: {root} holds no study.json and no scale's folder of study {cfg.name}, so it "
+                          "is not its folder; give the folder the study writes (dir=...)") from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--status: {root / 'study.json'} cannot be read ({err}), so {root} is not shown "
+                          "as a study") from None
+    name = recorded.get("name") if isinstance(recorded, dict) else None
+    if name != cfg.name:
+        raise ConfigError(f"--status: {root} is the folder of study {name!r}, not of {cfg.name!r}: give that "
+                          "study (study=...) or this study's folder (dir=...)")
 
 
 def study_main() -> None:

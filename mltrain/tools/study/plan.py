@@ -167,15 +167,19 @@ class Sweep:
         task = [*self.fixed, *(f"{k}={','.join(v)}" for k, v in self.swept), *self._bookkeeping(study, tags)]
         named = {k for k, _ in self.swept}
         excluded = sorted({key_of(o) for o in task} - named)  # folders are named by the swept keys only
-        launcher = study.launcher
         return [
             *task,
-            f"hydra/launcher={launcher.name}",
-            *([f"hydra.launcher.n_jobs={launcher.n_jobs}"] if launcher.n_jobs is not None else []),
-            *launcher.overrides,
+            *launcher_overrides(study.launcher),
             f"hydra.sweep.dir={quoted(str(self.dir))}",
             f"hydra.job.config.override_dirname.exclude_keys=[{','.join(excluded)}]",
         ]
+
+
+def launcher_overrides(launcher: Any) -> list[str]:
+    """The Hydra overrides that choose and set a sweep's launcher (the study's `launcher` section)."""
+    return [f"hydra/launcher={launcher.name}",
+            *([f"hydra.launcher.n_jobs={launcher.n_jobs}"] if launcher.n_jobs is not None else []),
+            *launcher.overrides]
 
 
 @dataclass

@@ -3,8 +3,8 @@
 A run has ended when its summary.json says `finished` or `diverged` (mltrain leaves both as they are
 on a resume); `interrupted`, or a folder without a summary, is a run to resume. The lines come from
 watching the runs' folders, so they read the same whatever launcher ran the runs (here, on workers,
-on a cluster). The ETA weighs each run by its planned fine-step FLOPs (parameters x tokens), so
-a run of the largest scale counts for what it costs.
+on a cluster). The ETA weighs each run by its planned FLOPs (every phase of its plan:
+mltrain/method/cost.py) and times them at the rate per FLOP the runs finished so far measured.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TextIO
 
 from mltrain.runs import rundir
-from mltrain.tools.study.plan import BUDGET, EVAL, TUNE, Choice, Layout, Run, evaluation_sweeps, tuning_sweeps
+from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, Run, evaluation_sweeps, tuning_sweeps
 
 ENDED = ("finished", "diverged")
 
@@ -47,24 +46,49 @@ def _loss(summary: dict) -> str:
     return f"val loss {val:.4f}" if isinstance(val, (int, float)) else "no val loss"
 
 
-class Progress:
-    """Counts runs and their cost; prints a line for every run that ends or fails."""
+def measured(summary: dict) -> Optional[tuple[float, float]]:
+    """(seconds, FLOPs) a finished run took by its summary.json: its wall time (from the initial
+    evaluation on) and every FLOP it did (training, evaluation, diagnostics), the units of a planned cost
+    (mltrain/method/cost.py); without a wall time, its training time and training FLOPs. None when the
+    summary says neither."""
+    flops = summary.get("total_flops")
+    seconds = summary.get("wall_time_s")
+    extra = [summary.get(k) for k in ("eval_flops", "diag_flops")]
+    if not isinstance(seconds, (int, float)):
+        seconds, extra = summary.get("train_time_s"), []
+    numbers = [flops, seconds, *extra]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in numbers) or not flops:
+        return None
+    return float(seconds), float(flops) + float(sum(extra))
 
-    def __init__(self, out: TextIO, total: int, done: int, cost_left: float):
-        self.out, self.total, self.done = out, total, done
-        self.cost_left, self.cost_done, self.start = cost_left, 0.0, time.monotonic()
+
+class Progress:
+    """Counts runs and their planned FLOPs; prints a line for every run that ends or fails. The ETA is
+    the FLOPs left at the seconds per FLOP the finished runs took (their summaries), over the runs that
+    train at once (`parallel`); before any run has finished there is no ETA."""
+
+    def __init__(self, out: TextIO, total: int, done: int, cost_left: float, parallel: int = 1):
+        self.out, self.total, self.done, self.parallel = out, total, done, max(1, parallel)
+        self.cost_left = cost_left
+        self.seconds, self.flops = 0.0, 0.0  # what the finished runs measured
         self._lock = threading.Lock()
 
+    def measure(self, summary: dict) -> None:
+        """Count a finished run's seconds and FLOPs into the rate (a run that ended earlier, too)."""
+        taken = measured(summary) if summary.get("status", "finished") == "finished" else None
+        if taken is not None:
+            with self._lock:
+                self.seconds, self.flops = self.seconds + taken[0], self.flops + taken[1]
+
     def _eta(self) -> str:
-        if self.cost_done <= 0:
+        if self.flops <= 0:
             return "ETA after the first run"
-        rate = (time.monotonic() - self.start) / self.cost_done
-        return f"ETA {_duration(rate * max(self.cost_left, 0.0))}"
+        rate = self.seconds / self.flops
+        return f"ETA {_duration(rate * max(self.cost_left, 0.0) / self.parallel)}"
 
     def settle(self, run: Run, cost: float, what: str) -> None:
         with self._lock:
             self.done += 1
-            self.cost_done += cost
             self.cost_left -= cost
             left = self.total - self.done
             print(f"[{self.done}/{self.total}] {run.name}: {what} | {left} run{'s' if left != 1 else ''} left, "
@@ -84,6 +108,7 @@ class Progress:
             self.cost_left += cost
 
     def ended(self, run: Run, summary: dict, cost: float) -> None:
+        self.measure(summary)
         took = summary.get("wall_time_s")
         status = summary.get("status", "finished")
         what = _loss(summary) if status == "finished" else f"{status}: {summary.get('status_reason', '')}"
@@ -216,6 +241,3 @@ def status_lines(study: Any, layout: Layout, choices: dict[str, Optional[dict[st
     lines.append(f"  {'ladder':<10} {'':<8} {'':<18} {ladder if ladder.exists() else 'not yet written'}")
     return lines
 
-
-def budget_of(run: Run) -> float:
-    return float(run.setting.get(BUDGET, 1.0))

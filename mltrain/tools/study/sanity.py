@@ -5,7 +5,8 @@ run (the schema's types and schema.check's rules come first; these are separate 
   `launcher.env` values a process can use (runs/sanity.py), `launcher.n_jobs` at most the CPUs here for
   the local launcher, and no `hydra.*` key where the study puts run settings (an arm's grid, the
   override lists): the study sets Hydra's keys itself (every run's folder, the launcher), and a run
-  whose folder moved would be reported as failed although it finished.
+  whose folder moved would be reported as failed although it finished; the launcher Hydra has, with
+  every key the study sets on it (`check_launcher`).
 * `check_study_duration(study, out)`: the study's planned FLOPs against what this machine can
   give (runs/sanity.py duration_check): said first when it is long, refused without `allow_long=true`
   when it would take more than a day. Only for launchers that run here (basic, local).
@@ -63,6 +64,25 @@ def check(study: Any) -> None:
         if not override_key(o).startswith("hydra.launcher."):
             raise ConfigError(f"launcher.overrides: {o!r} is not a hydra.launcher.* setting (put run settings in "
                               "common or an arm's overrides)")
+    check_launcher(study)
+
+
+def check_launcher(study: Any) -> None:
+    """ConfigError (one line) unless Hydra has the launcher launcher.name names and takes every key the
+    study gives it (launcher.n_jobs, launcher.overrides), composed as the sweeps will be: before the
+    study claims its folder, not as every run failing after."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mltrain.tools.study.compose import Composer
+    from mltrain.tools.study.plan import launcher_overrides
+
+    with Composer() as composer:
+        options = GlobalHydra.instance().config_loader().get_group_options("hydra/launcher")
+        name = str(study.launcher.name)
+        if name not in options:
+            raise ConfigError(f"launcher.name={name!r} is not a Hydra launcher here (hydra/launcher: "
+                              f"{', '.join(options)}); nothing was started")
+        composer.compose(launcher_overrides(study.launcher), "launcher")
 
 
 def _override_lists(study: Any) -> Iterable[tuple[str, list]]:
@@ -87,19 +107,17 @@ def _check_jobs(study: Any) -> None:
 # How long
 
 
-def _run_cost(cfg: Any) -> tuple[float, int]:
-    """(planned training FLOPs, fine steps) of one run (a lower bound: coarse phases add to both)."""
-    from mltrain.config import budget_steps
+def run_cost(cfg: Any) -> tuple[float, int]:
+    """(planned FLOPs, optimizer steps) of one run: every phase of its plan (mltrain/method/cost.py)."""
     from mltrain.data.tokenizers import get_tokenizer
-    from mltrain.flops import train_flops_per_step
+    from mltrain.method.cost import plan_cost
 
-    m = cfg.model
     try:
-        vocab = m.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
+        vocab = cfg.model.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
     except MltrainError:  # the runs themselves say why the tokenizer cannot load; without the head, still a bound
         vocab = 0
-    steps = budget_steps(cfg.train)
-    return train_flops_per_step(m.n_layer, m.n_embd, vocab, m.block_size, cfg.train.batch_size) * steps, steps
+    cost = plan_cost(cfg, vocab)
+    return cost.total, cost.steps
 
 
 def planned_cost(study: Any, configs: dict[tuple, Any]) -> tuple[float, int]:
@@ -108,7 +126,7 @@ def planned_cost(study: Any, configs: dict[tuple, Any]) -> tuple[float, int]:
     flops, steps = 0.0, 0
     evaluated: dict[tuple, tuple[float, int]] = {}
     for (scale, arm, setting), cfg in configs.items():
-        f, n = _run_cost(cfg)
+        f, n = run_cost(cfg)
         flops, steps = flops + f * len(study.selection_seeds), steps + n * len(study.selection_seeds)
         seeds = len(eval_seeds(study, scale))
         evaluated.setdefault((scale, arm, dict(setting).get(BUDGET)), (f * seeds, n * seeds))

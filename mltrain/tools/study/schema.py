@@ -156,6 +156,9 @@ def frontier_arm(study: Any) -> str:
 
 def check(study: Any) -> None:
     """ConfigError with one line for the first problem of a composed study; touches no file."""
+    if not _NAME.match(str(study.name)):
+        raise ConfigError(f"name {study.name!r}: use letters, digits, '_', '.' or '-' (it names the study's folder "
+                          "and its runs' W&B tag); nothing was written")
     if not study.arms:
         raise ConfigError(f"study {study.name} has no arms")
     if not study.ladder:

@@ -30,13 +30,15 @@ from omegaconf import OmegaConf
 from mltrain.errors import ConfigError, MltrainError
 from mltrain import guarded
 from mltrain.runs import rundir
+from mltrain.runs.provenance import redact_tree
 from mltrain.tools.study import compose, ladder, tuning
+from mltrain.tools.study.compose import setting_key
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
 from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP, TUNE, Choice, Layout, Run, Sweep,
                                       control_sweeps, evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
                                       setting_text, tuning_sweeps)
-from mltrain.tools.study.progress import Progress, Watcher, budget_of, ended, failure_reason, run_status
-from mltrain.tools.study.sanity import repeated_data
+from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, run_status
+from mltrain.tools.study.sanity import repeated_data, run_cost
 from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, selection_seeds, varied_keys
 
 MAX_ROUNDS = 20  # tuning rounds per scale and budget set: a safeguard (each round adds only what the rules ask)
@@ -60,10 +62,25 @@ class Study:
     counted: set = field(default_factory=set)  # run folders the progress has in its total
     tuning: dict[str, dict] = field(default_factory=dict)  # scale -> what its tuning tried and chose (ladder.json)
 
+    costs: dict[tuple, float] = field(default_factory=dict)  # (scale, arm, setting) -> its planned FLOPs
+
     def cost(self, run: Run) -> float:
-        """A run's planned fine-step FLOPs, up to a constant: parameters x tokens."""
-        size = self.sizes[run.sweep.scale]
-        return size.n_params * size.tokens_per_step * size.max_steps * budget_of(run)
+        """A run's planned FLOPs, every phase of its plan (mltrain/method/cost.py)."""
+        return self.setting_cost(run.sweep.scale, run.sweep.arm, run.setting)
+
+    def setting_cost(self, scale: str, arm: str, setting: dict[str, str]) -> float:
+        """The planned FLOPs of a run of `setting`: its composed config's; a setting no tuning run has (an
+        evaluation budget off the grid) costs the arm's first setting times its budget."""
+        key = (scale, *setting_key(arm, setting))
+        if key not in self.costs:
+            cfg = self.configs.get(key)
+            if cfg is not None:
+                self.costs[key] = run_cost(cfg)[0]
+            else:
+                near, first = next((k, c) for k, c in self.configs.items() if k[:2] == (scale, arm))
+                ratio = float(setting.get(BUDGET, 1.0)) / float(dict(near[2]).get(BUDGET, 1.0))
+                self.costs[key] = run_cost(first)[0] * ratio
+        return self.costs[key]
 
 
 def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
@@ -106,8 +123,8 @@ def run(study: Study, command: str) -> int:
         # One study per folder at a time; what the sweeps print goes to study.log, the study's lines here.
         with rundir.claim(layout.root, what="dir", earlier=lambda _: None), output_to(layout.log) as console, \
                 study.interrupts:
-            guarded.write_json(layout.root / "study.json", OmegaConf.to_container(cfg, resolve=True), root=layout.root,
-                               indent=2)
+            record = redact_tree(OmegaConf.to_container(cfg, resolve=True))  # secrets as run.json keeps them out
+            guarded.write_json(layout.root / "study.json", record, root=layout.root, indent=2)
             study.progress = _progress(study, study.out or console)
             results = [_scale(study, scale) for scale in cfg.ladder]
             report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
@@ -144,23 +161,47 @@ def _base_tuning(study: Study, scale: str, budgets: Optional[list[str]] = None) 
 
 
 def _progress(study: Study, out: TextIO) -> Progress:
+    """The runs to count and their planned FLOPs; the finished ones' summaries give the first rate."""
     cfg, total, done, cost_left = study.cfg, 0, 0, 0.0
+    progress = Progress(out, 0, 0, 0.0, _parallel(cfg))
     for scale in cfg.ladder:
         runs = [r for s in _base_tuning(study, scale) for r in s.runs()]
         study.counted |= {r.dir for r in runs}
-        eval_budgets = sum(sum(map(float, a.grid[BUDGET])) if BUDGET in a.grid else 1.0 for a in cfg.arms.values())
-        size = study.sizes[scale]
-        cost_left += eval_budgets * len(eval_seeds(cfg, scale)) * size.n_params * size.tokens_per_step * size.max_steps
+        cost_left += _evaluation_cost(study, scale)
         ended_eval = _ended_evaluation(study, scale, read_choices(cfg, study.layout, scale)[0])
         done += len(ended_eval)
         cost_left -= sum(study.cost(r) for r in ended_eval)
         total += len(runs) + evaluation_run_count(cfg, scale)
+        for r in ended_eval:
+            progress.measure(run_status(r.dir) or {})
         for r in runs:
-            if ended(run_status(r.dir)):
+            summary = run_status(r.dir)
+            if ended(summary):
                 done += 1
+                progress.measure(summary)
             else:
                 cost_left += study.cost(r)
-    return Progress(out, total, done, cost_left)
+    progress.total, progress.done, progress.cost_left = total, done, cost_left
+    return progress
+
+
+def _evaluation_cost(study: Study, scale: str) -> float:
+    """Planned FLOPs of a scale's evaluation runs before stage 1 chooses: per arm and budget, the mean
+    of its tuning settings' costs on every evaluation seed."""
+    cfg, seeds, flops = study.cfg, len(eval_seeds(study.cfg, scale)), 0.0
+    for arm in cfg.arms:
+        by_budget: dict[float, list[float]] = {}
+        for (s, a, setting), _ in study.configs.items():
+            if (s, a) == (scale, arm):
+                by_budget.setdefault(float(dict(setting).get(BUDGET, 1.0)), []).append(
+                    study.setting_cost(scale, arm, dict(setting)))
+        flops += seeds * sum(sum(c) / len(c) for c in by_budget.values())
+    return flops
+
+
+def _parallel(cfg: Any) -> int:
+    """Runs that train at once: the local launcher's jobs (the basic launcher runs one at a time)."""
+    return max(1, cfg.launcher.n_jobs or 1) if cfg.launcher.name == "local" else 1
 
 
 def _grow(study: Study, runs: list[Run]) -> None:

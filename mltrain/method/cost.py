@@ -1,0 +1,129 @@
+"""What a run costs, from its plan: the one cost model of the run's start-up estimate, the study's
+duration check and the study's ETA.
+
+`plan_cost(cfg, vocab_size)` walks the phases `build_plan(cfg)` gives and adds up:
+
+* train phases: every optimizer step at the model it trains, with the formula of mltrain/flops.py
+  (6N+12LTd) at that model's depth: the fine model's (train.batch_size); a coarse model's, its depth
+  from the scheme (`Scheme.coarse_depth` once per level) at multilevel.coarse_batch_size; the schedule
+  control's stand-in steps at the fine depth and the coarse batch size; a rival's sub-path steps at the
+  blocks its policy runs (the mean over up to PATH_SAMPLES of the phase's steps, evenly spread);
+* measurements, kept apart as the run keeps them (summary.json `eval_flops`, `diag_flops`): every
+  held-out evaluation (at step 0, every train.eval_interval fine steps, at the last one, and each
+  evaluate phase; forward only, train.eval_batches batches of the fine model) and each cycle's
+  diagnostics (forward and backward of the coarse model and its parent on one batch).
+
+Plain arithmetic on the config (no torch, no data): `vocab_size` is the tokenizer's, given by the caller.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+from omegaconf import open_dict
+
+from mltrain.flops import train_flops_per_token
+from mltrain.method.coarsening import build_scheme
+from mltrain.method.kinds import PhaseKind
+from mltrain.method.plan import Phase, build_plan, fine_steps
+from mltrain.method.registry import method_for
+
+PATH_SAMPLES = 64  # sub-paths drawn per phase to estimate the blocks a rival's step runs
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A run's planned FLOPs: `train` (summary.json's total_flops), `measure` (evaluation and
+    diagnostics), and its optimizer steps of every level."""
+
+    train: float
+    measure: float
+    steps: int
+
+    @property
+    def total(self) -> float:
+        return self.train + self.measure
+
+
+def plan_cost(cfg: Any, vocab_size: Optional[int] = None) -> Cost:
+    """The planned cost of the run `cfg` describes (`vocab_size`: the tokenizer's, when cfg's
+    model.vocab_size is not resolved yet)."""
+    cfg = _with_vocab(cfg, vocab_size)
+    m, t = cfg.model, cfg.train
+    plan = build_plan(cfg)
+    control = method_for(cfg).name == "schedule_control"
+    per_token = _PerToken(m)
+    coarse_batch = cfg.multilevel.coarse_batch_size or t.batch_size
+    depths = _depths(cfg, plan)
+    train, steps, done = 0.0, 0, 0
+    for phase in plan:
+        if phase.kind != PhaseKind.train:
+            continue
+        fine = not phase.path
+        batch = t.batch_size if fine else coarse_batch
+        if phase.paths is not None:
+            blocks = _mean_blocks(phase, done)
+        else:
+            blocks = m.n_layer if fine or control else depths[len(phase.path)]
+        train += per_token(blocks) * batch * m.block_size * phase.steps
+        steps += phase.steps
+        done += phase.steps if fine else 0
+    return Cost(train, _measure(cfg, plan, per_token, depths, control), steps)
+
+
+def _measure(cfg: Any, plan: list[Phase], per_token: "_PerToken", depths: list[int], control: bool) -> float:
+    """FLOPs of the held-out evaluations and the cycles' diagnostics."""
+    m, t = cfg.model, cfg.train
+    n = fine_steps(plan)
+    evaluations = 1 + n // t.eval_interval + (1 if n % t.eval_interval else 0)
+    evaluations += sum(1 for p in plan if p.kind == PhaseKind.evaluate)
+    tokens = t.batch_size * m.block_size
+    flops = evaluations * t.eval_batches * tokens * per_token(m.n_layer) / 3  # forward only
+    if cfg.multilevel.diagnostics and not control:
+        for p in plan:
+            if p.kind == PhaseKind.diagnose:
+                level = len(p.path)
+                flops += (per_token(depths[level]) + per_token(depths[level - 1])) * tokens
+    return flops
+
+
+class _PerToken:
+    """Training FLOPs per token of a model of n blocks with `m`'s width, vocabulary and context."""
+
+    def __init__(self, m: Any):
+        self.dims = (int(m.n_embd), int(m.vocab_size), int(m.block_size))
+
+    def __call__(self, n_blocks: float) -> float:
+        return train_flops_per_token(n_blocks, *self.dims)
+
+
+def _depths(cfg: Any, plan: list[Phase]) -> list[int]:
+    """Blocks of the model at each level the plan reaches (level 0: the fine model)."""
+    depths = [int(cfg.model.n_layer)]
+    levels = max((len(p.path) for p in plan), default=0)
+    if levels:
+        scheme = build_scheme(cfg.coarsening)
+        for _ in range(levels):
+            depths.append(scheme.coarse_depth(depths[-1]))
+    return depths
+
+
+def _mean_blocks(phase: Phase, first_step: int) -> float:
+    """The mean number of blocks the phase's sub-paths run (its policy asked at up to PATH_SAMPLES of
+    its fine steps, counted over the run from `first_step`)."""
+    if phase.steps <= 0:
+        return 0.0
+    at = np.unique(np.linspace(0, phase.steps - 1, min(PATH_SAMPLES, phase.steps)).round().astype(int))
+    return float(np.mean([len(phase.paths.path(first_step + int(i)).blocks) for i in at]))
+
+
+def _with_vocab(cfg: Any, vocab_size: Optional[int]) -> Any:
+    if cfg.model.vocab_size:
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.model.vocab_size = int(vocab_size or 0)  # 0: the head left out, still a bound
+    return cfg
