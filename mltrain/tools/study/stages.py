@@ -70,16 +70,20 @@ class Study:
 
     def setting_cost(self, scale: str, arm: str, setting: dict[str, str]) -> float:
         """The planned FLOPs of a run of `setting`: its composed config's; a setting no tuning run has (an
-        evaluation budget off the grid) costs the arm's first setting times its budget."""
+        evaluation budget off the grid, a setting the tuning rules added) costs the arm's first composed
+        setting (else the scale's) times its budget."""
         key = (scale, *setting_key(arm, setting))
         if key not in self.costs:
             cfg = self.configs.get(key)
             if cfg is not None:
                 self.costs[key] = run_cost(cfg)[0]
-            else:
-                near, first = next((k, c) for k, c in self.configs.items() if k[:2] == (scale, arm))
+            else:  # the arm's first composed setting, else the scale's (a control run at a frontier budget)
+                near = next((k for k in self.configs if k[:2] == (scale, arm)), None)
+                near = near or next((k for k in self.configs if k[0] == scale), None)
+                if near is None:
+                    return 0.0  # nothing composed for this scale: no estimate (and no cached guess)
                 ratio = float(setting.get(BUDGET, 1.0)) / float(dict(near[2]).get(BUDGET, 1.0))
-                self.costs[key] = run_cost(first)[0] * ratio
+                self.costs[key] = run_cost(self.configs[near])[0] * ratio
         return self.costs[key]
 
 
