@@ -8,7 +8,8 @@
 #               fine step with each speed option (model.pad_vocab_to, model.loss_chunk)
 #   paper       a 300-step compiled multilevel run at the paper's shape (gpt22m, 64 x 256 tokens) beside the
 #               single-level run of as many FLOPs: both loss curves, MFU rows, wall-clock beside FLOP saving
-#   syncs       scripts/syncs.py, compiled, every method: no host sync in the steps after its last new graph
+#   syncs       scripts/syncs.py, compiled (single, multilevel, layer_drop, skip): no host sync in the steps
+#               after each method's last new graph
 #   cuda_tests  pytest -m cuda: none may be skipped
 #   smoke       a 50-step compiled multilevel run under torchrun (NCCL, one process per GPU)
 #
@@ -111,19 +112,19 @@ if [ $DRY = 1 ]; then
   else
     unset MLTRAIN_COMPILE_BACKEND
   fi
-  DEVICE=cpu NPROC=2 SYNC+=(--steps 48 single layer_drop)  # the fewest and the most graphs
-  [ $INDUCTOR = 0 ] && SYNC+=(multilevel skip)
+  DEVICE=cpu NPROC=2 SYNC+=(--steps 48 single)  # with Inductor 25-40 s a graph here: the method of fewest
+  [ $INDUCTOR = 0 ] && SYNC+=(multilevel layer_drop skip)
   BENCH=(--model tiny --device cpu --threads 1 --compile --speed-options --steps 10 --repeats 1 --run-repeats 1 --cycles 1
          --coarse-steps 10 --after 10)
   PAPER=(scale=cpu model.n_layer=4 train.max_steps=30 schedule.warmup_steps=3 multilevel.n_cycles=3
          multilevel.coarse_steps=4 train.eval_interval=10 train.eval_batches=2)
   SMOKE=(scale=smoke train.max_steps=10)
-  # seconds: each part's cold cost with --inductor (docs/testing.md) x 1.5
-  default_timeouts=(device=15 bench=410 paper=190 syncs=180 cuda_tests=60 smoke=200)
+  # seconds: each part's cold cost with --inductor (docs/testing.md) x 1.5 or more
+  default_timeouts=(device=15 bench=410 paper=250 syncs=180 cuda_tests=60 smoke=200)
 else
   DEVICE=cuda
   NPROC=$("$PY" -c "import torch; print(torch.cuda.device_count())")
-  SYNC+=(--steps 200)  # every method
+  SYNC+=(--steps 200 single multilevel layer_drop skip)  # the methods the dry run measured; skip: decided on the device
   BENCH=(--model gpt22m --batch 64 --device cuda --compile --speed-options --steps 20 --repeats 5 --run-repeats 1 --cycles 1
          --coarse-steps 10 --after 10)
   # the paper's shape and schedule, shortened: warm-up 5% (the paper's 715 of 16,000), cycles in the first

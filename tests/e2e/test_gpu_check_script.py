@@ -16,10 +16,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 PARTS = ["device", "bench", "paper", "syncs", "cuda_tests", "smoke"]
-DRY_DEADLINE = 900  # the --dry-run --inductor whole, measured (docs/testing.md), with room for a loaded machine
+DRY_DEADLINE = 1200  # room for every part's dry-run limit (the sum of its measured seconds x 1.5, docs/testing.md)
 
 
-def lease(tmp_path: Path, *args: str, script: str = "gpu_lease.sh", timeout: float = 1200):
+def lease(tmp_path: Path, *args: str, script: str = "gpu_lease.sh", timeout: float = 1500):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), "OUT": str(out)}
     started = time.monotonic()
@@ -51,7 +51,7 @@ def test_the_dry_run_with_inductor_runs_every_part_inside_its_deadline(tmp_path)
     assert all(got["parts"][n]["graphs"] > 0 for n in ("bench", "paper", "syncs", "smoke"))  # compiled
     assert got["device"]["torch"] == torch.__version__
     methods = got["syncs"]["methods"]
-    assert len(methods) == 4 and all(m["compiled"] and m["graphs"] >= 1 for m in methods.values())
+    assert list(methods) == ["single"] and all(m["compiled"] and m["graphs"] >= 1 for m in methods.values())
     assert all(m["conversions"].get("step", 0) == 0 and m["steps"] >= 24 for m in methods.values())
     first = got["first_results"]
     assert first["recompiles_after_warmup"] == 0 and first["fine_step"]["ms_per_step"] > 0
