@@ -394,6 +394,9 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"model.dropout={m.dropout} must be in [0, 1)")
     if m.vocab_size is not None:
         positive(m.vocab_size, "model.vocab_size")
+    positive(m.pad_vocab_to, "model.pad_vocab_to")
+    if m.loss_chunk < 0:
+        raise ConfigError(f"model.loss_chunk={m.loss_chunk} must be 0 (the whole batch at once) or a number of rows")
     if cfg.data.source == Source.text and not cfg.data.path:
         raise ConfigError("data=text needs data.path (a file, a directory or a glob of text files)")
     if cfg.data.source == Source.shards and not cfg.data.dir:

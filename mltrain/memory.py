@@ -17,7 +17,7 @@ from typing import Any, Optional
 import torch
 
 from mltrain.errors import ConfigError
-from mltrain.model import Attention, GPTConfig, Norm
+from mltrain.model import Attention, GPTConfig, Norm, padded_vocab
 
 FP32 = 4
 
@@ -32,7 +32,7 @@ def parameter_count(config: GPTConfig) -> tuple[int, int]:
     affine = config.norm_affine
     norm = (d if affine else 0) + (d if affine and bias and Norm(config.norm) == Norm.layernorm else 0)
     block = 2 * norm + linear(d, 3 * d) + linear(d, d) + linear(d, 4 * d) + linear(4 * d, d)
-    params = config.vocab_size * d + config.block_size * d + config.n_layer * block + norm  # the head is tied
+    params = padded_vocab(config) * d + config.block_size * d + config.n_layer * block + norm  # the head is tied
     explicit = Attention(config.attention) == Attention.explicit
     buffers = config.n_layer * config.block_size**2 if explicit else 0  # one bool causal mask per block
     return params, buffers

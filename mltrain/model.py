@@ -8,6 +8,14 @@ is then the same embeddings, final norm and head around fewer blocks: no copies,
 The paper's 22,368,512-parameter model is this class with d=256, 12 blocks, 8 heads, context 256,
 no biases, parameter-free norms and the GPT-2 vocabulary (50257):
     50257·256 (tied embedding/head) + 256·256 (positions) + 12 · 12·256² (blocks) = 22,368,512.
+
+Two options for a GPU's step, both off by default (docs/scale-out.md):
+- `pad_vocab_to=64` gives the embedding/head matrix rows up to a multiple of 64 (50257 -> 50304, +12,032
+  parameters at d=256) so its matmuls tile; the padded ids' logits are sliced off before anything reads
+  them, so no loss, sample or evaluation ever sees them.
+- `loss_chunk=N` computes the training loss N rows (tokens) at a time: each chunk's logits in the compute
+  dtype, upcast to fp32 per chunk, recomputed in the backward (torch.utils.checkpoint), so the fp32 logits
+  of the whole batch never exist. The forward then returns no logits with its loss.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Iterable, Optional, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from mltrain.choice import Choice
 
@@ -49,6 +58,28 @@ class GPTConfig:
     attention: Attention = Attention.sdpa
     # Filled from the tokenizer at start-up; set it only to pad the vocabulary (e.g. 50304 for speed).
     vocab_size: Optional[int] = None
+    pad_vocab_to: int = 1  # the embedding/head rows, rounded up to a multiple of this (64 for speed; 1 = none)
+    loss_chunk: int = 0  # the training loss this many rows (tokens) at a time, no whole fp32 logits; 0 = at once
+
+
+def padded_vocab(cfg: GPTConfig) -> int:
+    """Rows of the embedding/head matrix: the vocabulary rounded up to a multiple of cfg.pad_vocab_to."""
+    return -(-cfg.vocab_size // cfg.pad_vocab_to) * cfg.pad_vocab_to
+
+
+def _chunk_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Summed cross-entropy of one chunk: logits in the compute dtype, upcast here, over the real vocabulary."""
+    logits = F.linear(h, weight)[:, :vocab]
+    return F.cross_entropy(logits.float(), targets, reduction="sum")
+
+
+def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab: int,
+                          rows: int) -> torch.Tensor:
+    """Mean cross-entropy of head(h) against targets (ids -100 ignored, as F.cross_entropy), `rows` rows at
+    a time; each chunk's logits are recomputed in the backward instead of kept."""
+    total = sum(checkpoint(_chunk_loss, hc, weight, tc, vocab, use_reentrant=False)
+                for hc, tc in zip(h.split(rows), targets.split(rows)))
+    return total / (targets != -100).sum()
 
 
 def make_norm(cfg: GPTConfig) -> nn.Module:
@@ -132,12 +163,12 @@ class GPT(nn.Module):
         if cfg.vocab_size is None:
             raise ValueError("GPTConfig.vocab_size is unset (it comes from the tokenizer)")
         self.config = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wte = nn.Embedding(padded_vocab(cfg), cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, padded_vocab(cfg), bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one matrix, counted once
         self.apply(self._init_weights)
 
@@ -168,7 +199,8 @@ class GPT(nn.Module):
         blocks: Optional[Iterable[nn.Module]] = None,
         step_size: float | Sequence[float] | torch.Tensor = 1.0,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Logits (and mean cross-entropy if targets are given), running `blocks` in order.
+        """Logits over the real vocabulary (and mean cross-entropy if targets are given; with
+        config.loss_chunk, the loss alone and no logits), running `blocks` in order.
 
         `blocks=None` runs all of self.blocks (the fine model). Any other ordered sequence of Block
         modules gives a shallower model that shares embeddings, final norm and head. `step_size` is the
@@ -190,9 +222,16 @@ class GPT(nn.Module):
             steps = zip(blocks, step_size, strict=True)
         for block, h in steps:
             x = block(x, h)
-        logits = self.lm_head(self.ln_f(x))
+        h, vocab = self.ln_f(x), self.config.vocab_size
+        if targets is not None and self.config.loss_chunk:
+            loss = chunked_cross_entropy(h.view(B * T, -1), self.lm_head.weight, targets.reshape(-1), vocab,
+                                         self.config.loss_chunk)
+            return None, loss
+        logits = self.lm_head(h)
+        if logits.size(-1) != vocab:
+            logits = logits[..., :vocab]  # the padded rows' logits: never predicted
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+            loss = F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
         return logits, loss
 

@@ -30,6 +30,9 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
   recipe, each a fresh process, in interleaved rounds; the speed ratio (> 1: mltrain faster) by wall
   time, CPU time and median step, and both held-out losses. The torch threads of both are --threads
   (default 1: on a shared CPU, OpenMP threads waiting on each other swamp what is measured).
+* speed options (--speed-options): mltrain's fine step with the vocabulary padded to a multiple of 64
+  (`fine_padded`) and with the loss computed 4,096 rows at a time (`fine_chunked`), each against
+  `fine_single`: the GPU measurement that decides whether they are worth turning on.
 * compile (--compile): dynamo's own counters (frames compiled, graphs) after warm-up and at the end:
   `recompiles_after_warmup` must be 0, i.e. the fine and each coarse model compiled once.
 
@@ -176,6 +179,10 @@ def plain_loop(cfg, tokens: np.ndarray, device: torch.device, dtype, compile_: b
 
 # ---------------------------------------------------------------------------------------------
 # mltrain through its runner
+
+
+# The model's speed options (mltrain/model.py), each a single-level fine step of its own with --speed-options.
+SPEED_OPTIONS = {"fine_padded": ["model.pad_vocab_to=64"], "fine_chunked": ["model.loss_chunk=4096"]}
 
 
 def run_plan(session, plan: list[Phase]) -> None:
@@ -544,6 +551,8 @@ def main() -> None:
                     help="auto: bf16 autocast on CUDA, fp32 on CPU")
     ap.add_argument("--optim", default="sgd", choices=["sgd", "adamw"])
     ap.add_argument("--compile", action="store_true", help="train.compile=true, and torch.compile for the plain loop")
+    ap.add_argument("--speed-options", action="store_true", help="also the fine step with each of the model's "
+                    "speed options (fine_padded: model.pad_vocab_to=64, fine_chunked: model.loss_chunk=4096)")
     ap.add_argument("--steps", type=int, default=20, help="steps per timed block (a multiple of 10)")
     ap.add_argument("--repeats", type=int, default=9, help="rounds; medians are reported")
     ap.add_argument("--cycles", type=int, default=2, help="cycles of the whole multilevel run")
@@ -599,8 +608,11 @@ def measure(args, tmp: Path) -> dict:
         cfg_single = compose("config", overrides=[*common, f"train.max_steps={single_steps}"])
         cfg_ml = compose("config", overrides=[*common, f"train.max_steps={ml_steps}", "coarsening=evenodd",
                                              f"multilevel.n_cycles={cycles}", f"multilevel.coarse_steps={S}"])
+        cfg_options = {k: compose("config", overrides=[*common, f"train.max_steps={single_steps}", *extra])
+                       for k, extra in (SPEED_OPTIONS.items() if args.speed_options else ())}
     single = session(cfg_single, tmp, "single")
     ml = session(cfg_ml, tmp, "multilevel")
+    options = {k: session(c, tmp, k) for k, c in cfg_options.items()}  # built before any compile (it resets dynamo)
     device, dtype = single.trainer.device, single.trainer.dtype
     whole_plans = {"single": single.runner.plan, "multilevel": ml.runner.plan}
     data = load_tokens(cfg_single.data)
@@ -617,6 +629,7 @@ def measure(args, tmp: Path) -> dict:
         "fine_single": lambda: run_plan(single, [Phase(PhaseKind.train, (), n)]),
         "fine_multilevel": lambda: run_plan(ml, [Phase(PhaseKind.train, (), n)]),
         "coarse": lambda: run_plan(ml, [Phase(PhaseKind.train, (0,), n, cycle=0)]),
+        **{k: (lambda built=built: run_plan(built, [Phase(PhaseKind.train, (), n)])) for k, built in options.items()},
     }
     flops = {k: train_flops_per_step(m.n_layer, m.n_embd, m.vocab_size, m.block_size, batch) for k in kinds}
     flops["coarse"] = train_flops_per_step(m.n_layer // 2, m.n_embd, m.vocab_size, m.block_size, batch)
@@ -698,6 +711,8 @@ def measure(args, tmp: Path) -> dict:
             "fine_single_vs_plain_sampler": speed("fine_single", "plain_fine_sampler"),
             "coarse_time_vs_fine": 1 / speed("coarse", "fine_multilevel"),
             "coarse_flops_vs_fine": flops["coarse"] / flops["fine_multilevel"],
+            # --speed-options: how many times faster the fine step runs with each option
+            **{f"{k}_vs_fine_single": speed(k, "fine_single") for k in options},
         },
         "prolong_ms": statistics.median(prolong) * 1e3,
         "runs": {

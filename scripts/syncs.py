@@ -9,10 +9,16 @@ train.stop_check_interval steps), or in the step itself, where there must be non
 - CUDA syncs (on a GPU): every synchronizing CUDA call torch.cuda.set_sync_debug_mode("warn") reports,
   from anywhere (torch's own code too).
 
-    python scripts/syncs.py OUT.json [--device cuda] [--steps 200] [METHOD ...]
+Both are counted only over the steps after the method's last new graph (`--compile`, and on a GPU where
+train.compile=auto compiles): compiling and autotuning synchronize, and a step that compiles is no steady
+step. The JSON says at which step counting began and how many graphs there were; a method that compiles
+more graphs than EXPECTED_GRAPHS says it should (one per depth its plan trains and evaluates) fails that
+check with the count, and so does one left with fewer than a quarter of --steps to count.
+
+    python scripts/syncs.py OUT.json [--device cuda] [--steps 200] [--compile] [METHOD ...]
     python -m torch.distributed.run --nproc_per_node=2 scripts/syncs.py OUT.json    # data parallel
 
-It exits 1 when a method breaks the bound (tests/training/test_host_syncs.py runs it on the CPU; scripts/gpu_check.sh
+It exits 1 when a method breaks the bound (tests/training/test_host_syncs.py runs it on the CPU; scripts/gpu_lease.sh
 on a GPU).
 """
 
@@ -33,7 +39,8 @@ CONVERSIONS = ("item", "__bool__", "__float__", "__int__", "tolist", "cpu", "num
 ROWS = ("train row", "eval row", "diag row")
 TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=8",
         "train.eval_batches=1", "train.progress=false", "train.checkpoint_interval=0", "train.log_interval=8",
-        "schedule.warmup_steps=2", "train.stop_check_interval=16"]
+        "schedule.warmup_steps=2", "train.stop_check_interval=16",
+        "train.eval_interval=8"]  # the first evaluation (and its graph) inside the warm-up
 WARMUP = 16  # optimizer steps before counting: compiling, the first optimizer steps
 METHODS = {
     "single": [],
@@ -46,6 +53,21 @@ METHODS = {
     "skip, adamw": ["train.on_nonfinite=skip", "optim=adamw", "optim.fused=true", "coarsening=evenodd",
                     "multilevel.n_cycles=2", "multilevel.coarse_steps=16"],
 }
+
+
+# Graphs dynamo makes for each method at TINY's shape with --compile (the graphs are dynamo's: the same for
+# every backend and device), counted on the CPU: a train graph per depth the plan trains (layer dropping: per
+# kept-block count, at most n_layer + 1), one for evaluation. More means something changes from step to
+# step that should not.
+EXPECTED_GRAPHS = {"single": 2, "multilevel": 3, "stacking": 4, "layer_drop": 6, "raptr": 4, "skip": 2,
+                   "skip, adamw": 3}
+
+
+def graphs() -> int:
+    """Graphs dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 class Counter:
@@ -75,6 +97,12 @@ class Counter:
             return original(tensor, *args, **kwargs)
 
         return counted
+
+    def reset(self) -> None:
+        """Forget what was counted so far (a step compiled a new graph: counting starts after it)."""
+        self.counts.clear()
+        self.cuda_syncs.clear()
+        self.calls.clear()
 
     @contextlib.contextmanager
     def inside(self, where: str):
@@ -127,9 +155,10 @@ class Counter:
             setattr(owner, name, original)
 
 
-def count(overrides: list[str], steps: int = 48, device: str = "cpu") -> dict:
+def count(overrides: list[str], steps: int = 48, device: str = "cpu", compile_: bool = False) -> dict:
     """Train a run of `overrides` for WARMUP + `steps` fine steps through the real run loop's hooks,
-    counting after the warm-up; the conversions, CUDA syncs and row writers by where."""
+    counting over the steps after the warm-up and after the last new graph; the conversions, CUDA syncs and
+    row writers by where, the step counting began at, the graphs."""
     from hydra import compose, initialize_config_module
 
     from mltrain import run as run_module
@@ -143,27 +172,43 @@ def count(overrides: list[str], steps: int = 48, device: str = "cpu") -> dict:
     register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
         cfg = compose("config", overrides=[*TINY, f"device={device}", f"train.max_steps={WARMUP + steps}",
-                                           *overrides])
+                                           *(["train.compile=true"] if compile_ else []), *overrides])
     session = build(cfg, lambda row: None)
     runner, state = session.runner, session.trainer.state
     folder = CheckpointFolder(Path(os.environ.get("TMPDIR", "/tmp")), 1)
     saver = CheckpointSaver(runner, folder, None, {}, 0.0, 0, session.fine_step_flops)
     stop = run_module._stop_rule(StopSignals(), state, int(cfg.train.stop_check_interval))
+    start_graphs = graphs()
     runner.run(should_stop=lambda: state.optimizer_steps >= WARMUP, after_step=saver.after_step)
-    warm = state.optimizer_steps
+    seen, since = graphs(), state.optimizer_steps
     with Counter() as counter:
-        finished = runner.run(should_stop=stop, after_step=saver.after_step)
-    return {"finished": finished, "steps": state.optimizer_steps - warm, "conversions": counter.counts,
-            "cuda_syncs": counter.cuda_syncs, "rows": counter.calls, "compiled": session.trainer.compiled}
+
+        def after_step(kind) -> None:
+            nonlocal seen, since
+            saver.after_step(kind)
+            if graphs() != seen:  # this step compiled: count from the next one
+                seen, since = graphs(), state.optimizer_steps
+                counter.reset()
+
+        finished = runner.run(should_stop=stop, after_step=after_step)
+    return {"finished": finished, "steps": state.optimizer_steps - since, "counting_from_step": since,
+            "graphs": seen - start_graphs, "conversions": counter.counts, "cuda_syncs": counter.cuda_syncs,
+            "rows": counter.calls, "compiled": session.trainer.compiled}
 
 
-def problems(name: str, got: dict, stop_every: int) -> list[str]:
+def problems(name: str, got: dict, stop_every: int, steps: int = 0) -> list[str]:
     """What breaks the bound: a sync in the step, more than one per row, a stop check more often than
-    every `stop_every` steps; [] when none."""
+    every `stop_every` steps, more graphs than expected, fewer than steps // 4 steps counted; [] when none."""
     out = []
     rows = got["rows"]
     if not got["finished"]:
         out.append(f"{name}: did not finish")
+    if got["compiled"] and got["graphs"] > EXPECTED_GRAPHS.get(name, got["graphs"]):
+        out.append(f"{name}: {got['graphs']} graphs compiled, {EXPECTED_GRAPHS[name]} expected: it keeps compiling "
+                   f"(TORCH_LOGS=recompiles says why)")
+    if got["steps"] < steps // 4:
+        out.append(f"{name}: only {got['steps']} steps after its last new graph (at step {got['counting_from_step']}) "
+                   f"to count, fewer than {steps // 4}")
     for what in ("conversions", "cuda_syncs"):
         counts = got[what]
         if counts.get("step", 0):
@@ -187,11 +232,12 @@ def main() -> None:
     ap.add_argument("out", help="the JSON file to write (rank 0)")
     ap.add_argument("methods", nargs="*", help=f"of {', '.join(METHODS)} (default: all)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--steps", type=int, default=48, help="counted steps per method, after the warm-up")
+    ap.add_argument("--steps", type=int, default=48, help="steps per method after the warm-up")
+    ap.add_argument("--compile", action="store_true", help="train.compile=true (on a GPU, auto compiles already)")
     args = ap.parse_intermixed_args()
     names = args.methods or list(METHODS)
-    out = {name: count(METHODS[name], args.steps, args.device) for name in names}
-    found = [line for name, got in out.items() for line in problems(name, got, 16)]
+    out = {name: count(METHODS[name], args.steps, args.device, args.compile) for name in names}
+    found = [line for name, got in out.items() for line in problems(name, got, 16, args.steps)]
     if distributed.world_from_env().is_main:
         Path(args.out).write_text(json.dumps({"methods": out, "problems": found}, indent=2))
         for line in found:

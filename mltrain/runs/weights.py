@@ -35,7 +35,7 @@ from safetensors.torch import save as save_safetensors
 from mltrain.atomic import write_bytes, write_json
 from mltrain.data import get_tokenizer
 from mltrain.errors import DataError
-from mltrain.model import GPT, GPTConfig
+from mltrain.model import GPT, GPTConfig, padded_vocab
 
 WEIGHTS_FILE = "model.safetensors"
 INFO_FILE = "model.json"
@@ -214,7 +214,7 @@ def check_header(run_dir: Path, cfg: GPTConfig) -> None:
     edited to say 100,000 blocks costs no 100,000-block model."""
     shapes = read_header(run_dir / WEIGHTS_FILE)
     blocks = {int(k.split(".")[1]) for k in shapes if k.startswith("blocks.") and k.split(".")[1].isdigit()}
-    expected = {"blocks": cfg.n_layer, "wte.weight": [cfg.vocab_size, cfg.n_embd],
+    expected = {"blocks": cfg.n_layer, "wte.weight": [padded_vocab(cfg), cfg.n_embd],
                 "wpe.weight": [cfg.block_size, cfg.n_embd]}
     found = {"blocks": len(blocks) if blocks == set(range(len(blocks))) else sorted(blocks)[:5],
              "wte.weight": shapes.get("wte.weight"), "wpe.weight": shapes.get("wpe.weight")}

@@ -89,7 +89,7 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """HF GPT2LMHeadModel tensors for `model` (CPU, contiguous, the model's dtype)."""
     d = model.config.n_embd
     out: dict[str, torch.Tensor] = {
-        "transformer.wte.weight": model.wte.weight,
+        "transformer.wte.weight": model.wte.weight[: model.config.vocab_size],  # without model.pad_vocab_to's rows
         "transformer.wpe.weight": model.wpe.weight,
     }
     for i, block in enumerate(model.blocks):

@@ -1,51 +1,81 @@
-"""scripts/gpu_check.sh: --dry-run runs the GPU check's whole pipeline, tiny, on the CPU, ending in one JSON
-with every part; without it, on a CPU torch, it says in one line that there is no CUDA device and exits 1
-(it cannot print "ok" without a GPU)."""
+"""scripts/gpu_lease.sh (and gpu_check.sh, its earlier name): without a GPU it says so in one line and exits 1;
+`--dry-run --inductor` runs every part, tiny, on the CPU with Inductor inside its deadline and leaves in $OUT
+only what a lease brings back; a deadline too short for every part leaves the later ones `not_run` and
+still ends within it."""
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-PARTS = {"device", "cuda_tests", "syncs", "bench", "paper", "smoke"}
+PARTS = ["device", "bench", "paper", "syncs", "cuda_tests", "smoke"]
+DRY_DEADLINE = 1200  # room for every part's dry-run limit (the sum of its measured seconds x 1.5, docs/testing.md)
 
 
-def test_gpu_check_dry_run_runs_every_part_and_prints_one_json(tmp_path):
-    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=2400)
+def lease(tmp_path: Path, *args: str, script: str = "gpu_lease.sh", timeout: float = 1500):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), "OUT": str(out)}
+    started = time.monotonic()
+    proc = subprocess.run(["bash", str(REPO / "scripts" / script), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return proc, out, time.monotonic() - started
+
+
+def assert_comes_back(out: Path) -> dict:
+    """At most 8 files in `out`, none over 16 MiB, none more than two folders down, plain names; the JSON."""
+    files = [f for f in out.rglob("*") if f.is_file()]
+    assert 0 < len(files) <= 8, files
+    for f in files:
+        rel = f.relative_to(out)
+        assert len(rel.parts) <= 3 and f.stat().st_size <= 16 * 2**20, rel
+        assert all(re.fullmatch(r"[A-Za-z0-9._-]+", p) for p in rel.parts), rel
+    assert {"gpu_check.json", "logs.tar.gz"} <= {f.name for f in files}
+    return json.loads((out / "gpu_check.json").read_text())
+
+
+def test_the_dry_run_with_inductor_runs_every_part_inside_its_deadline(tmp_path):
+    proc, out, seconds = lease(tmp_path, "--dry-run", "--inductor", "--deadline", str(DRY_DEADLINE))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)  # stdout is the summary and nothing else
-    assert out["ok"] and out["mode"].startswith("dry-run") and out["problems"] == []
-    assert set(out["parts"]) == PARTS and all(p["rc"] == 0 and not p["timed_out"] for p in out["parts"].values())
-    assert all(0 < p["limit_s"] for p in out["parts"].values())
-    assert out["device"]["torch"] == torch.__version__
-    tests = out["cuda_tests"]
-    assert tests["failed"] == 0 and tests["passed"] + tests["skipped"] >= 5
-    if not torch.cuda.is_available():
-        assert tests["passed"] == 0  # collected and skipped: allowed in a dry run only
-    assert out["syncs"]["problems"] == [] and len(out["syncs"]["methods"]) >= 4
-    assert all(m["conversions"].get("step", 0) == 0 for m in out["syncs"]["methods"].values())
-    assert out["bench"]["compile"]["recompiles_after_warmup"] == 0 and out["bench"]["fine_single"]["ms_per_step"] > 0
-    paper = out["paper"]
-    for name in ("multilevel", "single"):
-        run = paper[name]
-        assert run["status"] == "finished" and run["compiled"] and len(run["val_curve"]) >= 3 and run["train_rows"]
-    assert abs(paper["flop_saving"]) < 0.1  # the single-level run has as many FLOPs
-    assert paper["multilevel"]["coarse_steps"] > 0 and -1 < paper["wall_clock_saving"] < 1
-    assert out["smoke"]["status"] == "finished" and out["smoke"]["world_size"] == 2 and out["smoke"]["compiled"]
+    got = assert_comes_back(out)
+    assert json.loads(proc.stdout) == got  # stdout is the JSON and nothing else
+    assert got["ok"] and got["mode"] == "dry-run (tiny, CPU, inductor)" and got["problems"] == []
+    assert list(got["parts"]) == PARTS and all(p["status"] == "ok" for p in got["parts"].values())
+    assert seconds < DRY_DEADLINE and got["elapsed_s"] <= DRY_DEADLINE
+    assert all(got["parts"][n]["graphs"] > 0 for n in ("bench", "paper", "syncs", "smoke"))  # compiled
+    assert got["device"]["torch"] == torch.__version__
+    methods = got["syncs"]["methods"]
+    assert list(methods) == ["single"] and all(m["compiled"] and m["graphs"] >= 1 for m in methods.values())
+    assert all(m["conversions"].get("step", 0) == 0 and m["steps"] >= 24 for m in methods.values())
+    first = got["first_results"]
+    assert first["recompiles_after_warmup"] == 0 and first["fine_step"]["ms_per_step"] > 0
+    assert first["plain_loop_ratio"] and abs(first["paper_vs_single"]["flop_saving"]) < 0.1
+    assert got["paper"]["multilevel"]["status"] == "finished" and got["paper"]["single"]["compiled"]
+    assert got["smoke"]["status"] == "finished" and got["smoke"]["world_size"] == 2
+
+
+def test_a_deadline_too_short_for_every_part_leaves_the_later_ones_not_run(tmp_path):
+    proc, out, seconds = lease(tmp_path, "--dry-run", "--deadline", "45", script="gpu_check.sh")
+    assert proc.returncode == 1
+    assert seconds < 45
+    got = assert_comes_back(out)
+    parts = got["parts"]
+    assert list(parts) == PARTS and {p["status"] for p in parts.values()} <= {"ok", "not_run"}
+    for name in ("bench", "paper", "syncs", "smoke"):  # each limit is more than 45 s
+        assert parts[name]["status"] == "not_run" and "of the 45 s deadline" in parts[name]["reason"]
+        assert f"{name}: not run (its limit is" in " ".join(got["problems"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine runs the check for real")
-def test_gpu_check_without_a_gpu_says_so_in_one_line_and_fails(tmp_path):
-    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+def test_without_a_gpu_it_says_so_in_one_line_and_fails(tmp_path):
+    proc, out, _ = lease(tmp_path, timeout=300)
     assert proc.returncode == 1 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device" in lines[0], proc.stderr
+    assert json.loads((out / "gpu_check.json").read_text())["parts"]["device"]["status"] == "not_run"

@@ -1,0 +1,105 @@
+"""scripts/gpu_lease.py, the lease command's helpers: which packages fail to import and which carried wheels
+provide them (nothing else is installed, nothing downloaded), and the report: every part's status, the
+logs in one tarball, and what the output folder may hold to come back."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import gpu_lease  # noqa: E402
+
+
+def _wheels(folder: Path, *names: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_bytes(b"")
+    return folder
+
+
+def test_only_modules_that_do_not_import_are_failing():
+    assert gpu_lease.failing(["json", "no_such_module_for_the_lease", "numpy"]) == ["no_such_module_for_the_lease"]
+    assert gpu_lease.failing() == []  # this venv holds everything a run needs
+
+
+def test_wheels_are_matched_by_distribution_name_whatever_its_spelling(tmp_path):
+    folder = _wheels(tmp_path / "w", "hydra_core-1.3.2-py3-none-any.whl", "PyYAML-6.0.2-cp312-cp312-manylinux.whl",
+                     "antlr4_python3_runtime-4.9.3-py3-none-any.whl", "omegaconf-2.3.0-py3-none-any.whl")
+    found, lacking = gpu_lease.wheels_for(["hydra", "yaml", "antlr4", "numpy"], folder)
+    assert [w.name.split("-")[0] for w in found] == ["hydra_core", "PyYAML", "antlr4_python3_runtime"]
+    assert lacking == ["numpy"]
+    assert gpu_lease.wheels_for(["omegaconf"], tmp_path / "absent") == ([], ["omegaconf"])
+
+
+def test_install_installs_only_the_failing_packages_offline(tmp_path, monkeypatch):
+    folder = _wheels(tmp_path / "w", "omegaconf-2.3.0-py3-none-any.whl", "hydra_core-1.3.2-py3-none-any.whl",
+                     "tqdm-4.66.0-py3-none-any.whl")
+    calls = []
+    monkeypatch.setattr(gpu_lease, "failing", lambda: ["omegaconf", "hydra"])
+    monkeypatch.setattr(gpu_lease.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
+                        type("Done", (), {"returncode": 0})())
+    assert gpu_lease.install(folder, tmp_path / "site") == 0
+    (cmd,) = calls
+    assert {"--no-index", "--no-deps"} <= set(cmd) and cmd[cmd.index("--target") + 1] == str(tmp_path / "site")
+    assert sorted(Path(c).name for c in cmd if c.endswith(".whl")) == ["hydra_core-1.3.2-py3-none-any.whl",
+                                                                        "omegaconf-2.3.0-py3-none-any.whl"]
+    calls.clear()
+    monkeypatch.setattr(gpu_lease, "failing", lambda: [])
+    assert gpu_lease.install(folder, tmp_path / "site") == 0 and calls == []  # nothing missing: no pip at all
+
+
+def test_a_missing_package_without_a_wheel_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gpu_lease, "failing", lambda: ["numpy"])
+    assert gpu_lease.install(_wheels(tmp_path / "w"), tmp_path / "site") == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "numpy" in lines[0] and "gpu_wheels.sh" in lines[0]
+
+
+def _work(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "parts.tsv").write_text("device\tstart\t30\ndevice\tend\t0\t3\nbench\tstart\t150\nbench\tend\t124\t150\n"
+                                    "paper\tnot_run\t150\tits limit is 150 s, 20 s were left of the 540 s deadline\n"
+                                    "syncs\tstart\t150\n")
+    (work / "device.out").write_text(json.dumps({"torch": "x", "device": "cpu"}) + "\n")
+    (work / "bench.err").write_text("I Step 2: done compiler function inductor\n" * 3 + "x" * (3 * 2**20))
+    (work / "run" / "nested").mkdir(parents=True)
+    (work / "run" / "nested" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (work / "inductor").mkdir()
+    (work / "inductor" / "kernel.json").write_text("{}")  # a cache: not brought back
+    return work
+
+
+def test_the_report_says_every_parts_status_and_packs_the_logs(tmp_path):
+    dest = tmp_path / "out"
+    assert gpu_lease.report(_work(tmp_path), dest, True, "bytes", 540, 530, "dry-run") == 1
+    got = json.loads((dest / "gpu_check.json").read_text())
+    parts = got["parts"]
+    assert {n: p["status"] for n, p in parts.items()} == {"device": "ok", "bench": "timed_out", "paper": "not_run",
+                                                          "syncs": "cut_off"}
+    assert parts["paper"]["reason"].startswith("its limit is 150 s") and parts["bench"]["graphs"] == 3
+    assert not got["ok"] and "cuda_tests: not reached" in got["problems"] and got["device"]["device"] == "cpu"
+    assert got["outputs_beyond_limits"] == [] and sorted(p.name for p in dest.iterdir()) == ["gpu_check.json",
+                                                                                              "logs.tar.gz"]
+    with tarfile.open(dest / "logs.tar.gz") as tar:
+        sizes = {m.name: m.size for m in tar.getmembers()}
+    assert set(sizes) == {"parts.tsv", "device.out", "bench.err", "run/nested/metrics.jsonl"}
+    assert sizes["bench.err"] == gpu_lease.LOG_TAIL  # its end
+
+
+def test_outputs_that_would_not_come_back_are_named(tmp_path):
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "fine.txt").write_text("")  # two folders down: comes back
+    (tmp_path / "a" / "b" / "c" / "deep.txt").write_text("")
+    (tmp_path / "odd name.txt").write_text("")
+    assert gpu_lease.outputs_within_limits(tmp_path) == ["a/b/c/deep.txt: more than 2 folders down",
+                                                         "odd name.txt: a name of other characters than letters, "
+                                                         "digits, '.', '_', '-'"]
+    for i in range(7):
+        (tmp_path / f"f{i}").write_text("")
+    assert gpu_lease.outputs_within_limits(tmp_path)[0] == "10 files, at most 8 come back"
