@@ -150,6 +150,109 @@ def test_the_server_probe_is_bounded(monkeypatch):
     assert reason.startswith("cannot reach the W&B server https://api.example.invalid within 0.2 s")
 
 
+@pytest.fixture
+def silent_server():
+    """A W&B server on loopback that accepts connections and never answers: its URL."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted, stop = [], threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])  # held open, never read or answered
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_a_w_and_b_server_that_never_answers_is_one_line_and_the_run_goes_on_offline(tmp_path, silent_server):
+    env = {"WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567", "WANDB_MODE": "online", "HOME": str(tmp_path),
+           "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"), "WANDB_BASE_URL": silent_server,
+           "HTTPS_PROXY": "", "https_proxy": "", "HTTP_PROXY": "", "http_proxy": ""}
+    proc = tool("mltrain", *TOOL_SMOKE, "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env,
+                timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "W&B" in line and "WARNING" in line]
+    assert len(said) == 1, said
+    assert f"cannot reach the W&B server {silent_server}" in said[0] and "offline" in said[0]
+    assert f"wandb sync {tmp_path / 'run' / 'wandb'}" in said[0]
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*")) and (tmp_path / "run" / "summary.json").exists()
+    assert not list((tmp_path / "run" / "wandb").glob("run-*"))  # no online run was begun, to wait on at exit
+
+
+def test_the_probe_counts_an_answer_not_a_connection(silent_server):
+    import http.server
+
+    from mltrain.runs import wandb_mirror
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # an error page is an answer: the server is there
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    answering = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=answering.serve_forever, daemon=True)
+    thread.start()
+
+    class FakeWandb:
+        class Settings:
+            base_url = ""
+
+    try:
+        for url, answers in ((silent_server, False), (f"http://127.0.0.1:{answering.server_address[1]}", True)):
+            FakeWandb.Settings.base_url = url
+            with pytest.MonkeyPatch.context() as mp:
+                mp.delenv("WANDB_BASE_URL", raising=False)
+                for key in ("HTTP_PROXY", "http_proxy"):
+                    mp.delenv(key, raising=False)
+                reason = wandb_mirror._server_problem(FakeWandb, timeout=0.5)
+            assert (reason is None) == answers, reason
+            if not answers:
+                assert reason.startswith(f"cannot reach the W&B server {url} within 0.5 s")
+    finally:
+        answering.shutdown()
+        answering.server_close()
+
+
+def test_a_finish_that_hangs_is_left_behind_with_one_line(tmp_path, monkeypatch, caplog):
+    from mltrain.runs import wandb_mirror
+
+    released = threading.Event()
+
+    class HangingRun:
+        dir = str(tmp_path / "run" / "wandb" / "run-x" / "files")
+
+        def finish(self, exit_code):
+            released.wait(30)
+
+    monkeypatch.setattr(wandb_mirror, "FINISH_MIN_S", 0.2)
+    mirror = wandb_mirror.WandbMirror(tmp_path / "run", resuming=False)
+    mirror.run, mirror.mode, mirror.waited = HangingRun(), "online", wandb_mirror.ONLINE_WAIT_S  # start used it all
+    try:
+        with caplog.at_level("WARNING", logger="mltrain.runs.tracking"):
+            mirror.finish(0)
+    finally:
+        released.set()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "did not end within 0.2 s" in said[0], said
+    assert f"wandb sync {tmp_path / 'run' / 'wandb' / 'run-x'}" in said[0] and mirror.run is None
+
+
 # The tool starts as from a terminal, where Ctrl-C is handled: a suite started in the background of a
 # non-interactive shell (`bash -c '... &'`) inherits SIGINT ignored, and the tool rightly keeps it so.
 CTRL_C_AT_TORCH = """
