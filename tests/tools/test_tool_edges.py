@@ -56,6 +56,52 @@ def test_a_finished_run_or_weights_without_a_summary_export_without_a_word(finis
     assert config["mltrain_run_status"] == status and "mltrain_run_note" not in config
 
 
+def _summary_as(run: Path, how: str) -> None:
+    path = run / "summary.json"
+    path.unlink()
+    if how == "a folder":
+        path.mkdir()
+    else:
+        path.write_bytes({"not json": b'{"status": "finished", ', "a list": b"[1, 2]", "not utf-8": b"\xff\xfe{}"}[how])
+
+
+@pytest.mark.parametrize("how, why", [("not json", "not JSON"), ("a list", "holds a JSON list, not an object"),
+                                      ("a folder", "Is a directory"), ("not utf-8", "not JSON")])
+def test_a_summary_that_cannot_be_read_is_said_and_recorded_in_the_export(finished, tmp_path, how, why):
+    run = with_summary(finished, tmp_path)
+    _summary_as(run, how)
+    exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
+    assert exported.returncode == 0 and "Traceback" not in exported.stderr, exported.stderr
+    warned = [line for line in exported.stderr.splitlines() if "warning" in line.lower()]
+    assert len(warned) == 1 and warned[0].startswith("mltrain-export: warning: ") and why in warned[0], warned
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["mltrain_run_status"].startswith("unknown (summary.json unreadable: ") and why in config["mltrain_run_status"]
+    if how == "a list":  # sample says it too, and still samples
+        sampled = tool("mltrain-sample", str(run), "--max-new-tokens", "3", cwd=tmp_path)
+        assert sampled.returncode == 0 and sampled.stdout, sampled.stderr
+        assert [line for line in sampled.stderr.splitlines() if "warning" in line.lower()] == [
+            line for line in sampled.stderr.splitlines() if line.startswith("mltrain-sample: warning: ") and why in line]
+        assert sum(line.startswith("mltrain-sample: warning: ") for line in sampled.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("edit, says", [
+    ({"model": {"vocab_size": 100}}, "its tokenizer 'bytes' has 256 tokens but the model's embedding has 100 rows"),
+    ({"tokenizer": 7}, "tokenizer"),  # sample names it as an unknown tokenizer, export as no name at all
+    ({"eot_token": 4096}, "eot_token is 4096, not a token of the model's 256-row vocabulary"),
+])
+def test_a_tokenizer_that_does_not_fit_the_weights_is_one_line(tmp_path, edit, says):
+    from helpers import saved_run
+
+    run, _ = saved_run(tmp_path, vocab_size=edit.get("model", {}).get("vocab_size", 256))
+    info = json.loads((run / "model.json").read_text())
+    info.update({k: v for k, v in edit.items() if k != "model"})
+    (run / "model.json").write_text(json.dumps(info))
+    for name, args in (("mltrain-sample", ["--prompt", "hi", "--max-new-tokens", "2"]), ("mltrain-export", [str(tmp_path / "hf")])):
+        line = refused(tool(name, str(run), *args, cwd=tmp_path), says)
+        assert line.startswith(f"{name}: error: {run / 'model.json'}: ") and ("7" in line or "7" not in str(edit))
+    assert not (tmp_path / "hf").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors that name the key, the file and the value
 
