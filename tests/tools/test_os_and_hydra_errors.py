@@ -35,9 +35,12 @@ def test_an_unquoted_non_ascii_value_is_one_line_that_says_how_to_quote_it(tmp_p
     assert composed.returncode == 0 and value in composed.stdout, composed.stderr[-2000:]
 
 
-def test_prepare_says_the_same_of_its_own_overrides(tmp_path):
-    refused(tool("mltrain-prepare", *PREPARE, "prepare.out_dir=données", cwd=tmp_path),
-            """quote a value with spaces, non-ASCII letters""")
+@pytest.mark.parametrize("name, args", [("mltrain-prepare", [*PREPARE, "prepare.out_dir=données"]),
+                                        ("mltrain-study", ["study=smoke", "name=研究", "dir=study"])])
+def test_prepare_and_study_say_the_same_of_their_own_overrides(tmp_path, name, args):
+    line = refused(tool(name, *args, cwd=tmp_path), "quote a value with spaces, non-ASCII letters")
+    key, value = args[-2 if name == "mltrain-study" else -1].split("=", 1)
+    assert line.endswith(f"'{key}=\"{value}\"'"), line
     assert tree(tmp_path) == {}
 
 
