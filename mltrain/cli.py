@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mltrain.config import register_configs, resuming, validate
-from mltrain.errors import ConfigError, MltrainError, report
+from mltrain.errors import ConfigError, MltrainError, hydra_one_line, os_error_line, report
 from mltrain.run import Checked, RunDiverged, RunInterrupted, preflight, run
 from mltrain.runs import rundir
 from mltrain.runs import sweep as sweeps
@@ -76,6 +76,8 @@ class RunGuard(Callback):
                 rundir.claim(run_dir, allow_earlier=resuming(config.train.resume))  # held until the process ends
         except MltrainError as err:
             _fail(str(err))
+        except OSError as err:  # a run dir whose name is too long, a full disk: Hydra would only warn
+            _fail(f"hydra.run.dir: {os_error_line(err)}")
         _checked = checked
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -88,6 +90,8 @@ class RunGuard(Callback):
                          allow_earlier=resuming(config.train.resume))
         except MltrainError as err:
             _fail(str(err))
+        except OSError as err:
+            _fail(f"hydra.sweep.dir: {os_error_line(err)}")
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         redact_hydra_records(config)  # Hydra has just written .hydra/ (and multirun.yaml): no secret values
@@ -152,7 +156,8 @@ def train_main() -> None:
     except MltrainError as err:
         _fail(str(err))
     try:
-        _train()
+        with hydra_one_line("mltrain"):  # Hydra's override parser and its own writers: one line too
+            _train()
         # Rank 0 writes the summary and weights while the others are done: a rank that tore the group
         # down first could abort in gloo's teardown ("terminate called without an active exception").
         distributed.barrier()

@@ -41,17 +41,14 @@ def train_main() -> None:
 
 def compare_main(argv: list[str] | None = None) -> None:
     def main() -> int:
-        from mltrain.errors import MltrainError
+        from mltrain.errors import MltrainError, os_error_line
         from mltrain.tools.compare import main as compare
 
         try:
             return compare(argv)
         except OSError as err:  # --out on a read-only path, a full disk, a link: one line, not a traceback
-            if isinstance(err, MltrainError):
-                print(f"mltrain-compare: error: {err}", file=sys.stderr)
-            else:
-                where = f"{err.filename}: " if err.filename else ""
-                print(f"mltrain-compare: error: cannot write {where}{err.strerror or err}", file=sys.stderr)
+            print(f"mltrain-compare: error: {err if isinstance(err, MltrainError) else os_error_line(err)}",
+                  file=sys.stderr)
             return 2
 
     _entry("mltrain-compare", main)
@@ -69,9 +66,14 @@ def _tool(prog: str, module: str, argv: list[str] | None) -> None:
 
 def prepare_main() -> None:
     def main() -> None:
-        from mltrain.data.prepare import hydra_main
+        import logging
 
-        hydra_main()
+        from mltrain.data.prepare import hydra_main
+        from mltrain.errors import hydra_one_line
+
+        logging.raiseExceptions = False  # a log file on a full disk: the one line says it, no logging tracebacks
+        with hydra_one_line("mltrain-prepare"):
+            hydra_main()
 
     _entry("mltrain-prepare", main)
 

@@ -1,16 +1,19 @@
 """The errors mltrain reports to a user in one line (exit status 2), never as a traceback.
 
 Each names the key or the file at fault and what to do. Everything else that goes wrong is a bug and
-keeps its traceback. This module imports only the standard library, so every layer (config,
-coarsening, data) can raise these without importing each other.
+keeps its traceback. This module imports only the standard library (Hydra only inside `hydra_one_line`,
+when a Hydra tool starts), so every layer (config, coarsening, data) can raise these without importing
+each other.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import logging
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 
 class MltrainError(Exception):
@@ -68,6 +71,65 @@ def memory_message(err: BaseException) -> str:
             "or ask for less")
 
 
+_OS_HINTS = {
+    errno.ENAMETOOLONG: "a file or folder name there is too long for this file system: choose a shorter one",
+    errno.ENOSPC: "the disk is full: free some space, or write elsewhere",
+    errno.EDQUOT: "the disk quota is used up: free some space, or write elsewhere",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.EACCES: "no permission: write elsewhere, or change the folder's permissions",
+}
+
+
+def os_error_line(err: OSError) -> str:
+    """An operating-system error (a name too long, a full disk, a read-only folder) as one line: the file,
+    the system's words and what to do."""
+    where = f"{err.filename}: " if err.filename else ""
+    said = err.strerror or first_line(err) or type(err).__name__
+    hint = _OS_HINTS.get(err.errno or 0)
+    return f"{where}{said}" + (f" ({hint})" if hint else "")
+
+
+def override_line(override: str, said: str) -> str:
+    """An override Hydra's grammar cannot read, as one line with the way to quote its value."""
+    key, eq, value = override.partition("=")
+    quoted = f"'{key}=\"{value}\"'" if eq else f"'\"{override}\"'"
+    return (f"cannot parse override {override!r} ({said}): quote a value with spaces, non-ASCII letters or "
+            f"characters such as ()[]{{}}:,= for Hydra, inside the shell's quotes: {quoted}")
+
+
+@contextlib.contextmanager
+def hydra_one_line(prog: str) -> Iterator[None]:
+    """While a `@hydra.main` entry point runs: an override Hydra cannot parse and an operating-system error
+    (in Hydra's own writers too: the run dir, `.hydra/config.yaml`, the job log) end in one error line and
+    exit status 2 instead of Hydra's traceback. Other errors keep Hydra's own report. Hydra is imported
+    only here, when the entry point is one of its tools."""
+    import hydra._internal.utils as hydra_utils
+    from hydra.errors import OverrideParseException
+
+    hydra_report = hydra_utils.run_and_report
+
+    def run_and_report(func: Callable[[], Any]) -> Any:
+        def translated() -> Any:
+            try:
+                return func()
+            except OverrideParseException as err:
+                said = [line.strip() for line in str(err).splitlines() if line.strip()]
+                report(prog, override_line(err.override, said[0] if said else type(err).__name__))
+            except OSError as err:
+                if isinstance(err, MltrainError):
+                    raise
+                report(prog, os_error_line(err))
+            sys.exit(2)
+
+        return hydra_report(translated)
+
+    hydra_utils.run_and_report = run_and_report
+    try:
+        yield
+    finally:
+        hydra_utils.run_and_report = hydra_report
+
+
 def report(prog: str, message: str, kind: str = "error") -> None:
     """The one error line: `<prog>: <kind>: <message>` on stderr, and the same record in the log files
     of the run (Hydra's FileHandler), so the run's own log says why it stopped."""
@@ -95,6 +157,11 @@ def tool_main(prog: str, parser: argparse.ArgumentParser, action: Callable[[argp
         return int(action(args) or 0)
     except MltrainError as err:
         report(prog, str(err))
+        return 2
+    except OSError as err:  # a name too long, a full disk: one line (a closed pipe is the tool's to handle)
+        if isinstance(err, BrokenPipeError):
+            raise
+        report(prog, os_error_line(err))
         return 2
     except (MemoryError, RuntimeError) as err:
         if not out_of_memory(err):

@@ -5,7 +5,7 @@
              checkpoints/ (training/checkpoint.py CheckpointSaver) → summary.json, the weights
 
 `_run` reads as the run does: build, restore, open the tracker, train, summarize, write the results.
-A run ends `finished`, `interrupted` (SIGINT, SIGTERM or SIGUSR1: the current step is finished and a
+A run ends `finished`, `interrupted` (SIGINT, SIGTERM, SIGUSR1 or SIGHUP: the current step is finished and a
 checkpoint written) or `diverged` (a non-finite loss with train.on_nonfinite=stop: the last good
 checkpoint is kept); summary.json says which. `train.resume=true` continues from the newest checkpoint.
 The run holds its directory (mltrain/runs/rundir.py) until it returns. Under data parallel every rank runs

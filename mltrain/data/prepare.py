@@ -270,6 +270,7 @@ def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> 
             if chunk is None:
                 return
             texts = [t or "" for t in chunk[c.text_field]]
+            _check_texts(texts, c, pos)
             pos += len(texts)
             if pos <= start_doc:  # resuming: documents the finished shards already hold
                 continue
@@ -279,6 +280,32 @@ def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> 
         close = getattr(chunks, "close", None)  # stop datasets' reader now, not at interpreter exit
         if close is not None:
             close()
+
+
+def _check_texts(texts: list, c: PrepareConfig, first_doc: int) -> None:
+    """DataError naming the document (for local .jsonl files: the file and line) whose text field holds no
+    text: a number, a list, an object (a missing or null field counts as an empty document)."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            where = _document_place(c, first_doc + i)
+            raise DataError(f"{where}: prepare.text_field={c.text_field!r} is {json.dumps(text)[:80]} "
+                            f"({type(text).__name__}), not a string: every document's text must be a JSON string")
+
+
+def _document_place(c: PrepareConfig, doc: int) -> str:
+    """Where document number `doc` (from 0) of the stream is: `file, line N` when the source is local
+    uncompressed .jsonl files (one document per non-blank line), else its number in the source."""
+    files, builder = resolve_data_files(c.data_files) if c.data_files else ([], None)
+    if builder == "json" and all(f.suffix.lower() == ".jsonl" for f in files):
+        left = doc
+        for f in files:
+            with open(f, "rb") as lines:
+                for n, line in enumerate(lines, 1):
+                    if line.strip():
+                        if left == 0:
+                            return f"{f}, line {n}"
+                        left -= 1
+    return f"document {doc:,} of {_source(c)}"
 
 
 def _judged(batches: Iterator[_Batch], c: PrepareConfig) -> Iterator[_Batch]:

@@ -3,10 +3,13 @@
 One W&B run per run dir, `dir=run_dir` (offline files land in `run_dir/wandb/offline-run-*`, upload later
 with `wandb sync run_dir/wandb/offline-run-*`). FLOPs is the default x-axis of `train/loss`, `val/loss`
 and `diag/*`; `step` and `tokens` are logged too. `online` without an API key, without a server that answers
-(one TCP connection tried for PROBE_TIMEOUT_S, the HTTPS proxy's when one is set), or with an online
-init that fails (bounded by `init_timeout`), falls back to offline with one warning; if offline fails
-too, training goes on with metrics.jsonl only. Any W&B error later (log, summary, finish) is one warning
-and W&B is off for the rest of the run. The W&B run id is kept in `run_dir/wandb/run_id`; a resumed run
+(one HTTP request that must be answered within PROBE_TIMEOUT_S, through the HTTPS proxy when one is
+set: a server that accepts connections but never answers counts as none), or with an online init that
+fails (bounded by `init_timeout`), falls back to offline with one warning naming `wandb sync`; if offline
+fails too, training goes on with metrics.jsonl only. The waits on the server, start and finish together,
+stay within ONLINE_WAIT_S: a finish that does not end in what is left of it is left behind with one
+warning (the run's files are complete; `wandb sync` uploads them). Any W&B error later (log, summary,
+finish) is one warning and W&B is off for the rest of the run. The W&B run id is kept in `run_dir/wandb/run_id`; a resumed run
 continues that run (`resume="allow"`), and each row goes to W&B with its row number as the step, so the
 rows W&B already has from before the interruption are not sent twice. wandb is imported only here, and
 only when `logger.name=wandb`.
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -29,13 +34,18 @@ log = logging.getLogger("mltrain.runs.tracking")
 # W&B field limits: longer values are shortened with a hash suffix (the full label stays in the config
 # and in summary.json).
 _WANDB_MAX = {"name": 128, "group": 128, "job_type": 64, "tag": 64}
-# Seconds wandb.init may take to reach the server before we fall back to offline. The WANDB_INIT_TIMEOUT
-# environment variable, when set, wins (wandb reads it itself).
-INIT_TIMEOUT_S = 10.0
-# Before that, one TCP connection to the W&B server (or the HTTPS proxy that leads there) must open within
-# this many seconds, name lookup included: without a network the run goes offline at once, not after
-# wandb's own retries.
+# All the waiting on the W&B server one run does, start (probe, init) and finish together, in seconds.
+ONLINE_WAIT_S = 12.0
+# Seconds wandb.init may take to reach the server before we fall back to offline (at most what the probe
+# left of ONLINE_WAIT_S, less FINISH_MIN_S). The WANDB_INIT_TIMEOUT environment variable, when set, wins
+# (wandb reads it itself).
+INIT_TIMEOUT_S = 7.0
+# Before that, one HTTP request to the W&B server (or through the HTTPS proxy that leads there) must be
+# answered within this many seconds, name lookup included: without a network, or with a server that
+# never answers, the run goes offline at once, not after wandb's own retries.
 PROBE_TIMEOUT_S = 3.0
+# The least a finish is given, whatever the start took: the last rows and the summary go to wandb-core.
+FINISH_MIN_S = 2.0
 
 
 def setting(cfg: Any, key: str, default: Any = None) -> Any:
@@ -54,6 +64,7 @@ class WandbMirror:
         self.run: Any = None
         self.mode: Optional[str] = None
         self.skip_below = 0  # rows W&B already holds from before a resume
+        self.waited = 0.0  # seconds spent waiting on the server at start (of ONLINE_WAIT_S)
 
     @classmethod
     def start(cls, run_dir: Path, logger_cfg: Any, config: dict, *, name: str, group: str, job_type: str,
@@ -100,21 +111,25 @@ class WandbMirror:
 
     def _start_online(self, wandb: Any, kwargs: dict) -> bool:
         """Start online; False (with one warning: offline follows) without a key or when init fails."""
-        reason = _api_key_problem(wandb) or _server_problem(wandb)
+        began = time.monotonic()
+        # The server first: logging in already asks it who the key belongs to, and waits on a silent one.
+        reason = _server_problem(wandb) or _api_key_problem(wandb)
         if reason is None:
             try:
-                self._init(wandb, kwargs, "online")
+                self._init(wandb, kwargs, "online", ONLINE_WAIT_S - FINISH_MIN_S - (time.monotonic() - began))
                 return True
             except Exception as err:  # noqa: BLE001
                 reason = f"W&B online init failed ({type(err).__name__}: {first_line(err)})"
+            finally:
+                self.waited = time.monotonic() - began
         sync_hint = f"upload later with `wandb sync {self.run_dir / 'wandb'}/offline-run-*`"
         log.warning("%s; logging W&B offline to %s, %s", reason, self.run_dir / "wandb", sync_hint)
         return False
 
-    def _init(self, wandb: Any, kwargs: dict, mode: str) -> None:
+    def _init(self, wandb: Any, kwargs: dict, mode: str, left_s: float = INIT_TIMEOUT_S) -> None:
         settings = {}
         if mode == "online" and "WANDB_INIT_TIMEOUT" not in os.environ:
-            settings["init_timeout"] = INIT_TIMEOUT_S
+            settings["init_timeout"] = max(1.0, min(INIT_TIMEOUT_S, left_s))
         with redacted_argv():  # W&B records the command line: without secret values
             run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
         try:
@@ -152,13 +167,33 @@ class WandbMirror:
             self._failed("summary", err)
 
     def finish(self, exit_code: int) -> None:
+        """Finish the W&B run, waiting at most what the start left of ONLINE_WAIT_S (FINISH_MIN_S at least);
+        a finish still going then is left to end with the process, with one warning."""
         if self.run is None:
             return
         run, self.run = self.run, None
-        try:
-            run.finish(exit_code=exit_code)
-        except Exception as err:  # noqa: BLE001
-            self._failed("finish", err)
+        limit = max(FINISH_MIN_S, ONLINE_WAIT_S - self.waited) if self.mode == "online" else None
+        failed: list[BaseException] = []
+
+        def finish() -> None:
+            try:
+                run.finish(exit_code=exit_code)
+            except Exception as err:  # noqa: BLE001
+                failed.append(err)
+
+        if limit is None:  # offline: only local files, nothing to wait on
+            finish()
+        else:
+            worker = threading.Thread(target=finish, name="wandb-finish", daemon=True)
+            worker.start()
+            worker.join(limit)
+            if worker.is_alive():
+                log.warning("W&B online finish did not end within %.3g s (the server does not answer); metrics.jsonl "
+                            "and %s are complete: upload later with `wandb sync %s`", limit,
+                            self.run_dir / "wandb", _run_files(run, self.run_dir))
+                return
+        if failed:
+            self._failed("finish", failed[0])
 
     def _failed(self, what: str, err: BaseException) -> None:
         log.warning("W&B %s failed (%s: %s); W&B is off for the rest of this run, metrics.jsonl goes on",
@@ -171,11 +206,19 @@ class WandbMirror:
                 pass
 
 
+def _run_files(run: Any, run_dir: Path) -> str:
+    """The folder of W&B's own files for `run` (what `wandb sync` takes), as far as it says."""
+    try:
+        return str(Path(run.dir).parent)
+    except Exception:  # noqa: BLE001
+        return f"{run_dir / 'wandb'}/run-*"
+
+
 def _server_problem(wandb: Any, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """Why the W&B server cannot be reached from here within `timeout` seconds (no network, no name
-    lookup, a proxy that does not answer), or None when a connection opens."""
-    import socket
-    import threading
+    lookup, a proxy or server that does not answer), or None when it answers an HTTP request (any
+    status: an error page is an answer)."""
+    import urllib.error
     import urllib.request
     from urllib.parse import urlparse
 
@@ -194,14 +237,17 @@ def _server_problem(wandb: Any, timeout: float = PROBE_TIMEOUT_S) -> str | None:
             target = (p.hostname, p.port or 80)
     failure: list[str] = ["no answer in time"]
 
-    def connect() -> None:
+    def ask() -> None:
         try:
-            socket.create_connection(target, timeout=timeout).close()
+            urllib.request.urlopen(f"{base.rstrip('/')}/healthz", timeout=timeout).close()
             failure.clear()
-        except OSError as err:
-            failure[0] = err.strerror or str(err) or type(err).__name__
+        except urllib.error.HTTPError:  # the server (or the proxy) answered
+            failure.clear()
+        except (OSError, ValueError) as err:  # URLError, a timeout, a connection closed without an answer
+            reason = getattr(err, "reason", err)
+            failure[0] = getattr(reason, "strerror", None) or str(reason) or type(err).__name__
 
-    probe = threading.Thread(target=connect, daemon=True)  # a name lookup that hangs is left behind, not waited on
+    probe = threading.Thread(target=ask, daemon=True)  # a name lookup that hangs is left behind, not waited on
     probe.start()
     probe.join(timeout)
     if probe.is_alive() or failure:

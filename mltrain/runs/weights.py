@@ -34,7 +34,7 @@ from safetensors.torch import save as save_safetensors
 
 from mltrain.atomic import write_bytes, write_json
 from mltrain.data import get_tokenizer
-from mltrain.errors import DataError
+from mltrain.errors import DataError, first_line
 from mltrain.model import GPT, GPTConfig, padded_vocab
 
 WEIGHTS_FILE = "model.safetensors"
@@ -225,16 +225,44 @@ def check_header(run_dir: Path, cfg: GPTConfig) -> None:
                         f"file's header, nothing was built): was {INFO_FILE} edited, or copied from another run?")
 
 
+def check_vocabulary(run_dir: str | Path, info: dict[str, Any], tokenizer: Any = None) -> None:
+    """DataError when model.json's tokenizer cannot go with the model's embedding rows (its vocab_size,
+    which check_header holds against the weights file): a name that is no text, an end-of-text token
+    outside the rows, or a tokenizer (`tokenizer`, when the caller has loaded it; `bytes` always) with
+    more tokens than the model has rows, whose ids would index past the embedding."""
+    path, name = Path(run_dir) / INFO_FILE, info.get("tokenizer")
+    rows = model_config(info).vocab_size
+    if not isinstance(name, str) or not name:
+        raise DataError(f"{path}: tokenizer is {name!r}, not a tokenizer's name ('bytes' or a tiktoken encoding)")
+    eot = info.get("eot_token")
+    if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or not 0 <= eot < rows):
+        raise DataError(f"{path}: eot_token is {eot!r}, not a token of the model's {rows:,}-row vocabulary")
+    if tokenizer is None and name == "bytes":
+        tokenizer = get_tokenizer(name)
+    if tokenizer is not None and tokenizer.n_vocab > rows:
+        raise DataError(f"{path}: its tokenizer {name!r} has {tokenizer.n_vocab:,} tokens but the model's embedding "
+                        f"has {rows:,} rows (model.vocab_size): these weights were not trained with it; was "
+                        f"{INFO_FILE} edited, or copied from another run?")
+
+
 def run_note(run_dir: str | Path) -> tuple[str, Optional[str]]:
     """(the run's status as its summary.json says it, or "unknown" without one; a warning when its
-    summary shows the weights are not those of a run that finished cleanly, else None). For
-    mltrain-export and mltrain-sample, which use such weights but say so, and record it."""
-    try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_bytes())
-        if not isinstance(summary, dict):
-            raise ValueError
-    except (OSError, ValueError):  # weights saved by a script, or a run still going: they speak for themselves
+    summary shows the weights are not those of a run that finished cleanly, or when it cannot be read
+    or holds no JSON object, else None). For mltrain-export and mltrain-sample, which use such weights
+    but say so, and record it."""
+    path = Path(run_dir) / "summary.json"
+    if not os.path.lexists(path):  # weights saved by a script, or a run still going: they speak for themselves
         return "unknown", None
+    try:
+        summary = json.loads(path.read_bytes())
+        why = None if isinstance(summary, dict) else f"holds a JSON {type(summary).__name__}, not an object"
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+    except ValueError as err:  # not JSON, or not UTF-8
+        why = f"not JSON: {first_line(err)}"
+    if why is not None:
+        return (f"unknown (summary.json unreadable: {why})",
+                f"{path} cannot be read ({why}): whether these weights are a finished run's is unknown")
     status, steps, planned = summary.get("status", "finished"), summary.get("fine_steps"), summary.get("budget_steps")
     if status == "interrupted":
         return status, (f"{run_dir} holds an interrupted run (stopped at fine step {steps} of {planned}): these are "

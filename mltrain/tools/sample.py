@@ -26,7 +26,7 @@ from mltrain.data import Tokenizer, get_tokenizer
 from mltrain.errors import ConfigError, DataError, report, tool_main
 from mltrain.model import GPT
 from mltrain.training.devices import resolve_device
-from mltrain.runs.weights import INFO_FILE, load_weights, read_info, run_note
+from mltrain.runs.weights import INFO_FILE, check_vocabulary, load_weights, read_info, run_note
 
 PROG = "mltrain-sample"
 SEPARATOR = "\n\n---\n\n"  # between samples
@@ -128,6 +128,7 @@ def write_samples(args: argparse.Namespace, out: Optional[IO[str]] = None) -> in
     info = read_info(args.run)
     tokenizer: Tokenizer = get_tokenizer(str(info.get("tokenizer")), key=f"{args.run}/{INFO_FILE}: tokenizer",
                                          bytes_alternative=False)
+    check_vocabulary(args.run, info, tokenizer)
     device = resolve_device(args.device)
     prompt_ids = tokenizer.encode(args.prompt) if args.prompt else tokenizer.separator  # a fresh document
     _, note = run_note(args.run)

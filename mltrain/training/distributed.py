@@ -100,7 +100,8 @@ def _count(env: Mapping[str, str], name: str, default: str = "0") -> int:
 
 def world_from_env(env: Mapping[str, str] = os.environ) -> World:
     """The launcher's ranks: torchrun's variables first (also `srun torchrun ...`), then SLURM's.
-    ConfigError for values that cannot be ranks (not numbers, a rank outside [0, world size))."""
+    ConfigError naming the one variable that cannot be what it says (not a whole number, a world size
+    below 1, a rank or local rank outside [0, world size))."""
     if "RANK" in env and "WORLD_SIZE" in env:
         names = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
     elif _count(env, "SLURM_NTASKS", "1") > 1 and "SLURM_PROCID" in env:
@@ -108,9 +109,12 @@ def world_from_env(env: Mapping[str, str] = os.environ) -> World:
     else:
         return World()
     rank, local, size = (_count(env, name) for name in names)
-    if size < 1 or not 0 <= rank < size or local < 0:
-        raise ConfigError(f"{names[0]}={rank} and {names[2]}={size} in the environment do not describe a rank of a "
-                          f"job (the rank must be in [0, {names[2]})); unset them to train in one process")
+    for name, value, fits, bound in ((names[2], size, size >= 1, ">= 1"), (names[0], rank, 0 <= rank < size, ""),
+                                     (names[1], local, 0 <= local < size, "")):
+        if not fits:
+            should = bound or f"in [0, {names[2]}={size})"
+            raise ConfigError(f"{name}={value} in the environment cannot be this process's place in the job (it must "
+                              f"be {should}; torchrun or SLURM set it); unset {', '.join(names)} to train in one process")
     return World(rank, local, size)
 
 

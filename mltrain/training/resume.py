@@ -34,7 +34,8 @@ from mltrain.runs.provenance import secret_override
 from mltrain.runs.rundir import earlier_run, hydra_value, unproven_run
 
 ENDED = ("finished", "diverged")  # statuses that leave nothing to resume
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)  # stop after the current step
+# Stop after the current step: Ctrl-C, a scheduler (SIGTERM, SIGUSR1), a closed terminal or ssh connection (SIGHUP).
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
 _MISSING = object()
 
 
@@ -188,11 +189,11 @@ def resume_command(run_dir: str | Path) -> str:
 
 
 class StopSignals:
-    """While active, SIGINT, SIGTERM and SIGUSR1 ask the run to stop after the current optimizer step
+    """While active, SIGINT, SIGTERM, SIGUSR1 and SIGHUP ask the run to stop after the current optimizer step
     (`requested()`), instead of killing it mid-step. So does SIGUSR2 where a Python handler already has
     it: submitit's, which requeues a SLURM job; `hand_on()` calls such a previous handler once the
-    checkpoint is written. A second SIGINT stops at once (KeyboardInterrupt); a repeated SIGTERM or
-    SIGUSR1 (a scheduler insisting) changes nothing. Outside the main thread, where Python cannot
+    checkpoint is written. A second SIGINT stops at once (KeyboardInterrupt); a repeated SIGTERM,
+    SIGUSR1 or SIGHUP (a scheduler insisting, a terminal closing) changes nothing. Outside the main thread, where Python cannot
     install handlers, it does nothing."""
 
     def __init__(self) -> None:
@@ -237,10 +238,14 @@ class StopSignals:
 
     @property
     def exit_code(self) -> int:
-        return 128 + int(self.signum or 0)  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+        return 128 + int(self.signum or 0)  # the shell's convention: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP
 
 
 def say(message: str) -> None:
-    """One line on stderr that goes to no log file (for a run dir that must stay as it is)."""
-    print(f"mltrain: {message}", file=sys.stderr, flush=True)
+    """One line on stderr that goes to no log file (for a run dir that must stay as it is); a terminal
+    that is gone (SIGHUP) loses the line, not the run's last steps."""
+    try:
+        print(f"mltrain: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 

@@ -24,7 +24,7 @@ def train_rows_at_least(run_dir, n):
     return ready
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGUSR1, 138)])
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGUSR1, 138), (signal.SIGHUP, 129)])
 def test_a_signal_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(tmp_path, sig, code):
     run_dir = tmp_path / "run"
     p = start([*LONG, f"hydra.run.dir={run_dir}"], tmp_path)

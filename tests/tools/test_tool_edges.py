@@ -56,6 +56,52 @@ def test_a_finished_run_or_weights_without_a_summary_export_without_a_word(finis
     assert config["mltrain_run_status"] == status and "mltrain_run_note" not in config
 
 
+def _summary_as(run: Path, how: str) -> None:
+    path = run / "summary.json"
+    path.unlink()
+    if how == "a folder":
+        path.mkdir()
+    else:
+        path.write_bytes({"not json": b'{"status": "finished", ', "a list": b"[1, 2]", "not utf-8": b"\xff\xfe{}"}[how])
+
+
+@pytest.mark.parametrize("how, why", [("not json", "not JSON"), ("a list", "holds a JSON list, not an object"),
+                                      ("a folder", "Is a directory"), ("not utf-8", "not JSON")])
+def test_a_summary_that_cannot_be_read_is_said_and_recorded_in_the_export(finished, tmp_path, how, why):
+    run = with_summary(finished, tmp_path)
+    _summary_as(run, how)
+    exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
+    assert exported.returncode == 0 and "Traceback" not in exported.stderr, exported.stderr
+    warned = [line for line in exported.stderr.splitlines() if "warning" in line.lower()]
+    assert len(warned) == 1 and warned[0].startswith("mltrain-export: warning: ") and why in warned[0], warned
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["mltrain_run_status"].startswith("unknown (summary.json unreadable: ") and why in config["mltrain_run_status"]
+    if how == "a list":  # sample says it too, and still samples
+        sampled = tool("mltrain-sample", str(run), "--max-new-tokens", "3", cwd=tmp_path)
+        assert sampled.returncode == 0 and sampled.stdout, sampled.stderr
+        assert [line for line in sampled.stderr.splitlines() if "warning" in line.lower()] == [
+            line for line in sampled.stderr.splitlines() if line.startswith("mltrain-sample: warning: ") and why in line]
+        assert sum(line.startswith("mltrain-sample: warning: ") for line in sampled.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("edit, says", [
+    ({"model": {"vocab_size": 100}}, "its tokenizer 'bytes' has 256 tokens but the model's embedding has 100 rows"),
+    ({"tokenizer": 7}, "tokenizer"),  # sample names it as an unknown tokenizer, export as no name at all
+    ({"eot_token": 4096}, "eot_token is 4096, not a token of the model's 256-row vocabulary"),
+])
+def test_a_tokenizer_that_does_not_fit_the_weights_is_one_line(tmp_path, edit, says):
+    from helpers import saved_run
+
+    run, _ = saved_run(tmp_path, vocab_size=edit.get("model", {}).get("vocab_size", 256))
+    info = json.loads((run / "model.json").read_text())
+    info.update({k: v for k, v in edit.items() if k != "model"})
+    (run / "model.json").write_text(json.dumps(info))
+    for name, args in (("mltrain-sample", ["--prompt", "hi", "--max-new-tokens", "2"]), ("mltrain-export", [str(tmp_path / "hf")])):
+        line = refused(tool(name, str(run), *args, cwd=tmp_path), says)
+        assert line.startswith(f"{name}: error: {run / 'model.json'}: ") and ("7" in line or "7" not in str(edit))
+    assert not (tmp_path / "hf").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors that name the key, the file and the value
 
@@ -148,6 +194,109 @@ def test_the_server_probe_is_bounded(monkeypatch):
     finally:
         released.set()  # the probe thread ends quietly now, not 30 s later in another test
     assert reason.startswith("cannot reach the W&B server https://api.example.invalid within 0.2 s")
+
+
+@pytest.fixture
+def silent_server():
+    """A W&B server on loopback that accepts connections and never answers: its URL."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted, stop = [], threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])  # held open, never read or answered
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_a_w_and_b_server_that_never_answers_is_one_line_and_the_run_goes_on_offline(tmp_path, silent_server):
+    env = {"WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567", "WANDB_MODE": "online", "HOME": str(tmp_path),
+           "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"), "WANDB_BASE_URL": silent_server,
+           "HTTPS_PROXY": "", "https_proxy": "", "HTTP_PROXY": "", "http_proxy": ""}
+    proc = tool("mltrain", *TOOL_SMOKE, "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env,
+                timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "W&B" in line and "WARNING" in line]
+    assert len(said) == 1, said
+    assert f"cannot reach the W&B server {silent_server}" in said[0] and "offline" in said[0]
+    assert f"wandb sync {tmp_path / 'run' / 'wandb'}" in said[0]
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*")) and (tmp_path / "run" / "summary.json").exists()
+    assert not list((tmp_path / "run" / "wandb").glob("run-*"))  # no online run was begun, to wait on at exit
+
+
+def test_the_probe_counts_an_answer_not_a_connection(silent_server):
+    import http.server
+
+    from mltrain.runs import wandb_mirror
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # an error page is an answer: the server is there
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    answering = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=answering.serve_forever, daemon=True)
+    thread.start()
+
+    class FakeWandb:
+        class Settings:
+            base_url = ""
+
+    try:
+        for url, answers in ((silent_server, False), (f"http://127.0.0.1:{answering.server_address[1]}", True)):
+            FakeWandb.Settings.base_url = url
+            with pytest.MonkeyPatch.context() as mp:
+                mp.delenv("WANDB_BASE_URL", raising=False)
+                for key in ("HTTP_PROXY", "http_proxy"):
+                    mp.delenv(key, raising=False)
+                reason = wandb_mirror._server_problem(FakeWandb, timeout=0.5)
+            assert (reason is None) == answers, reason
+            if not answers:
+                assert reason.startswith(f"cannot reach the W&B server {url} within 0.5 s")
+    finally:
+        answering.shutdown()
+        answering.server_close()
+
+
+def test_a_finish_that_hangs_is_left_behind_with_one_line(tmp_path, monkeypatch, caplog):
+    from mltrain.runs import wandb_mirror
+
+    released = threading.Event()
+
+    class HangingRun:
+        dir = str(tmp_path / "run" / "wandb" / "run-x" / "files")
+
+        def finish(self, exit_code):
+            released.wait(30)
+
+    monkeypatch.setattr(wandb_mirror, "FINISH_MIN_S", 0.2)
+    mirror = wandb_mirror.WandbMirror(tmp_path / "run", resuming=False)
+    mirror.run, mirror.mode, mirror.waited = HangingRun(), "online", wandb_mirror.ONLINE_WAIT_S  # start used it all
+    try:
+        with caplog.at_level("WARNING", logger="mltrain.runs.tracking"):
+            mirror.finish(0)
+    finally:
+        released.set()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "did not end within 0.2 s" in said[0], said
+    assert f"wandb sync {tmp_path / 'run' / 'wandb' / 'run-x'}" in said[0] and mirror.run is None
 
 
 # The tool starts as from a terminal, where Ctrl-C is handled: a suite started in the background of a

@@ -36,12 +36,19 @@ def test_global_batch_must_split_over_ranks_and_micro_batches():
 
 
 @pytest.mark.parametrize("env,named", [
-    ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc'"), ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3 and WORLD_SIZE=2"),
+    ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc'"), ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3"),
     ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0"), ({"SLURM_NTASKS": "4", "SLURM_PROCID": "-1"}, "SLURM_PROCID=-1"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "-1"}, "LOCAL_RANK=-1"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "2"}, "LOCAL_RANK=2"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "one"}, "LOCAL_RANK='one'"),
+    ({"SLURM_NTASKS": "4", "SLURM_PROCID": "1", "SLURM_LOCALID": "-3"}, "SLURM_LOCALID=-3"),
 ])
-def test_rank_variables_that_are_not_a_rank_are_one_line(env, named):
-    with pytest.raises(ConfigError, match=re.escape(named)):
+def test_rank_variables_that_are_not_a_rank_name_the_bad_one(env, named):
+    with pytest.raises(ConfigError, match=re.escape(named)) as caught:
         distributed.world_from_env(env)
+    said = str(caught.value)
+    first = re.match(r"([A-Z_]+)=", said).group(1)
+    assert first == named.split("=")[0], said  # the line starts with the bad variable, not another one
     assert distributed.world_from_env({"RANK": "1", "WORLD_SIZE": "2"}) == distributed.World(1, 0, 2)
 
 

@@ -24,8 +24,8 @@ from typing import Iterator, TextIO
 from mltrain.interrupts import CtrlC
 from mltrain.atomic import open_no_follow
 
-# mltrain's exit statuses: a run stopped by SIGINT, SIGTERM or SIGUSR1 (it wrote a checkpoint first)
-STOPPED = (130, 143, 138)
+# mltrain's exit statuses: a run stopped by SIGINT, SIGTERM, SIGUSR1 or SIGHUP (it wrote a checkpoint first)
+STOPPED = (130, 143, 138, 129)
 
 
 @contextlib.contextmanager

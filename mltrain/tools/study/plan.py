@@ -28,7 +28,7 @@ from typing import Any, Iterable, Optional
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from mltrain.errors import ConfigError
+from mltrain.errors import ConfigError, override_line
 from mltrain.runs.keys import override_value
 from mltrain.runs.names import short_dirname
 from mltrain.tools.study.schema import BUDGET, SEED, eval_seeds, frontier_arm, tuned_keys
@@ -50,7 +50,7 @@ def parse(override: str) -> Any:
     try:
         return _parser.parse_overrides([override])[0]
     except Exception as err:  # noqa: BLE001 - Hydra's OverrideParseException and friends
-        raise ConfigError(f"cannot parse override {override!r}: {str(err).splitlines()[0]}") from None
+        raise ConfigError(override_line(override, str(err).splitlines()[0])) from None  # with how to quote it
 
 
 def key_of(override: str) -> str:
