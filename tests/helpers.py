@@ -421,21 +421,17 @@ def fake_run_dir(root: Path, name: str, kind: str, label: str) -> Path:
 NO_ROOM = {"RLIMIT_AS": 6 * 2**30}
 
 
-def fault_matrix():
-    """scripts/fault_matrix.py as a module: the tests check the process table as its cases do."""
-    import importlib.util
-
-    if "fault_matrix" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("fault_matrix", Path(__file__).resolve().parents[1] / "scripts"
-                                                      / "fault_matrix.py")
-        sys.modules["fault_matrix"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["fault_matrix"])
-    return sys.modules["fault_matrix"]
-
-
 def processes_with(marker: str) -> list[int]:
-    """Live processes whose environment holds `marker` (psutil is no dependency: /proc)."""
-    return fault_matrix().leftovers(marker)
+    """Live processes (other than this one) whose environment holds `marker`: started by a test, still
+    alive (psutil is no dependency: /proc)."""
+    found = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() in (d / "environ").read_bytes() and int(d.name) != os.getpid():
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
 
 
 def free_port() -> str:
@@ -581,3 +577,42 @@ def batch_digest(x, y) -> str:
         h.update(f"{tuple(t.shape)}{t.dtype}".encode())
         h.update(t.numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# The fault cases' one judge (tests/e2e/test_fault_classes.py and the robustness tests): a bad input or
+# a fault a user meets ends in one clear line, exit 2 (130 for Ctrl-C), no traceback, earlier output
+# unchanged; a case that must succeed exits 0 with no traceback and no error line.
+
+JUDGED_WORDS = re.compile(r"error|traceback|exception|: interrupted:", re.IGNORECASE)
+
+
+def judged_lines(text: str) -> list[str]:
+    """The lines of `text` that read as an error (Hydra's HYDRA_FULL_ERROR hint is none)."""
+    return [line for line in text.splitlines() if JUDGED_WORDS.search(line) and "HYDRA_FULL_ERROR" not in line]
+
+
+def output_of(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` with its bytes, but the run-dir lock (whoever claims the dir writes its
+    pid there): the earlier output a handled fault leaves as it was."""
+    return {k: v for k, v in tree(folder).items() if Path(k).name != LOCK_FILE}
+
+
+def judge(proc: subprocess.CompletedProcess, needle: str = "", code: int = 2,
+          kept: Optional[dict[Path, dict[str, bytes]]] = None) -> str:
+    """Assert the fault case `proc` was handled: exit `code`, no traceback, exactly one error line on
+    stderr (holding `needle`) and none on stdout, and every folder in `kept` holding the files it held
+    before (`output_of(folder)` taken then). code=0: a case that must succeed, no error line at all. Returns
+    the error line ("" for a success)."""
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out[-3000:]
+    assert proc.returncode == code, (proc.returncode, out[-3000:])
+    for folder, before in (kept or {}).items():
+        assert output_of(folder) == before, f"{folder} changed"
+    assert not judged_lines(proc.stdout), proc.stdout[-2000:]
+    if code == 0:
+        return ""
+    lines = judged_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert needle in lines[0], (needle, lines[0])
+    return lines[0]
