@@ -126,7 +126,7 @@ def test_hydra_rejects_typos_and_wrong_types(override, exc):
     ("logger.mode=sometimes", "[online, offline, disabled]"),
     ("model.norm=batchnorm", "[layernorm, rmsnorm]"),
     ("model.attention=flash", "[sdpa, explicit]"),
-    ("data.source=web", "[embedded, text, shards]"),
+    ("data.source=web", "[embedded, packages, text, shards]"),
     ("depth_method=dropout", "[none, stacking, layer_drop, raptr]"),
     ("stacking.operator=mirror", "[stack, interleave]"),
     ("stacking.optimizer_state=keep", "[reset, copy]"),

@@ -537,9 +537,29 @@ def test_records_overwritten_identical_runs_write_byte_identical_weights(finishe
 
 
 def test_lines_that_lie_a_key_wandb_rejects_is_not_called_missing(tmp_path):
-    proc = mltrain(tmp_path, "logger=wandb", "logger.mode=online", f"hydra.run.dir={tmp_path / 'run'}", env={
-        "WANDB_API_KEY": "short", "HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"),
-        "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"})
+    # A server on loopback that answers every request with 404: the reachability probe passes (an error
+    # page is an answer), so the key is what W&B judges, and it refuses one of the wrong form.
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the handler's name is http.server's
+            self.send_error(404)
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proc = mltrain(tmp_path, "logger=wandb", "logger.mode=online", f"hydra.run.dir={tmp_path / 'run'}", env={
+            "WANDB_API_KEY": "short", "HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"),
+            "WANDB_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}", "NO_PROXY": "127.0.0.1",
+            "no_proxy": "127.0.0.1"})
+    finally:
+        server.shutdown()
     judge(proc, code=0)
     assert "rejected" in proc.stderr and "no W&B API key" not in proc.stderr
 
