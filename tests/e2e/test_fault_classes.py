@@ -556,6 +556,7 @@ def test_lines_that_lie_a_key_wandb_rejects_is_not_called_missing(tmp_path):
     try:
         proc = mltrain(tmp_path, "logger=wandb", "logger.mode=online", f"hydra.run.dir={tmp_path / 'run'}", env={
             "WANDB_API_KEY": "short", "HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"),
+            "WANDB_MODE": "online",  # CI exports WANDB_MODE=offline, which wandb's login obeys over the override
             "WANDB_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}", "NO_PROXY": "127.0.0.1",
             "no_proxy": "127.0.0.1"})
     finally:
