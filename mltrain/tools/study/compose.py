@@ -181,20 +181,42 @@ def check_settings(study: Any, sweeps: Iterable[Sweep], sizes: dict[str, ScaleSi
 
     configs = {}
     for sweep in sweeps:
-        seen = set()
+        seen, first = set(), None  # first: the sweep's first composed config, the others are it with their values
         for run in sweep.runs():
             key = (sweep.scale, *setting_key(sweep.arm, run.setting))
             if key in seen:
                 continue
             seen.add(key)
             where = f"scale {sweep.scale}, arm {sweep.arm}" + "".join(f", {k}={v}" for k, v in run.setting.items())
-            cfg = composer.compose(sweep.job_overrides(run, study, sizes[sweep.scale].tags), where)
+            cfg = with_values(first, run.values) if first is not None else None
+            if cfg is None:
+                cfg = composer.compose(sweep.job_overrides(run, study, sizes[sweep.scale].tags), where)
+                first = first or cfg
             try:
                 validate(cfg)
             except ConfigError as err:
                 raise ConfigError(f"{where}: {err}") from None
             configs[key] = cfg
     return configs
+
+
+def with_values(composed: Any, values: Iterable[tuple[str, str]]) -> Any:
+    """`composed` with these `key=value` overrides set, as Hydra would compose them, or None where one
+    is not a plain value of an existing key (a config group, an addition, a deletion): compose those.
+    The settings of a sweep differ in their swept values only, and composing each costs ~0.3 s."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    missing = object()
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in values])
+    if not all(o.type == OverrideType.CHANGE and o.package is None and not o.is_sweep_override()
+               and OmegaConf.select(composed, o.key_or_group, default=missing) is not missing
+               and not OmegaConf.is_config(OmegaConf.select(composed, o.key_or_group)) for o in parsed):
+        return None
+    cfg = composed.copy()
+    for o in parsed:
+        OmegaConf.update(cfg, o.key_or_group, o.value(), merge=False)
+    return cfg
 
 
 def check_seeds(study: Any) -> None:
