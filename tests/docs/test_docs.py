@@ -161,6 +161,8 @@ def checked_by(words: list[str]) -> str | None:
         return "mltrain tools"
     if words[0] in ("python", "python3") and len(words) > 1 and re.fullmatch(r"scripts/\w+\.py", words[1]):
         return "script"
+    if words[0] in ("python", "python3") and len(words) == 2 and re.fullmatch(r"docs/examples/\w+\.py", words[1]):
+        return "worked example"  # run by tests/docs/test_worked_examples.py
     if " ".join(words[: len(TESTS.split())]) == TESTS:
         return "pytest"
     if words[:4] == ["python3", "-m", "venv", ".venv"] or words[:4] == [".venv/bin/pip", "install", "-e", ".[dev]"]:
@@ -212,9 +214,10 @@ def test_documented_pytest_lines_use_registered_markers():
 
 # --- links -----------------------------------------------------------------------------------------------------
 
-# Pages linked before they exist (a study's report still running): name them here, and remove each name
-# when its file arrives. None at present: every study's report is in docs/.
-ARRIVING: set[Path] = set()
+# Files linked before they exist (a study's report still running, an example that comes with its code):
+# name them here, and remove each name when its file arrives. Every study's report is in docs/; the
+# method and metric examples of docs/contributing.md come with the code they show (test_worked_examples.py).
+ARRIVING: set[Path] = {ROOT / "docs" / "examples" / "add_method.py", ROOT / "docs" / "examples" / "add_metric.py"}
 
 
 def prose(text: str) -> str:
