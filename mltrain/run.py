@@ -472,7 +472,7 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
         "held_out": session.evaluator.held_out(),
         "provenance": origin,
         "coarsening": cfg.coarsening.name,
-        "delta": cfg.multilevel.delta if session.runner.hierarchy is not None else None,
+        "delta": None,  # multilevel runs: multilevel.delta (the method's summary fields)
         "world_size": trainer.world.size,
         "compiled": trainer.compiled,
         **_how_it_ended(outcome, s),
@@ -480,9 +480,7 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
     if trainer.peak_flops:  # MFU of the rows without a compile in them, per level, against this peak
         summary["peak_flops"] = trainer.peak_flops / trainer.world.size
         summary["mfu_by_level"] = trainer.steady.mfu(trainer.peak_flops)
-    if session.kind != RunKind.single:
-        summary.update(coarse_steps=s.coarse_steps, coarse_flops=s.coarse_flops, control_steps=s.control_steps,
-                       fine_equivalent_steps=s.flops / session.fine_step_flops)
+    summary.update(session.runner.method.summary_fields(s, session.fine_step_flops))  # the method's own fields
     if device.type == "cuda":
         summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
     return summary
@@ -546,8 +544,8 @@ def _inside(runner: PlanRunner) -> str:
     phase = runner.plan[s.phase_index] if s.phase_index < len(runner.plan) else None
     if phase is None or phase.kind != PhaseKind.train or not phase.path or not 0 < s.step_in_phase < phase.steps:
         return ""
-    return (f" (in cycle {phase.cycle}'s {'control' if runner.control else 'coarse'} phase of model "
-            f"{coarse_name(phase.path)}, step {s.step_in_phase} of {phase.steps})")
+    return (f" (in cycle {phase.cycle}'s {phase.step_kind} phase of model {coarse_name(phase.path)}, step "
+            f"{s.step_in_phase} of {phase.steps})")
 
 
 def _num(x: Optional[float]) -> float:

@@ -57,6 +57,7 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -345,7 +346,7 @@ def measure_overhead(args, tmp: Path) -> dict:
         harness = harness_run(built, tmp / name)
         harness()  # warm-up: every optimizer exists after it
         runner, core = built.runner, CoreTimer(clock)
-        optimizers = [runner.fine_optimizer, *runner.coarse_optimizers.values()]
+        optimizers = [runner.fine_optimizer, *runner.own_optimizers.values()]
 
         def block(harness=harness, built=built, optimizers=optimizers, core=core):
             with Instrumented(built.trainer, built.evaluator, optimizers, core):
@@ -623,12 +624,13 @@ def measure(args, tmp: Path) -> dict:
     plain = plain_loop(cfg_single, tokens, device, dtype, args.compile)
     plain_sampler = plain_loop(cfg_single, tokens, device, dtype, args.compile,
                                sampler=BatchSampler(data.train, batch, m.block_size, seed=1))
+    coarse_phase = next(p for p in ml.runner.plan if p.kind == PhaseKind.train and p.trains)  # coarse model A's
     kinds: dict[str, Callable[[], None]] = {
         "plain_fine": lambda: [plain() for _ in range(n)],
         "plain_fine_sampler": lambda: [plain_sampler() for _ in range(n)],
         "fine_single": lambda: run_plan(single, [Phase(PhaseKind.train, (), n)]),
         "fine_multilevel": lambda: run_plan(ml, [Phase(PhaseKind.train, (), n)]),
-        "coarse": lambda: run_plan(ml, [Phase(PhaseKind.train, (0,), n, cycle=0)]),
+        "coarse": lambda: run_plan(ml, [replace(coarse_phase, steps=n)]),
         **{k: (lambda built=built: run_plan(built, [Phase(PhaseKind.train, (), n)])) for k, built in options.items()},
     }
     flops = {k: train_flops_per_step(m.n_layer, m.n_embd, m.vocab_size, m.block_size, batch) for k in kinds}

@@ -5,8 +5,9 @@ duration check and the study's ETA.
 
 * train phases: every optimizer step at the model it trains, with the formula of mltrain/flops.py
   (6N+12LTd) at that model's depth: the fine model's (train.batch_size); a coarse model's, its depth
-  from the scheme (`Scheme.coarse_depth` once per level) at multilevel.coarse_batch_size; the schedule
-  control's stand-in steps at the fine depth and the coarse batch size; a rival's sub-path steps at the
+  from the scheme (`Scheme.coarse_depth` once per level) at multilevel.coarse_batch_size (a phase on
+  the coarse batch stream); the schedule control's stand-in steps at the fine depth and the coarse
+  batch size; a rival's sub-path steps at the
   blocks its policy runs (the mean over up to PATH_SAMPLES of the phase's steps, evenly spread);
 * measurements, kept apart as the run keeps them (summary.json `eval_flops`, `diag_flops`): every
   held-out evaluation (at step 0, every train.eval_interval fine steps, at the last one, and each
@@ -27,9 +28,8 @@ from omegaconf import open_dict
 
 from mltrain.flops import train_flops_per_token
 from mltrain.method.coarsening import build_scheme
-from mltrain.method.kinds import PhaseKind
+from mltrain.method.kinds import BatchStream, PhaseKind, StepKind
 from mltrain.method.plan import Phase, build_plan, fine_steps
-from mltrain.method.registry import method_for
 
 PATH_SAMPLES = 64  # sub-paths drawn per phase to estimate the blocks a rival's step runs
 
@@ -54,7 +54,6 @@ def plan_cost(cfg: Any, vocab_size: Optional[int] = None) -> Cost:
     cfg = _with_vocab(cfg, vocab_size)
     m, t = cfg.model, cfg.train
     plan = build_plan(cfg)
-    control = method_for(cfg).name == "schedule_control"
     per_token = _PerToken(m)
     coarse_batch = cfg.multilevel.coarse_batch_size or t.batch_size
     depths = _depths(cfg, plan)
@@ -62,19 +61,18 @@ def plan_cost(cfg: Any, vocab_size: Optional[int] = None) -> Cost:
     for phase in plan:
         if phase.kind != PhaseKind.train:
             continue
-        fine = not phase.path
-        batch = t.batch_size if fine else coarse_batch
+        batch = coarse_batch if phase.batches == BatchStream.coarse else t.batch_size
         if phase.paths is not None:
             blocks = _mean_blocks(phase, done)
         else:
-            blocks = m.n_layer if fine or control else depths[len(phase.path)]
+            blocks = depths[len(phase.trains)]
         train += per_token(blocks) * batch * m.block_size * phase.steps
         steps += phase.steps
-        done += phase.steps if fine else 0
-    return Cost(train, _measure(cfg, plan, per_token, depths, control), steps)
+        done += phase.steps if phase.step_kind == StepKind.fine else 0
+    return Cost(train, _measure(cfg, plan, per_token, depths), steps)
 
 
-def _measure(cfg: Any, plan: list[Phase], per_token: "_PerToken", depths: list[int], control: bool) -> float:
+def _measure(cfg: Any, plan: list[Phase], per_token: "_PerToken", depths: list[int]) -> float:
     """FLOPs of the held-out evaluations and the cycles' diagnostics."""
     m, t = cfg.model, cfg.train
     n = fine_steps(plan)
@@ -82,11 +80,10 @@ def _measure(cfg: Any, plan: list[Phase], per_token: "_PerToken", depths: list[i
     evaluations += sum(1 for p in plan if p.kind == PhaseKind.evaluate)
     tokens = t.batch_size * m.block_size
     flops = evaluations * t.eval_batches * tokens * per_token(m.n_layer) / 3  # forward only
-    if cfg.multilevel.diagnostics and not control:
-        for p in plan:
-            if p.kind == PhaseKind.diagnose:
-                level = len(p.path)
-                flops += (per_token(depths[level]) + per_token(depths[level - 1])) * tokens
+    for p in plan:
+        if p.kind == PhaseKind.diagnose:
+            level = len(p.path)
+            flops += (per_token(depths[level]) + per_token(depths[level - 1])) * tokens
     return flops
 
 

@@ -2,9 +2,11 @@
 the names of the models a plan trains.
 
 Torch-free on purpose: the tools that read run files (mltrain-compare, mltrain-study) use these names
-without importing the training code. A run kind is a registered depth method's name (RunKind); phase
-and step kinds are `Choice`s (str Enums). Each compares equal to, and is written to summary.json or
-metrics.jsonl as, its plain string.
+without importing the training code. A run kind is a registered depth method's name (RunKind); step
+kinds and the built-in phase kinds are `Choice`s (str Enums). Each compares equal to, and is written
+to summary.json or metrics.jsonl as, its plain string. The phase kinds are an open set: a plan's phase
+may name a kind of its own (any other string), which the method that plans it gives a handler
+(training/runner.py `phase_handler`).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class RunKind(str, metaclass=_RegisteredKinds):
 
 
 class PhaseKind(Choice):
-    """One entry of a run's plan."""
+    """The built-in kinds of an entry of a run's plan (a method may add others, by name)."""
 
     train = "train"  # optimizer steps of one model (or view)
     restrict = "restrict"  # initialise a coarse model from its parent
@@ -75,6 +77,14 @@ class StepKind(Choice):
     fine = "fine"  # a step of the fine model's optimizer on the fine data stream
     coarse = "coarse"  # a step of a coarse model
     control = "control"  # a fine-model step taken in place of a coarse phase (the schedule control)
+
+
+class BatchStream(Choice):
+    """Which of a run's seeded batch streams a train phase draws from: the fine stream is drawn by fine
+    steps alone, so fine step n of every run with one seed trains on the same batch."""
+
+    fine = "fine"
+    coarse = "coarse"  # its own seed and multilevel.coarse_batch_size: coarse phases and their stand-ins
 
 
 # The models a plan trains are named by their path (the index of the coarse model chosen at each level):

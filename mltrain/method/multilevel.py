@@ -1,4 +1,7 @@
-"""Multilevel training (`coarsening=<scheme>`) and its schedule control (`multilevel.control=schedule`).
+"""Multilevel training (`coarsening=<scheme>`) and its schedule control (`multilevel.control=schedule`):
+the paper's method, whole: its `multilevel.*` keys' checks, its plan and the policy of every phase
+(which model trains with which optimizer, LR and batches, what its rows add, what follows it). Its
+coarsening schemes are in coarsening.py; training/runner.py executes the phases as they say.
 
 One cycle at level l (the paper's, for levels=2; at level 0 followed by a held-out evaluation when
 multilevel.eval_every_cycle):
@@ -15,6 +18,8 @@ for the same FLOPs: it isolates what the high-LR phase alone does, with no coars
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from functools import cached_property
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -24,8 +29,8 @@ from mltrain.choice import Choice
 from mltrain.errors import ConfigError
 from mltrain.flops import train_flops_per_token
 from mltrain.method.coarsening import build_scheme, scheme_class
-from mltrain.method.kinds import PhaseKind
-from mltrain.method.plan import Phase
+from mltrain.method.kinds import BatchStream, PhaseKind, StepKind, coarse_name
+from mltrain.method.plan import OwnOptimizer, Phase, PhaseSchedule
 from mltrain.method.registry import NONE, DepthMethod, register_method
 
 
@@ -117,18 +122,53 @@ class Multilevel(DepthMethod):
         return lambda level: self.cfg.multilevel.coarse_steps
 
     def _cycle(self, path: tuple[int, ...], c: int, coarse_steps: Callable[[int], int]) -> list[Phase]:
-        """Cycle `c` at the level of `path`: train that model, then restrict, recurse into and prolong each
-        of its coarse models."""
+        """Cycle `c` at the level of `path`: train that model, then visit each of its coarse models
+        (restrict, recurse into, prolong)."""
         ml, level = self.cfg.multilevel, len(path)
-        steps = ml.fine_steps_per_cycle if level == 0 else coarse_steps(level)
-        phases = [Phase(PhaseKind.train, path, steps, c)]
+        phases = [self.train_phase(path, c, ml.fine_steps_per_cycle if level == 0 else coarse_steps(level))]
         if level + 1 < ml.levels:
             for child in self._children():
                 sub = path + (child,)
-                phases += [Phase(PhaseKind.restrict, sub, cycle=c), Phase(PhaseKind.diagnose, sub, cycle=c)]
-                phases += self._cycle(sub, c, coarse_steps)
-                phases.append(Phase(PhaseKind.prolong, sub, cycle=c))
+                phases += self.visit(sub, c, self._cycle(sub, c, coarse_steps))
         return phases
+
+    def train_phase(self, path: tuple[int, ...], c: int, steps: int) -> Phase:
+        """The train phase of `path`'s model in cycle `c`. The fine model: fine steps with the fine
+        optimizer, LR and batches, a train row after each (the jumps after a prolongation are the
+        point). A coarse model: its own optimizer (multilevel.coarse_optim over optim, its state kept or
+        reset at each phase by coarse_optimizer_state), its own LR schedule from step 0 of every phase
+        (coarse_schedule), the coarse batch stream, a row every coarse_log_interval steps."""
+        cycle = (("cycle", c),)
+        if not path:
+            return Phase(PhaseKind.train, (), steps, c, columns=cycle, row_every=1)
+        ml = self.cfg.multilevel
+        settings, schedule = self._coarse_settings
+        return Phase(PhaseKind.train, path, steps, c, trains=path,
+                     optimizer=OwnOptimizer(path, settings, ml.coarse_optimizer_state == StatePolicy.reset),
+                     schedule=schedule, batches=BatchStream.coarse, step_kind=StepKind.coarse, columns=cycle,
+                     row_every=int(ml.coarse_log_interval))
+
+    @cached_property
+    def _coarse_settings(self) -> tuple[DictConfig, PhaseSchedule]:
+        """The coarse optimizer's settings and LR schedule, read once for the whole plan."""
+        ml = self.cfg.multilevel
+        co, s = resolve_coarse_optim(self.cfg.optim, ml.coarse_optim), ml.coarse_schedule
+        return co, PhaseSchedule(str(s.name), int(s.warmup_steps), float(s.min_lr), float(co.lr))
+
+    def visit(self, sub: tuple[int, ...], c: int, inner: list[Phase]) -> list[Phase]:
+        """Coarse model `sub` in cycle `c` around its own cycle `inner`: restrict it from its parent,
+        measure the diagnostics (multilevel.diagnostics), train, prolong it into its parent (after which,
+        into the fine model, fine_momentum_after_prolong=reset clears the fine optimizer's state)."""
+        phases = [Phase(PhaseKind.restrict, sub, cycle=c)]
+        if self.cfg.multilevel.diagnostics:
+            phases.append(Phase(PhaseKind.diagnose, sub, cycle=c))
+        return [*phases, *inner, Phase(PhaseKind.prolong, sub, cycle=c, reset_fine_optimizer=self._resets_fine(sub))]
+
+    def _resets_fine(self, sub: tuple[int, ...]) -> bool:
+        return len(sub) == 1 and self.cfg.multilevel.fine_momentum_after_prolong == StatePolicy.reset
+
+    def summary_fields(self, state: Any, fine_step_flops: float) -> dict[str, Any]:
+        return {**super().summary_fields(state, fine_step_flops), "delta": self.cfg.multilevel.delta}
 
     def _children(self) -> list[int]:
         """The coarse models of one level, in the order multilevel.order trains them."""
@@ -148,6 +188,22 @@ class ScheduleControl(Multilevel):
 
     def coarse_phase_steps(self) -> Callable[[int], int]:
         return ControlSteps(self.cfg).next
+
+    def train_phase(self, path: tuple[int, ...], c: int, steps: int) -> Phase:
+        """A coarse phase's stand-in: its optimizer, LR, batches and rows, stepping the fine model; its rows
+        name the coarse model it stands in for (`control_for`)."""
+        phase = super().train_phase(path, c, steps)
+        if not path:
+            return phase
+        return replace(phase, trains=(), step_kind=StepKind.control,
+                       columns=(*phase.columns, ("control_for", coarse_name(path))))
+
+    def visit(self, sub: tuple[int, ...], c: int, inner: list[Phase]) -> list[Phase]:
+        """The stand-in phases alone (nothing to restrict, measure or prolong); the last one clears the
+        fine optimizer's state where the multilevel plan's prolongation would."""
+        if self._resets_fine(sub):
+            inner[-1] = replace(inner[-1], reset_fine_optimizer=True)
+        return inner
 
 
 def control_ratio(cfg: Any, level: int) -> float:

@@ -5,6 +5,15 @@ single-level training is one train phase of the fine model, multilevel training 
 phases and prolongations (method/multilevel.py), a rival method its stages of sub-path phases
 (method/rivals.py). There is one loop for all of them: training/runner.py executes a plan.
 
+A phase says all that its execution needs, so the runner knows no method by name. A train phase: the
+model it trains (`trains`: the fine one, through `paths` when given, or a coarse model of the
+hierarchy), its optimizer (the fine one, or its own `OwnOptimizer`), its LR (the fine schedule, or
+its own `PhaseSchedule` restarted at every phase), its batch stream, the step kind its steps count as,
+the columns its train rows add and how often it writes one. Every other kind acts between steps
+(restrict, diagnose, prolong, evaluate, grow, or a kind a method adds with its handler); any phase may
+clear the fine optimizer's state when it ends (`reset_fine_optimizer`). A method that needs more
+fields for a kind of its own subclasses Phase (a frozen dataclass too).
+
 The plan is executed with a position (phase index, step within the phase) kept in TrainState: the
 resumable "schedule position".
 """
@@ -14,23 +23,59 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mltrain.method.kinds import PhaseKind, RunKind
+from mltrain.method.kinds import BatchStream, PhaseKind, RunKind, StepKind
 from mltrain.method.paths import BlockCopies, PathPolicy
 from mltrain.method.registry import method_for
 
 
 @dataclass(frozen=True)
+class OwnOptimizer:
+    """A train phase's own optimizer (not the fine one): one per `key`, made at its first phase over
+    every fine parameter (plus the trained view's own storage), kept from phase to phase; with `reset`
+    its state is cleared at the start of each phase (not when a phase resumes mid-way)."""
+
+    key: tuple[int, ...]  # one optimizer per key; a checkpoint keeps its state under this key
+    settings: Any  # its optim.* settings (name, lr, momentum, ...), read by attribute
+    reset: bool = False
+
+
+@dataclass(frozen=True)
+class PhaseSchedule:
+    """A train phase's own LR schedule: `name`/`warmup_steps`/`min_lr` as in `schedule.*`, from `peak_lr`,
+    over the phase's steps, restarted at every phase."""
+
+    name: str
+    warmup_steps: int
+    min_lr: float
+    peak_lr: float
+
+
+@dataclass(frozen=True)
 class Phase:
-    kind: PhaseKind
+    kind: str  # a PhaseKind, or the name of a kind a method adds (with its handler: training/runner.py)
     path: tuple[int, ...] = ()  # which model: () fine, (a,) coarse model a, (a, b) its coarse model b…
     steps: int = 0
     cycle: Optional[int] = None
     paths: Optional[PathPolicy] = None  # train phases of the fine model: the sub-path each step runs (None: all)
     growth: Optional[BlockCopies] = None  # grow phases: how the fine model's blocks are copied
+    # -- how a train phase trains (the defaults: the fine model, as single-level training does)
+    trains: tuple[int, ...] = ()  # the model whose weights step: () the fine one, else that coarse model's path
+    optimizer: Optional[OwnOptimizer] = None  # None: the fine optimizer
+    schedule: Optional[PhaseSchedule] = None  # None: the fine LR schedule, at the run's fine step
+    batches: BatchStream = BatchStream.fine
+    step_kind: StepKind = StepKind.fine
+    columns: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs every train row of the phase adds
+    row_every: int = 0  # a train row every N steps of the phase and at its end; 0: every train.log_interval fine steps
+    # -- what happens when the phase ends
+    reset_fine_optimizer: bool = False  # the fine optimizer's state is cleared
 
     @property
     def level(self) -> int:
         return len(self.path)
+
+    @property
+    def row_columns(self) -> dict[str, Any]:
+        return dict(self.columns)
 
 
 def budget_steps(train: Any) -> int:
@@ -57,4 +102,4 @@ def planned_steps(plan: list[Phase]) -> int:
 
 def fine_steps(plan: list[Phase]) -> int:
     """Fine steps the plan takes: where the fine LR schedule ends and the last evaluation is."""
-    return sum(p.steps for p in plan if p.kind == PhaseKind.train and not p.path)
+    return sum(p.steps for p in plan if p.kind == PhaseKind.train and p.step_kind == StepKind.fine)

@@ -11,7 +11,11 @@ mltrain asks about it, in one place:
                training (and its controls) are chosen by `coarsening=` and `multilevel.control=` under
                `depth_method=none` and set `by_name = False`
     check_config(total_steps)   ConfigError (one line) for a config it cannot run
-    plan(total_steps)           its phases (method/plan.py Phase), for `total_steps` fine steps
+    plan(total_steps)           its phases (method/plan.py Phase), for `total_steps` fine steps: each
+                                one says which model trains, with which optimizer, LR and batches,
+                                which row columns it adds and what happens after it
+    summary_fields(state, fine_step_flops)   what its runs add to summary.json
+    identity()                  the settings a checkpoint names as its scheme (training/checkpoint.py)
 
 A new method is one class:
 
@@ -56,6 +60,21 @@ class DepthMethod:
         """The run's phases (method/plan.py Phase, which builds on this module): `total_steps` fine steps
         in all (train.max_steps x train.budget)."""
         raise NotImplementedError
+
+    def summary_fields(self, state: Any, fine_step_flops: float) -> dict[str, Any]:
+        """The fields a run of this method adds to summary.json, from its counters at the end (`state`:
+        training/trainer.py TrainState). Every method but single-level training reports its steps of
+        each kind and its FLOPs in fine steps (what mltrain-compare sets against the single-level runs)."""
+        return {"coarse_steps": state.coarse_steps, "coarse_flops": state.coarse_flops,
+                "control_steps": state.control_steps, "fine_equivalent_steps": state.flops / fine_step_flops}
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a checkpoint records as its scheme, besides the run kind and coarsening.scheme: a
+        checkpoint whose scheme differs is refused as another scheme's (the config digest covers every
+        value as well)."""
+        c = self.cfg
+        return {"coarsening.k": c.coarsening.k, "coarsening.step_scale": c.coarsening.step_scale,
+                "multilevel.levels": c.multilevel.levels}
 
 
 _METHODS: dict[str, type[DepthMethod]] = {}

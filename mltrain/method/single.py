@@ -23,3 +23,9 @@ class Single(DepthMethod):
 
     def plan(self, total_steps: int) -> list[Phase]:
         return [Phase(PhaseKind.train, (), total_steps)]
+
+    def summary_fields(self, state: Any, fine_step_flops: float) -> dict[str, Any]:
+        return {}  # fine steps alone: summary.json's common fields say it all
+
+    def identity(self) -> dict[str, Any]:
+        return {}

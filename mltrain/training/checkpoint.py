@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import warnings
+from dataclasses import fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -37,7 +38,7 @@ from omegaconf import OmegaConf
 
 from mltrain.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
 from mltrain.errors import CheckpointError, StorageError
-from mltrain.method.kinds import PhaseKind, RunKind, StepKind
+from mltrain.method.kinds import PhaseKind, StepKind
 from mltrain.method.paths import describe
 from mltrain.method.plan import Phase
 from mltrain.runs.keys import is_bookkeeping
@@ -107,11 +108,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_PHASE_FIELDS = {f.name for f in fields(Phase)}
+
+
 def _phase_text(p: Phase) -> str:
     where = "fine" if not p.path else "coarse " + ".".join(map(str, p.path))
     text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == PhaseKind.train else "")
     # a rival method's sub-paths and growths: another setting of them is another plan
     text += "".join(f" {describe(rule)}" for rule in (p.paths, p.growth) if rule is not None)
+    # a method's own kind of phase: the fields it adds (another value of them is another plan)
+    text += "".join(f" {f.name}={getattr(p, f.name)}" for f in fields(p) if f.name not in _PHASE_FIELDS)
     return text + (f" (cycle {p.cycle})" if p.cycle is not None else "")
 
 
@@ -120,10 +126,7 @@ def identity(runner: PlanRunner) -> dict:
     computation config (and its digest) and the data's fingerprint."""
     cfg = runner.cfg
     model = OmegaConf.to_container(cfg.model, resolve=True) if OmegaConf.is_config(cfg.model) else dict(cfg.model)
-    scheme = {"run kind": runner.kind, "coarsening.scheme": cfg.coarsening.scheme}
-    if runner.kind != RunKind.single:
-        scheme.update({"coarsening.k": cfg.coarsening.k, "coarsening.step_scale": cfg.coarsening.step_scale,
-                       "multilevel.levels": cfg.multilevel.levels})
+    scheme = {"run kind": runner.kind, "coarsening.scheme": cfg.coarsening.scheme, **runner.method.identity()}
     config = computation_config(cfg)
     return {
         "model": {f"model.{k}": _plain(v) for k, v in model.items()},
@@ -319,7 +322,7 @@ class CheckpointFolder:
 
 
 class Cadence:
-    """When a checkpoint is due: every `interval` fine steps, and inside coarse (or control) phases once
+    """When a checkpoint is due: every `interval` fine steps, and inside phases of other step kinds once
     `interval` fine steps' worth of FLOPs have gone by since the last checkpoint. 0: never (only the
     checkpoints at the end and on a signal)."""
 

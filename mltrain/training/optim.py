@@ -53,8 +53,8 @@ def lr_at(position: int, schedule: Any, peak_lr: float, total_steps: int) -> flo
     """LR for step `position` (0-based) of a schedule that spans `total_steps` steps.
 
     Linear warm-up (position+1)/warmup · peak — so the paper's fine LR at step 35 of a 715-step
-    warm-up is ≈6e-5, some 20 times below the coarse phase's constant 1.2e-3 (the gap the schedule
-    control isolates) — then constant or cosine from peak down to min_lr at total_steps.
+    warm-up is ≈6e-5, some 20 times below the coarse phase's constant 1.2e-3 — then constant or cosine
+    from peak down to min_lr at total_steps.
     """
     warmup = schedule.warmup_steps
     if position < warmup:

@@ -1,11 +1,12 @@
-"""Executes a plan (method/plan.py) with one Trainer: which model, optimizer, LR and batches each phase
-uses, and the rows due after each step.
+"""Executes a plan (method/plan.py) with one Trainer. Each phase says what to do (which model trains,
+with which optimizer, LR and batches, what its rows add, what follows it); the runner does it and knows
+no method by name.
 
-Each phase goes to the handler its PhaseKind names in `PlanRunner.handlers`; a method with phases of
-its own adds a handler there. A train phase is one loop of `Trainer.step` calls over the view the
-phase names; every other phase acts between steps (restrict, diagnose, prolong, evaluate). The position
-in the plan (phase index, step within the phase) lives in TrainState, so a run stopped anywhere
-continues from `state_dict()` exactly where it was.
+A train phase is one loop of `Trainer.step` calls, in `PlanRunner.run` itself; every other phase goes
+to the handler its kind names in PHASE_HANDLERS (restrict, diagnose, prolong, evaluate, grow here). A
+method that plans a kind of phase of its own registers its handler with `@phase_handler("<kind>")` in
+its own module (this layer imports none). The position in the plan (phase index, step within the phase)
+lives in TrainState, so a run stopped anywhere continues from `state_dict()` exactly where it was.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from mltrain.errors import ConfigError
 from mltrain.model import GPT
 from mltrain.views import Hierarchy, ModelView, fine_view, key_path, path_key, path_view
-from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
-from mltrain.method.multilevel import StatePolicy, resolve_coarse_optim
+from mltrain.method.kinds import PhaseKind, RunKind, StepKind
 from mltrain.method.paths import PathPolicy, SubPath
-from mltrain.method.plan import Phase, build_plan, fine_steps, run_kind
+from mltrain.method.plan import Phase, PhaseSchedule, budget_steps, fine_steps
+from mltrain.method.registry import method_for
 from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
 from mltrain.training.growth import copy_blocks
@@ -30,8 +32,9 @@ from mltrain.training.trainer import Trainer, TrainState
 
 @dataclass
 class Samplers:
-    """A run's seeded batch streams: fine steps, coarse (and control) steps, diagnostics. Each has its
-    own seed, so fine step n of every run with the same seed trains on the same batch."""
+    """A run's seeded batch streams, named as a phase's `batches` names them (method/kinds.py
+    BatchStream), and the diagnostics'. Each has its own seed, so fine step n of every run with the same
+    seed trains on the same batch."""
 
     fine: Any
     coarse: Any
@@ -46,6 +49,24 @@ class Hooks:
 
     should_stop: Callable[[], bool]
     after_step: Callable[[StepKind], None]
+
+
+PhaseHandler = Callable[["PlanRunner", Phase, Hooks], bool]
+# The handler of each kind of phase but `train`: `handler(runner, phase, hooks)` carries the phase out
+# between two steps; False when `hooks.should_stop()` ended it early (its position then resumes it).
+PHASE_HANDLERS: dict[str, PhaseHandler] = {}
+
+
+def phase_handler(kind: str) -> Callable[[PhaseHandler], PhaseHandler]:
+    """Decorator: register `fn(runner, phase, hooks) -> bool` as the handler of the phases of `kind`."""
+    if str(kind) == PhaseKind.train:
+        raise ValueError("train phases are PlanRunner.run's own loop; register a handler for another kind")
+
+    def register(fn: PhaseHandler) -> PhaseHandler:
+        PHASE_HANDLERS[str(kind)] = fn
+        return fn
+
+    return register
 
 
 class ViewsAhead:
@@ -67,9 +88,26 @@ class ViewsAhead:
         return self._views[i]
 
 
+@dataclass
+class Training:
+    """What one train phase's steps use, looked up once at its start (the step loop reads plain values):
+    the view (or, with sub-paths, the views `ahead`), the view its held-out loss is measured on, the
+    optimizer, the batch stream, the LR schedule (at the run's fine step, or at the step of the phase)
+    and the rows' extra columns."""
+
+    view: ModelView
+    ahead: Optional[ViewsAhead]
+    eval_view: ModelView
+    optimizer: torch.optim.Optimizer
+    sampler: Any
+    schedule: LRSchedule
+    at_fine_step: bool
+    columns: dict
+
+
 class PlanRunner:
-    """Executes the plan of `cfg` with one Trainer. Owns the optimizers: the fine one, and one per
-    coarse model."""
+    """Executes the plan of `cfg` with one Trainer. Owns the optimizers: the fine one, and the ones that
+    phases of the plan have of their own (per `OwnOptimizer.key`)."""
 
     def __init__(self, cfg: Any, trainer: Trainer, evaluator: Evaluator, hierarchy: Optional[Hierarchy],
                  fine_optimizer: torch.optim.Optimizer, samplers: Samplers, device: torch.device):
@@ -77,61 +115,58 @@ class PlanRunner:
         self.fine = hierarchy.fine if hierarchy else fine_view(trainer.model)
         self.fine_optimizer, self.samplers, self.device = fine_optimizer, samplers, device
         self.diagnostics = Diagnostics(trainer, samplers.diag)
-        self.kind = run_kind(cfg)
-        self.control = self.kind == RunKind.schedule_control
-        self.plan = build_plan(cfg)
+        self.method = method_for(cfg)
+        self.kind = RunKind(self.method.name)
+        self.plan: list[Phase] = self.method.plan(budget_steps(cfg.train))
+        unknown = sorted({str(p.kind) for p in self.plan} - {PhaseKind.train.value, *PHASE_HANDLERS})
+        if unknown:
+            raise ConfigError(f"depth method {self.kind} plans phases of kind {', '.join(unknown)} that have no "
+                              "handler (register one with mltrain.training.runner.phase_handler)")
         self.last_fine_step = fine_steps(self.plan)  # train.max_steps x train.budget
-        self.coarse_optim_cfg = resolve_coarse_optim(cfg.optim, cfg.multilevel.coarse_optim)
         # Schedules and intervals read from the config once: the step loop reads plain Python values.
         self.fine_schedule = LRSchedule.from_config(cfg.schedule, cfg.optim.lr, self.last_fine_step)
-        self._coarse_schedules: dict[int, LRSchedule] = {}  # by phase length
+        self._phase_schedules: dict[tuple[PhaseSchedule, int], LRSchedule] = {}  # by spec and phase length
         self.log_every, self.eval_every = int(cfg.train.log_interval), int(cfg.train.eval_interval)
-        self.coarse_log_every = int(cfg.multilevel.coarse_log_interval)
-        self.coarse_optimizers: dict[tuple[int, ...], torch.optim.Optimizer] = {}
-        self.handlers: dict[PhaseKind, Callable[[Phase, Hooks], bool]] = {
-            PhaseKind.train: self._train,
-            PhaseKind.restrict: self._restrict,
-            PhaseKind.diagnose: self._diagnose,
-            PhaseKind.prolong: self._prolong,
-            PhaseKind.evaluate: self._evaluate,
-            PhaseKind.grow: self._grow,
-        }
+        self.own_optimizers: dict[tuple[int, ...], torch.optim.Optimizer] = {}
 
-    # -- which model, optimizer and LR a phase uses -------------------------------------------------
+    # -- which model, optimizer, LR and batches a train phase uses -----------------------------------
     def view_for(self, phase: Phase) -> ModelView:
-        if not phase.path or self.control:
-            return self.fine
+        """The view a train phase trains (with sub-paths: the fine model they are drawn from)."""
+        return self.hierarchy.view(phase.trains, phase.cycle or 0) if phase.trains else self.fine
+
+    def coarse_view(self, phase: Phase) -> ModelView:
+        """The coarse model a restrict, diagnose or prolong phase acts on."""
         return self.hierarchy.view(phase.path, phase.cycle or 0)
 
-    def coarse_optimizer(self, phase: Phase, view: ModelView, phase_start: bool) -> torch.optim.Optimizer:
-        """The optimizer of coarse model `phase.path`; with coarse_optimizer_state=reset its state is
-        cleared at the start of every coarse phase (not when a phase resumes mid-way)."""
-        opt = self.coarse_optimizers.get(phase.path)
+    def own_optimizer(self, phase: Phase, view: ModelView, phase_start: bool) -> torch.optim.Optimizer:
+        """The phase's own optimizer; with `reset` its state is cleared at the start of every phase of it
+        (not when a phase resumes mid-way)."""
+        opt = self.own_optimizers.get(phase.optimizer.key)
         if opt is None:
-            opt = self._new_coarse_optimizer(phase.path, view)
-        elif phase_start and self.cfg.multilevel.coarse_optimizer_state == StatePolicy.reset:
+            opt = self._new_optimizer(phase, view)
+        elif phase_start and phase.optimizer.reset:
             opt.state.clear()
         return opt
 
-    def _new_coarse_optimizer(self, path: tuple[int, ...], view: ModelView) -> torch.optim.Optimizer:
-        """One optimizer per coarse model (per path). It holds every fine parameter (plus the view's own
+    def _new_optimizer(self, phase: Phase, view: ModelView) -> torch.optim.Optimizer:
+        """One optimizer per key (per coarse model). It holds every fine parameter (plus the view's own
         storage for `average`): parameters outside the current view get no gradient and are skipped,
         so a `random` scheme that redraws its blocks every cycle keeps per-parameter state."""
         params = list(self.trainer.model.parameters())
         if view.owns_blocks:
             params += [p for b in view.blocks for p in b.parameters()]
-        opt = build_optimizer(params, self.coarse_optim_cfg, self.device)
-        self.coarse_optimizers[path] = opt
+        opt = build_optimizer(params, phase.optimizer.settings, self.device)
+        self.own_optimizers[phase.optimizer.key] = opt
         return opt
 
     def coarse_storage(self) -> list[torch.nn.Module]:
         """The blocks coarse models own (the `average` scheme), created at start-up for every coarse
-        model of the plan, so that a data-parallel wrapper built next covers them (see
+        model the plan trains, so that a data-parallel wrapper built next covers them (see
         mltrain/training/distributed.py)."""
-        if self.hierarchy is None or self.control:
+        if self.hierarchy is None:
             return []
         blocks: list[torch.nn.Module] = []
-        for path in dict.fromkeys(p.path for p in self.plan if p.path):
+        for path in dict.fromkeys(p.trains for p in self.plan if p.kind == PhaseKind.train and p.trains):
             view = self.hierarchy.view(path)
             if view.owns_blocks:
                 blocks += view.blocks
@@ -140,105 +175,76 @@ class PlanRunner:
     def fine_lr(self) -> float:
         return self.fine_schedule(self.trainer.state.fine_steps)
 
-    def coarse_lr(self, step_in_phase: int, phase_steps: int) -> float:
-        schedule = self._coarse_schedules.get(phase_steps)
-        if schedule is None:
-            schedule = self._coarse_schedules[phase_steps] = LRSchedule.from_config(
-                self.cfg.multilevel.coarse_schedule, self.coarse_optim_cfg.lr, phase_steps)
-        return schedule(step_in_phase)
+    def phase_schedule(self, spec: PhaseSchedule, phase_steps: int) -> LRSchedule:
+        key = (spec, phase_steps)
+        if key not in self._phase_schedules:
+            self._phase_schedules[key] = LRSchedule(spec.name, spec.warmup_steps, spec.min_lr, spec.peak_lr, phase_steps)
+        return self._phase_schedules[key]
+
+    def training(self, phase: Phase) -> Training:
+        """What the steps of train phase `phase` use, from where the run stands in it."""
+        view, paths = self.view_for(phase), phase.paths
+        optimizer = self.fine_optimizer
+        if phase.optimizer is not None:
+            optimizer = self.own_optimizer(phase, view, self.trainer.state.step_in_phase == 0)
+        schedule = self.fine_schedule if phase.schedule is None else self.phase_schedule(phase.schedule, phase.steps)
+        eval_view = view if paths is None else self.path_view(paths.eval_path())
+        ahead = None if paths is None else ViewsAhead(paths, self.trainer.model)
+        return Training(view, ahead, eval_view, optimizer, getattr(self.samplers, str(phase.batches)), schedule,
+                        phase.schedule is None, phase.row_columns)
 
     # -- execution ----------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] = lambda: False,
             after_step: Callable[[StepKind], None] = lambda kind: None) -> bool:
         """Execute the plan from the current position. Returns False when `should_stop()` ended it
         early (e.g. on preemption): the position then says exactly where to resume, mid-phase or not.
-        See Hooks for `after_step`."""
+        See Hooks for `after_step`. A train phase's steps are this loop's own; any other phase is its
+        kind's handler's."""
         hooks, state = Hooks(should_stop, after_step), self.trainer.state
         while state.phase_index < len(self.plan):
             if should_stop():
                 return False
             phase = self.plan[state.phase_index]
-            if not self.handlers[phase.kind](phase, hooks):
+            if phase.kind == PhaseKind.train:
+                t, kind = self.training(phase), phase.step_kind
+                while state.step_in_phase < phase.steps:
+                    view = t.view if t.ahead is None else t.ahead.view(state.fine_steps)  # this step's sub-path
+                    lr = t.schedule(state.fine_steps if t.at_fine_step else state.step_in_phase)
+                    self.trainer.step(view, t.optimizer, lr, t.sampler, kind)
+                    state.step_in_phase += 1
+                    self._rows_after_step(phase, view, t, lr)
+                    after_step(kind)
+                    if state.step_in_phase < phase.steps and should_stop():
+                        return False
+            elif not PHASE_HANDLERS[str(phase.kind)](self, phase, hooks):
                 return False
+            if phase.reset_fine_optimizer:
+                self.fine_optimizer.state.clear()
             state.phase_index += 1
             state.step_in_phase = 0
         return True
 
-    def _train(self, phase: Phase, hooks: Hooks) -> bool:
-        """The steps of a train phase from `state.step_in_phase` on; False when stopped inside it."""
-        state, fine = self.trainer.state, not phase.path
-        kind = StepKind.fine if fine else (StepKind.control if self.control else StepKind.coarse)
-        view = self.view_for(phase)
-        optimizer = self.fine_optimizer if fine else self.coarse_optimizer(phase, view, state.step_in_phase == 0)
-        sampler = self.samplers.fine if fine else self.samplers.coarse
-        extra = self._row_columns(phase)
-        paths = phase.paths
-        eval_view = view if paths is None else self.path_view(paths.eval_path())
-        ahead = None if paths is None else ViewsAhead(paths, self.trainer.model)
-        while state.step_in_phase < phase.steps:
-            if ahead is not None:  # this step's sub-path of the fine model
-                view = ahead.view(state.fine_steps)
-            lr = self.fine_lr() if fine else self.coarse_lr(state.step_in_phase, phase.steps)
-            self.trainer.step(view, optimizer, lr, sampler, kind)
-            state.step_in_phase += 1
-            self._rows_after_step(phase, kind, view, eval_view, lr, extra)
-            hooks.after_step(kind)
-            if state.step_in_phase < phase.steps and hooks.should_stop():
-                return False
-        return True
-
-    def _row_columns(self, phase: Phase) -> dict:
-        """The columns a phase adds to its train rows: its cycle, and in the schedule control the coarse
-        model whose phase the fine steps stand in for."""
-        extra: dict[str, Any] = {} if phase.cycle is None else {"cycle": phase.cycle}
-        if self.control and phase.path:
-            extra["control_for"] = coarse_name(phase.path)
-        return extra
-
-    def _rows_after_step(self, phase: Phase, kind: StepKind, view: ModelView, eval_view: ModelView, lr: float,
-                         extra: dict) -> None:
-        """Fine steps: a train row every train.log_interval steps (every step inside a cycle: the jumps
-        after prolongation are the point), an evaluation every train.eval_interval steps, both at the
-        last fine step (on `eval_view`: a sub-path method's whole model). Coarse and control steps: a train row every coarse_log_interval steps and at
-        the end of the phase."""
-        state = self.trainer.state
-        if kind == StepKind.fine:
-            n = state.fine_steps
-            if n % self.log_every == 0 or n == self.last_fine_step or phase.cycle is not None:
-                self.trainer.log_train(kind, view, lr, **extra)
-            if n % self.eval_every == 0 or n == self.last_fine_step:
-                self.evaluator.log_eval(eval_view)
-        elif state.step_in_phase % self.coarse_log_every == 0 or state.step_in_phase == phase.steps:
-            self.trainer.log_train(kind, view, lr, **extra)
+    def _rows_after_step(self, phase: Phase, view: ModelView, t: Training, lr: float) -> None:
+        """The phase's train row when one is due: every `row_every` steps of the phase and at its end; with
+        row_every 0, for fine steps every train.log_interval fine steps of the run and at the last (for
+        other steps every train.log_interval steps of the phase and at its end). After a fine step, a
+        held-out evaluation every train.eval_interval fine steps and at the last (on `t.eval_view`: a
+        sub-path method's whole model)."""
+        state, kind = self.trainer.state, phase.step_kind
+        n, fine = state.fine_steps, kind == StepKind.fine
+        if phase.row_every or not fine:
+            k = state.step_in_phase
+            due = k % (phase.row_every or self.log_every) == 0 or k == phase.steps
+        else:
+            due = n % self.log_every == 0 or n == self.last_fine_step
+        if due:
+            self.trainer.log_train(kind, view, lr, **t.columns)
+        if fine and (n % self.eval_every == 0 or n == self.last_fine_step):
+            self.evaluator.log_eval(t.eval_view)
 
     def path_view(self, sub: Optional[SubPath]) -> ModelView:
         """The view of the fine model a sub-path names (None: the fine model)."""
         return self.fine if sub is None else path_view(self.trainer.model, sub)
-
-    def _grow(self, phase: Phase, hooks: Hooks) -> bool:
-        copy_blocks(self.trainer.model, self.fine_optimizer, phase.growth)
-        return True
-
-    def _restrict(self, phase: Phase, hooks: Hooks) -> bool:
-        if not self.control:
-            self.hierarchy.restrict(self.view_for(phase))
-        return True
-
-    def _diagnose(self, phase: Phase, hooks: Hooks) -> bool:
-        if not self.control and self.cfg.multilevel.diagnostics:
-            self.diagnostics.log_diagnostics(self.view_for(phase), phase.cycle)
-        return True
-
-    def _prolong(self, phase: Phase, hooks: Hooks) -> bool:
-        if not self.control:
-            self.hierarchy.prolong(self.view_for(phase))
-        if phase.level == 1 and self.cfg.multilevel.fine_momentum_after_prolong == StatePolicy.reset:
-            self.fine_optimizer.state.clear()
-        return True
-
-    def _evaluate(self, phase: Phase, hooks: Hooks) -> bool:
-        self.evaluator.log_eval(self.fine, cycle=phase.cycle)
-        return True
 
     # -- resumable state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -248,7 +254,7 @@ class PlanRunner:
         return {
             "model": t.model.state_dict(),
             "fine_optimizer": self.fine_optimizer.state_dict(),
-            "coarse_optimizers": {path_key(p): opt.state_dict() for p, opt in self.coarse_optimizers.items()},
+            "coarse_optimizers": {path_key(p): opt.state_dict() for p, opt in self.own_optimizers.items()},
             "coarse_storage": self.hierarchy.state_dict() if self.hierarchy else {},
             "train_state": t.state.state_dict(),
             "samplers": {"fine": self.samplers.fine.state_dict(), "coarse": self.samplers.coarse.state_dict()},
@@ -268,10 +274,13 @@ class PlanRunner:
         self.fine_optimizer.load_state_dict(state["fine_optimizer"])
         if self.hierarchy:
             self.hierarchy.load_state_dict(state["coarse_storage"])
+        first = {}  # each own optimizer's first phase in the plan: the view it is made for
+        for p in self.plan:
+            if p.optimizer is not None:
+                first.setdefault(p.optimizer.key, p)
         for key, opt_state in state["coarse_optimizers"].items():
-            path = key_path(key)
-            view = self.hierarchy.view(path) if self.hierarchy and not self.control else self.fine
-            self._new_coarse_optimizer(path, view).load_state_dict(opt_state)
+            phase = first[key_path(key)]
+            self._new_optimizer(phase, self.view_for(phase)).load_state_dict(opt_state)
         t.state = TrainState(**state["train_state"])
         self.samplers.fine.load_state_dict(state["samplers"]["fine"])
         self.samplers.coarse.load_state_dict(state["samplers"]["coarse"])
@@ -282,3 +291,34 @@ class PlanRunner:
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"]:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+# -- the built-in kinds of phase ---------------------------------------------------------------------
+@phase_handler(PhaseKind.restrict)
+def _restrict(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
+    runner.hierarchy.restrict(runner.coarse_view(phase))
+    return True
+
+
+@phase_handler(PhaseKind.diagnose)
+def _diagnose(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
+    runner.diagnostics.log_diagnostics(runner.coarse_view(phase), phase.cycle)
+    return True
+
+
+@phase_handler(PhaseKind.prolong)
+def _prolong(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
+    runner.hierarchy.prolong(runner.coarse_view(phase))
+    return True
+
+
+@phase_handler(PhaseKind.evaluate)
+def _evaluate(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
+    runner.evaluator.log_eval(runner.fine, cycle=phase.cycle)
+    return True
+
+
+@phase_handler(PhaseKind.grow)
+def _grow(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
+    copy_blocks(runner.trainer.model, runner.fine_optimizer, phase.growth)
+    return True
