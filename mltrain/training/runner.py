@@ -2,7 +2,7 @@
 uses, and the rows due after each step.
 
 Each phase goes to the handler its PhaseKind names in `PlanRunner.handlers`; a method with phases of
-its own adds a handler there. A train phase is one loop of `Trainer.step` calls over the view the
+its own adds a handler there. A train phase is one loop of `Trainer.train_step` calls over the view the
 phase names; every other phase acts between steps (restrict, diagnose, prolong, evaluate). The position
 in the plan (phase index, step within the phase) lives in TrainState, so a run stopped anywhere
 continues from `state_dict()` exactly where it was.
@@ -179,7 +179,7 @@ class PlanRunner:
             if ahead is not None:  # this step's sub-path of the fine model
                 view = ahead.view(state.fine_steps)
             lr = self.fine_lr() if fine else self.coarse_lr(state.step_in_phase, phase.steps)
-            self.trainer.step(view, optimizer, lr, sampler, kind)
+            self.trainer.train_step(view, optimizer, lr, sampler, kind)
             state.step_in_phase += 1
             self._rows_after_step(phase, kind, view, eval_view, lr, extra)
             hooks.after_step(kind)
