@@ -5,10 +5,11 @@ too, so a Ctrl-C while this module imports torch is one line."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -26,7 +27,7 @@ from mltrain.runs.provenance import redact_hydra_records
 from mltrain.training import distributed
 from mltrain.training.resume import resume_command, say
 
-__all__ = ["RunGuard", "train_main"]
+__all__ = ["RunGuard", "hydra_task", "launch", "train_main"]
 
 log = logging.getLogger("mltrain")
 
@@ -118,7 +119,8 @@ class RunGuard(Callback):
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
-def _train(cfg: DictConfig) -> float | None:
+def hydra_task(cfg: DictConfig) -> float | None:
+    """The task Hydra runs for `mltrain` (each job of `mltrain -m`): one run, its errors in one line."""
     global _checked
     checked, _checked = _checked, None
     if HydraConfig.get().mode != RunMode.RUN:
@@ -148,21 +150,31 @@ def _train(cfg: DictConfig) -> float | None:
         sys.exit(130)
 
 
-def train_main() -> None:
+@contextlib.contextmanager
+def launch() -> Iterator[None]:
+    """Around the Hydra task of `mltrain`: under torchrun or SLURM tasks the ranks joined before Hydra
+    names the run dir (see distributed.py), Hydra's override parser and its own writers in one line, and
+    at the end the ranks' barrier and the process group shut down. A block, not a wrapper: the console
+    entry point calls the task itself (mltrain/console.py)."""
     logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" tracebacks
-    # Under torchrun or SLURM tasks: join the ranks before Hydra names the run dir (see distributed.py).
     try:
         distributed.prepare_launch(sys.argv)
     except MltrainError as err:
         _fail(str(err))
     try:
         with hydra_one_line("mltrain"):  # Hydra's override parser and its own writers: one line too
-            _train()
+            yield
         # Rank 0 writes the summary and weights while the others are done: a rank that tore the group
         # down first could abort in gloo's teardown ("terminate called without an active exception").
         distributed.barrier()
     finally:
         distributed.shutdown()
+
+
+def train_main() -> None:
+    """`mltrain` without the console's Ctrl-C line (the study's in-process runs, `python -m mltrain.cli`)."""
+    with launch():
+        hydra_task()
 
 
 if __name__ == "__main__":

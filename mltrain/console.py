@@ -5,38 +5,48 @@ Each imports its tool only when called, and this module imports nothing of mltra
 pays only for what it uses: `mltrain-compare` starts without torch or wandb. Training's own entry point
 (Hydra and the run guard) is mltrain/cli.py, imported here when `mltrain` starts.
 
-Every entry point runs inside `_entry`: a Ctrl-C that no tool handles itself (one in the first second,
-while torch or Hydra imports) is one `<tool>: interrupted:` line and exit status 130, not a traceback.
+Every entry point runs inside `_stopped_by_ctrl_c`: a Ctrl-C that no tool handles itself (one in the
+first second, while torch or Hydra imports) is one `<tool>: interrupted:` line and exit status 130, not a
+traceback. `mltrain` calls its Hydra task straight from here, inside blocks rather than wrappers: the
+stack from this entry point to the optimizer step holds as few of mltrain's frames as it can
+(tests/training/test_step_frames.py counts them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Callable, NoReturn
+from typing import Callable, Iterator, NoReturn
 
 STOPPED = 130  # 128 + SIGINT
 
 
-def _entry(prog: str, main: Callable[[], object]) -> NoReturn:
+@contextlib.contextmanager
+def _stopped_by_ctrl_c(prog: str) -> Iterator[None]:
     try:
-        code = main()
+        yield
     except KeyboardInterrupt:
         try:
             print(f"{prog}: interrupted: stopped by Ctrl-C before it had started or after it had ended; "
                   f"nothing was left half-written", file=sys.stderr, flush=True)
         except (OSError, ValueError, KeyboardInterrupt):
             pass
-        code = STOPPED
+        sys.exit(STOPPED)
+
+
+def _entry(prog: str, main: Callable[[], object]) -> NoReturn:
+    with _stopped_by_ctrl_c(prog):
+        code = main()
     sys.exit(code)
 
 
-def train_main() -> None:
-    def main() -> None:
-        from mltrain.cli import train_main as train
+def train_main() -> NoReturn:
+    with _stopped_by_ctrl_c("mltrain"):
+        from mltrain import cli
 
-        train()
-
-    _entry("mltrain", main)
+        with cli.launch():  # the ranks joined, Hydra's errors in one line, the process group shut down
+            cli.hydra_task()
+    sys.exit(0)
 
 
 def compare_main(argv: list[str] | None = None) -> None:

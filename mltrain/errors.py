@@ -97,37 +97,51 @@ def override_line(override: str, said: str) -> str:
             f"characters such as ()[]{{}}:,= for Hydra, inside the shell's quotes: {quoted}")
 
 
+class _OneLine(contextlib.ContextDecorator):
+    """Around a Hydra step: an override Hydra cannot parse, or an operating-system error that is not one
+    of ours, becomes one error line and exit status 2. A class, so that the step it decorates runs under
+    contextlib's wrapper alone: no frame of ours below it while the run trains."""
+
+    def __init__(self, prog: str):
+        self.prog = prog
+
+    def __enter__(self) -> "_OneLine":
+        return self
+
+    def __exit__(self, kind: Any, err: Optional[BaseException], tb: Any) -> bool:
+        from hydra.errors import OverrideParseException
+
+        if isinstance(err, OverrideParseException):
+            said = [line.strip() for line in str(err).splitlines() if line.strip()]
+            report(self.prog, override_line(err.override, said[0] if said else type(err).__name__))
+        elif isinstance(err, OSError) and not isinstance(err, MltrainError):
+            report(self.prog, os_error_line(err))
+        else:
+            return False
+        sys.exit(2)
+
+
+# The Hydra steps that parse overrides or write files, each run inside Hydra's own error report.
+_HYDRA_STEPS = ("run", "multirun", "show_cfg", "shell_completion")
+
+
 @contextlib.contextmanager
 def hydra_one_line(prog: str) -> Iterator[None]:
     """While a `@hydra.main` entry point runs: an override Hydra cannot parse and an operating-system error
     (in Hydra's own writers too: the run dir, `.hydra/config.yaml`, the job log) end in one error line and
     exit status 2 instead of Hydra's traceback. Other errors keep Hydra's own report. Hydra is imported
     only here, when the entry point is one of its tools."""
-    import hydra._internal.utils as hydra_utils
-    from hydra.errors import OverrideParseException
+    from hydra._internal.hydra import Hydra
 
-    hydra_report = hydra_utils.run_and_report
-
-    def run_and_report(func: Callable[[], Any]) -> Any:
-        def translated() -> Any:
-            try:
-                return func()
-            except OverrideParseException as err:
-                said = [line.strip() for line in str(err).splitlines() if line.strip()]
-                report(prog, override_line(err.override, said[0] if said else type(err).__name__))
-            except OSError as err:
-                if isinstance(err, MltrainError):
-                    raise
-                report(prog, os_error_line(err))
-            sys.exit(2)
-
-        return hydra_report(translated)
-
-    hydra_utils.run_and_report = run_and_report
+    saved = {name: getattr(Hydra, name) for name in _HYDRA_STEPS}
+    one_line = _OneLine(prog)
+    for name, step in saved.items():
+        setattr(Hydra, name, one_line(step))
     try:
         yield
     finally:
-        hydra_utils.run_and_report = hydra_report
+        for name, step in saved.items():
+            setattr(Hydra, name, step)
 
 
 def report(prog: str, message: str, kind: str = "error") -> None:

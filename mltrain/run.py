@@ -4,7 +4,8 @@
            → Trainer, Evaluator, PlanRunner (training/) → metrics.jsonl / W&B (Tracker),
              checkpoints/ (training/checkpoint.py CheckpointSaver) → summary.json, the weights
 
-`_run` reads as the run does: build, restore, open the tracker, train, summarize, write the results.
+`run` reads as the run does: claim the dir, build, restore, open the tracker, train, summarize, write
+the results.
 A run ends `finished`, `interrupted` (SIGINT, SIGTERM, SIGUSR1 or SIGHUP: the current step is finished and a
 checkpoint written) or `diverged` (a non-finite loss with train.on_nonfinite=stop: the last good
 checkpoint is kept); summary.json says which. `train.resume=true` continues from the newest checkpoint.
@@ -19,7 +20,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -266,13 +267,16 @@ def preflight(cfg: DictConfig, run_dir: str | Path) -> Checked:
 def run(cfg: DictConfig, run_dir: Optional[str | Path] = None, checked: Optional[Checked] = None) -> Optional[float]:
     """Train as `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise).
     `checked`: what `preflight` found for this config and dir already (the CLI checks before Hydra
-    writes into the dir); None: check here.
+    writes into it); None: check here.
+
+    Reads as the run does: claim the dir, build, restore (an unfinished run to continue), open the
+    tracker, train the plan, summarize, write the results. The tracker opens only after everything that
+    can refuse the run (the data, the memory bound, the checkpoint) has passed, so a refused start
+    leaves the dir as it was. What must end however the run does is a `with` block, not a call.
 
     Raises RunInterrupted after a stop on a signal, RunDiverged after a non-finite loss, ConfigError
     for a run dir that cannot be used, each before anything of an earlier run is changed."""
-    if run_dir is None:
-        run_dir = HydraConfig.get().runtime.output_dir
-    run_dir = Path(run_dir)
+    run_dir = Path(HydraConfig.get().runtime.output_dir if run_dir is None else run_dir)
     previous = (checked or preflight(cfg, run_dir)).previous
     world = distributed.world_from_env()
     if not world.distributed:
@@ -281,15 +285,46 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None, checked: Optional
         # printed, not logged: the run's own log file stays as it was
         say(f"{previous.describe()}: nothing to resume, left untouched")
         return previous.summary.get("final_val_loss")
-    resume = resuming(cfg.train.resume)
     distributed.init(world)
-    # The run owns its directory until it returns (a lock, not only a start-up check): a second run
-    # into it is refused, never interleaved. Under the CLI, RunGuard has claimed it already. Rank 0
-    # alone owns it; the other ranks of a data-parallel job write nothing there.
+    with _claimed(run_dir, world, resuming(cfg.train.resume)):
+        session = build(cfg, _no_tracker_yet)
+        trainer, runner = session.trainer, session.runner
+        checkpoints = CheckpointFolder(run_dir, keep=cfg.train.keep_checkpoints)
+        resumed = restore(session, checkpoints, run_dir) if previous is not None else {}
+        describe(session)
+        origin = provenance(trainer.device)
+        record = run_record(session, _overrides())
+        # Only rank 0 writes files (metrics, summary, weights, W&B); the other ranks compute the same rows
+        # and drop them.
+        tracker = open_tracker(session, run_dir, record, origin, resumed) if world.is_main else None
+        with tracker if tracker is not None else contextlib.nullcontext():
+            trainer.emit = tracker.log if tracker is not None else _drop
+            outcome = Outcome("finished", _initial_val_loss(session, resumed), StopSignals())
+            saver = CheckpointSaver(runner, checkpoints, tracker, resumed, outcome.initial_val,
+                                    cfg.train.checkpoint_interval, session.fine_step_flops)
+            # The plan from where the run stands to its end, checkpointed on its cadence; a signal stops it
+            # after the current step (with a checkpoint), a non-finite loss (train.on_nonfinite=stop) too.
+            with _training(session, outcome, checkpoints):
+                stop = _stop_rule(outcome.signals, trainer.state, int(cfg.train.stop_check_interval))
+                completed = runner.run(should_stop=stop, after_step=saver.after_step)
+                path = saver.save()  # at the end, or where the signal stopped the run
+                if not completed:
+                    outcome.interrupted(runner, path, run_dir)
+            summary = summarize(session, outcome, record, origin)
+            if tracker is not None:
+                write_results(session, tracker, summary, run_dir)
+        return conclude(session, outcome, summary, run_dir)
+
+
+@contextlib.contextmanager
+def _claimed(run_dir: Path, world: distributed.World, resume: bool) -> Iterator[None]:
+    """The run owns its directory while inside (a lock, not only a start-up check): a second run into it
+    is refused, never interleaved. Under the CLI, RunGuard has claimed it already. Rank 0 alone owns
+    it; the other ranks of a data-parallel job write nothing there."""
     with rundir.claim(run_dir, allow_earlier=resume) if world.is_main else contextlib.nullcontext():
         distributed.barrier()  # every rank waits for rank 0's claim before training
         distributed.quiet_other_ranks(world)
-        return _run(cfg, run_dir, previous)
+        yield
 
 
 @dataclass
@@ -301,29 +336,30 @@ class Outcome:
     signals: StopSignals
     stop_line: Optional[str] = None
 
+    def interrupted(self, runner: PlanRunner, checkpoint: Path, run_dir: Path) -> None:
+        s = runner.trainer.state
+        self.status = "interrupted"
+        self.stop_line = (f"stopped by {self.signals.name} after fine step {s.fine_steps} of "
+                          f"{runner.last_fine_step}{_inside(runner)}, checkpoint {checkpoint}; resume with: "
+                          f"{resume_command(run_dir)}")
 
-def _run(cfg: DictConfig, run_dir: Path, previous: Optional[PreviousRun]) -> Optional[float]:
-    """The run in its claimed dir: build, restore (`previous`: an unfinished run to continue), open the
-    tracker, train, summarize, write the results; the tracker opens only after everything that can
-    refuse the run (the data, the memory bound, the checkpoint) has passed, so a refused start leaves
-    the dir as it was."""
-    world = distributed.world_from_env()
-    session = build(cfg, _no_tracker_yet)
-    checkpoints = CheckpointFolder(run_dir, keep=cfg.train.keep_checkpoints)
-    resumed = restore(session, checkpoints, run_dir) if previous is not None else {}
-    describe(session)
-    origin = provenance(session.trainer.device)
-    record = run_record(session, _overrides())
-    # Only rank 0 writes files (metrics, summary, weights, W&B); the other ranks compute the same rows
-    # and drop them.
-    tracker = open_tracker(session, run_dir, record, origin, resumed) if world.is_main else None
-    with tracker if tracker is not None else contextlib.nullcontext():
-        session.trainer.emit = tracker.log if tracker is not None else _drop
-        outcome = train(session, checkpoints, tracker, resumed, run_dir)
-        summary = summarize(session, outcome, record, origin)
-        if tracker is not None:
-            write_results(session, tracker, summary, run_dir)
-    return conclude(session, outcome, summary, run_dir)
+
+@contextlib.contextmanager
+def _training(session: Session, outcome: Outcome, checkpoints: CheckpointFolder) -> Iterator[None]:
+    """While the plan trains: the model in training mode and the stop signals caught; a non-finite loss
+    (train.on_nonfinite=stop) ends the block with `outcome` diverged, naming the last good checkpoint;
+    the progress bar is closed however it ends."""
+    session.model.train()
+    try:
+        with outcome.signals:
+            yield
+    except NonFiniteLoss as err:
+        last = checkpoints.latest()
+        outcome.status = "diverged"
+        outcome.stop_line = (f"{err}: the run stopped (train.on_nonfinite=stop); "
+                             + (f"last good checkpoint: {last}" if last else "no checkpoint was written before it"))
+    finally:
+        session.trainer.close()
 
 
 def _no_tracker_yet(row: dict) -> None:
@@ -378,37 +414,6 @@ def open_tracker(session: Session, run_dir: Path, record: dict, origin: dict, re
 
 # ---------------------------------------------------------------------------------------------
 # The training loop
-
-
-def train(session: Session, checkpoints: CheckpointFolder, tracker: Optional[Tracker], resumed: dict,
-          run_dir: Path) -> Outcome:
-    """The plan from where the run stands to its end, checkpointed on its cadence; a signal stops it
-    after the current step (with a checkpoint), a non-finite loss stops it (train.on_nonfinite=stop)."""
-    trainer, runner = session.trainer, session.runner
-    outcome = Outcome("finished", _initial_val_loss(session, resumed), StopSignals())
-    saver = CheckpointSaver(runner, checkpoints, tracker, resumed, outcome.initial_val,
-                            session.cfg.train.checkpoint_interval, session.fine_step_flops)
-    signals = outcome.signals
-    session.model.train()
-    try:
-        with signals:
-            stop = _stop_rule(signals, trainer.state, int(session.cfg.train.stop_check_interval))
-            completed = runner.run(should_stop=stop, after_step=saver.after_step)
-            path = saver.save()  # at the end, or where the signal stopped the run
-        if not completed:
-            s = trainer.state
-            outcome.status = "interrupted"
-            outcome.stop_line = (f"stopped by {signals.name} after fine step {s.fine_steps} of "
-                                 f"{runner.last_fine_step}{_inside(runner)}, checkpoint {path}; resume with: "
-                                 f"{resume_command(run_dir)}")
-    except NonFiniteLoss as err:
-        last = checkpoints.latest()
-        outcome.status = "diverged"
-        outcome.stop_line = (f"{err}: the run stopped (train.on_nonfinite=stop); "
-                             + (f"last good checkpoint: {last}" if last else "no checkpoint was written before it"))
-    finally:
-        trainer.close()
-    return outcome
 
 
 def _initial_val_loss(session: Session, resumed: dict) -> float:

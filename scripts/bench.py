@@ -8,7 +8,7 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
     the same optimizer class and settings, nanoGPT's get_batch on the same tokens, cosine LR, clip,
     step, `loss.item()` every log_interval steps: the loop people would otherwise fork);
   - `plain_fine_sampler`: the same loop fed by mltrain's BatchSampler, to compare the steps alone;
-  - `fine_single`: mltrain's fine step in a single-level run, through the real runner (Trainer.step,
+  - `fine_single`: mltrain's fine step in a single-level run, through the real runner (Trainer.train_step,
     per-step LR, a metrics.jsonl row every log_interval steps);
   - `fine_multilevel`, `coarse`: the fine step and the coarse (even blocks) step of a multilevel run;
   on CUDA also MFU (FLOPs from mltrain/flops.py / time / bf16 peak) and peak memory per kind.
@@ -247,9 +247,10 @@ class CoreTimer:
 
 
 class Instrumented:
-    """While active, `trainer`'s forward/backward, every optimizer's step and zero_grad and
-    torch.nn.utils.clip_grad_norm_ are timed by `core`, and so is `evaluator`'s held-out evaluation (the
-    plan's last fine step evaluates: not a per-step cost)."""
+    """While active, `trainer`'s forward, every backward (torch.Tensor.backward), every optimizer's step
+    and zero_grad and torch.nn.utils.clip_grad_norm_ are timed by `core`, and so is `evaluator`'s held-out
+    evaluation (the plan's last fine step evaluates: not a per-step cost). The diagnostics' backward (once
+    per cycle of a multilevel plan) is timed as core work too."""
 
     def __init__(self, trainer, evaluator, optimizers, core: CoreTimer):
         self.trainer, self.evaluator, self.optimizers, self.core = trainer, evaluator, optimizers, core
@@ -257,7 +258,9 @@ class Instrumented:
     def __enter__(self):
         self._clip = torch.nn.utils.clip_grad_norm_
         torch.nn.utils.clip_grad_norm_ = self.core.timed(self._clip)
-        self.trainer._forward_backward = self.core.timed(type(self.trainer)._forward_backward.__get__(self.trainer))
+        self._backward = torch.Tensor.backward
+        torch.Tensor.backward = self.core.timed(self._backward)
+        self.trainer._forward = self.core.timed(type(self.trainer)._forward.__get__(self.trainer))
         self.evaluator.log_eval = self.core.timed(type(self.evaluator).log_eval.__get__(self.evaluator))
         for opt in self.optimizers:
             opt.step, opt.zero_grad = self.core.timed(opt.step), self.core.timed(opt.zero_grad)
@@ -265,7 +268,8 @@ class Instrumented:
 
     def __exit__(self, *exc):
         torch.nn.utils.clip_grad_norm_ = self._clip
-        del self.trainer._forward_backward, self.evaluator.log_eval
+        torch.Tensor.backward = self._backward
+        del self.trainer._forward, self.evaluator.log_eval
         for opt in self.optimizers:
             del opt.step, opt.zero_grad
 

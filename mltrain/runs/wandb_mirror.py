@@ -1,8 +1,9 @@
 """W&B as a mirror of a run's files: the same rows and summary, never a reason for training to stop.
 
 One W&B run per run dir, `dir=run_dir` (offline files land in `run_dir/wandb/offline-run-*`, upload later
-with `wandb sync run_dir/wandb/offline-run-*`). FLOPs is the default x-axis of `train/loss`, `val/loss`
-and `diag/*`; `step` and `tokens` are logged too. `online` without an API key, without a server that answers
+with `wandb sync run_dir/wandb/offline-run-*`). Rows go as they are, every key of theirs; FLOPs is the
+default x-axis of every `train/*`, `val/*` and `diag/*` key (a row metric named `train/<name>` is
+plotted against FLOPs with no change here); `step` and `tokens` are logged too. `online` without an API key, without a server that answers
 (one HTTP request that must be answered within PROBE_TIMEOUT_S, through the HTTPS proxy when one is
 set: a server that accepts connections but never answers counts as none), or with an online init that
 fails (bounded by `init_timeout`), falls back to offline with one warning naming `wandb sync`; if offline
@@ -139,7 +140,7 @@ class WandbMirror:
             run.define_metric("flops")
             run.define_metric("tokens")
             run.define_metric("step")
-            for key in ("train/loss", "val/loss", "diag/*"):
+            for key in ("train/*", "val/*", "diag/*"):
                 run.define_metric(key, step_metric="flops")
         except Exception:
             run.finish(exit_code=1)

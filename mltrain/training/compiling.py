@@ -80,7 +80,9 @@ def compile_options() -> dict:
 
 class CompileWatch:
     """Dynamo's count of graphs compiled so far (0 when the run does not compile), so a train row can say
-    that it contains a compile; and the one line for a run past the recompile limit."""
+    that it contains a compile; and the one line for a run past the recompile limit: inside
+    `with watch:`, dynamo's error for it becomes CompileLimitError (a class, not a generator: the step
+    enters it every time)."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
@@ -92,6 +94,15 @@ class CompileWatch:
 
     def count(self) -> int:
         return self._counters["stats"]["unique_graphs"] if self._counters is not None else 0
+
+    def __enter__(self) -> "CompileWatch":
+        return self
+
+    def __exit__(self, kind: Any, err: Optional[BaseException], tb: Any) -> bool:
+        line = None if err is None else self.limit_hit(err)
+        if line is not None:
+            raise CompileLimitError(line) from None
+        return False
 
     def limit_hit(self, err: BaseException) -> Optional[str]:
         """The one line for dynamo's recompile limit reached, or None for any other error."""

@@ -10,11 +10,18 @@ no checkpoint ever holds a state after a bad step. The run trains on for at most
 after the bad step. `skip` decides on the device whether the optimizer step applies (training/trainer.py):
 a skipped step's loss is kept as 0 with an applied flag of 0, and the row's mean is over the applied
 steps; which steps were skipped is read where the row is written, in the same host sync.
+
+Row metrics: besides the loss, a train row carries the mean over its steps of every entry of
+`ROW_METRICS`, a function of the step (`Step`: its loss, gradient norm, view, batch, LR, kind) that
+returns a number or a device scalar. A new metric on every row is one entry there (`@row_metric`):
+the step computes it, `PendingRow` sums it (on the device: read in the row's one host sync), a
+checkpoint keeps the sums of rows not yet written, and metrics.jsonl and W&B get the key as it is
+named (W&B plots `train/*` keys against FLOPs).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
@@ -27,6 +34,33 @@ class NonFiniteLoss(RuntimeError):
     level and phase."""
 
 
+class Step(NamedTuple):
+    """What a row metric sees of one optimizer step (tensors on the device, detached)."""
+
+    loss: torch.Tensor  # the step's loss (the mean over its micro-batches)
+    grad_norm: Optional[torch.Tensor]  # the gradients' global norm before clipping (None: train.grad_clip=0)
+    view: ModelView  # what the step trained
+    x: torch.Tensor  # the batch's input tokens (this rank's)
+    lr: float
+    kind: StepKind
+
+
+# Per-row metrics, by the key a train row gives them: each is called once per applied step, and the row
+# carries the mean over its steps. Return numbers or device scalars (never a host read: the step has none).
+ROW_METRICS: dict[str, Callable[[Step], Any]] = {
+    "blocks": lambda step: step.view.n_blocks,  # blocks run per step (a sub-path method runs fewer some steps)
+}
+
+
+def row_metric(name: str) -> Callable[[Callable[[Step], Any]], Callable[[Step], Any]]:
+    """Register a function of the step as the row metric `name` (a key every train row then has)."""
+    def register(fn: Callable[[Step], Any]) -> Callable[[Step], Any]:
+        ROW_METRICS[name] = fn
+        return fn
+
+    return register
+
+
 class PendingRow:
     """One step kind's steps since its last train row. Losses stay on the device (no host sync per
     step) as a list of detached scalars, summed once per row; past COLLAPSE entries they are folded
@@ -34,10 +68,11 @@ class PendingRow:
     kept as a device index, read only when a non-finite row is named). `t_start` is the run's training
     time (Clock.train_time) when the row's first step began: tokens/s leaves out evaluation,
     diagnostics and checkpoints. Under train.on_nonfinite=skip decided on the device, `applied` holds
-    each step's 0/1 flag (folded alike); `compiled`: a step of the row compiled a graph."""
+    each step's 0/1 flag (folded alike); `compiled`: a step of the row compiled a graph; `sums`: each row
+    metric summed over the steps (numbers on the host, tensors on the device)."""
 
     COLLAPSE = 256
-    __slots__ = ("losses", "folded", "first_bad", "_bad_at", "applied", "steps", "tokens", "blocks", "flops",
+    __slots__ = ("losses", "folded", "first_bad", "_bad_at", "applied", "steps", "tokens", "sums", "flops",
                  "t_start", "view", "compiled")
 
     def __init__(self, t_start: float, view: Optional[ModelView] = None):
@@ -47,14 +82,14 @@ class PendingRow:
         self._bad_at: Optional[torch.Tensor] = None  # the same on the device, found at a fold (-1: none)
         self.applied: Optional[list[torch.Tensor]] = None  # per step 1.0/0.0 (skip decided on the device)
         self.steps, self.tokens, self.t_start, self.view = 0, 0, t_start, view
-        # blocks run and training FLOPs, summed over the steps (a sub-path method runs fewer some steps)
-        self.blocks, self.flops = 0, 0.0
+        self.sums: dict[str, Any] = {}  # the row metrics, summed over the steps
+        self.flops = 0.0  # training FLOPs, summed over the steps
         self.compiled = False
 
     def add(self, loss: torch.Tensor, tokens: int, view: Optional[ModelView], flops: float = 0.0,
-            applied: Optional[torch.Tensor] = None) -> None:
-        """One step's loss; `applied` (a device boolean) when skip was decided on the device: a skipped
-        step's loss is kept as 0 and left out of the row's mean."""
+            applied: Optional[torch.Tensor] = None, metrics: Optional[dict] = None) -> None:
+        """One step's loss and row metrics; `applied` (a device boolean) when skip was decided on the
+        device: a skipped step's loss is kept as 0 and left out of the row's mean."""
         if applied is not None:
             if self.applied is None:  # the steps before (none, in practice) applied
                 ones = [torch.ones((), device=loss.device)] * len(self.losses)
@@ -66,7 +101,8 @@ class PendingRow:
         self.losses.append(loss)
         self.steps += 1
         self.tokens += tokens
-        self.blocks += view.n_blocks if view is not None else 0
+        for name, value in (metrics or {}).items():
+            self.sums[name] = self.sums[name] + value if name in self.sums else value
         self.flops += flops
         self.view = view
         if len(self.losses) >= self.COLLAPSE:
@@ -93,6 +129,10 @@ class PendingRow:
             return total / self.steps
         return total / torch.stack(self.applied).sum().clamp(min=1.0)
 
+    def metric_means(self) -> dict[str, Any]:
+        """Each row metric's mean over the row's steps (device scalars stay on the device)."""
+        return {name: total / self.steps for name, total in self.sums.items()}
+
     def applied_flags(self) -> Optional[torch.Tensor]:
         """The applied flags since the last fold, the folded count first (None: every step applied)."""
         return None if self.applied is None else torch.stack(self.applied)
@@ -116,7 +156,8 @@ class PendingRow:
     def state_dict(self) -> dict:
         out = {"losses": torch.stack(self.losses).clone() if self.losses else torch.zeros(0),
                "folded": self.folded, "first_bad": self.first_nonfinite() if self.folded else self.first_bad,
-               "steps": self.steps, "tokens": self.tokens, "blocks": self.blocks, "flops": self.flops}
+               "steps": self.steps, "tokens": self.tokens, "flops": self.flops,
+               "sums": {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self.sums.items()}}
         if self.applied is not None:
             out["applied"] = torch.stack(self.applied).clone()
         return out
@@ -127,7 +168,9 @@ class PendingRow:
         p.losses = list(state["losses"].to(device).unbind())
         p.folded, p.first_bad = int(state["folded"]), state["first_bad"]
         p.steps, p.tokens = int(state["steps"]), int(state["tokens"])
-        p.blocks, p.flops = int(state.get("blocks", 0)), float(state.get("flops", 0.0))
+        p.flops = float(state.get("flops", 0.0))
+        sums = state.get("sums", {"blocks": state["blocks"]} if "blocks" in state else {})  # older checkpoints
+        p.sums = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in sums.items()}
         if "applied" in state:
             p.applied = list(state["applied"].to(device).unbind())
         return p

@@ -2,7 +2,7 @@
 with which optimizer, LR and batches, what its rows add, what follows it); the runner does it and knows
 no method by name.
 
-A train phase is one loop of `Trainer.step` calls, in `PlanRunner.run` itself; every other phase goes
+A train phase is one loop of `Trainer.train_step` calls, in `PlanRunner.run` itself; every other phase goes
 to the handler its kind names in PHASE_HANDLERS (restrict, diagnose, prolong, evaluate, grow here). A
 method that plans a kind of phase of its own registers its handler with `@phase_handler("<kind>")` in
 its own module (this layer imports none). The position in the plan (phase index, step within the phase)
@@ -210,7 +210,7 @@ class PlanRunner:
                 while state.step_in_phase < phase.steps:
                     view = t.view if t.ahead is None else t.ahead.view(state.fine_steps)  # this step's sub-path
                     lr = t.schedule(state.fine_steps if t.at_fine_step else state.step_in_phase)
-                    self.trainer.step(view, t.optimizer, lr, t.sampler, kind)
+                    self.trainer.train_step(view, t.optimizer, lr, t.sampler, kind)
                     state.step_in_phase += 1
                     self._rows_after_step(phase, view, t, lr)
                     after_step(kind)

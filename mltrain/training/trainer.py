@@ -1,8 +1,9 @@
 """The one training step for every level, and its FLOP/token accounting.
 
-`Trainer.step(view, optimizer, lr, sampler, kind)` trains whatever `ModelView` it is handed — the fine
-model, a coarse model, or the fine model inside the schedule control — so there is no copy of the
-training loop per level. Apart from the step: held-out evaluation (training/evaluation.py), the
+`Trainer.train_step(view, optimizer, lr, sampler, kind)` trains whatever `ModelView` it is handed — the fine
+model, a coarse model, the fine model standing in for a coarse phase — so there is no copy of the
+training loop per level; the LR, forward, backward, clipping, optimizer step and the step's row
+metrics read in that one function. Apart from the step: held-out evaluation (training/evaluation.py), the
 gradient diagnostics (training/diagnostics.py), and the bookkeeping of train rows and non-finite
 losses (training/rows.py). Everything that must survive a resume lives in `TrainState` (counters and
 the plan position), in the rows not yet written (`pending_state`), in the `Clock` and in the samplers'
@@ -25,9 +26,9 @@ from mltrain.views import ModelView
 from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
 from mltrain.flops import train_flops_per_token
-from mltrain.training.compiling import CompileLimitError, CompileWatch
+from mltrain.training.compiling import CompileWatch
 from mltrain.training.optim import set_lr
-from mltrain.training.rows import NonFiniteLoss, PendingRow, SteadyRate, nonfinite_error, step_name
+from mltrain.training.rows import ROW_METRICS, NonFiniteLoss, PendingRow, SteadyRate, Step, nonfinite_error, step_name
 
 log = logging.getLogger("mltrain")
 
@@ -35,8 +36,9 @@ log = logging.getLogger("mltrain")
 @dataclass
 class TrainState:
     fine_steps: int = 0
+    # One counter per StepKind, named `<kind>_steps` (the step counts it by that name).
     coarse_steps: int = 0  # optimizer steps at any coarse level
-    control_steps: int = 0  # fine-model steps taken in place of coarse phases (schedule control)
+    control_steps: int = 0  # fine-model steps that stand in for a coarse phase
     tokens: int = 0
     flops: float = 0.0  # cumulative training FLOPs, all levels
     coarse_flops: float = 0.0
@@ -52,7 +54,7 @@ class TrainState:
 
     @property
     def optimizer_steps(self) -> int:
-        return self.fine_steps + self.coarse_steps + self.control_steps
+        return sum(getattr(self, f"{kind.value}_steps") for kind in StepKind)
 
     def state_dict(self) -> dict:
         return asdict(self)
@@ -167,8 +169,11 @@ class Trainer:
         return x.to(self.device), y.to(self.device)
 
     # -- the step -----------------------------------------------------------------------------------
-    def step(self, view: ModelView, optimizer: torch.optim.Optimizer, lr: float, sampler: Any, kind: StepKind) -> None:
-        """One optimizer step of `view` on the next batch of `sampler`, counted as a `kind` step.
+    def train_step(self, view: ModelView, optimizer: torch.optim.Optimizer, lr: float, sampler: Any,
+                   kind: StepKind) -> None:
+        """One optimizer step of `view` on the next batch of `sampler`, counted as a `kind` step: the LR,
+        the forward and backward (over train.grad_accum micro-batches), clipping, the optimizer step, and
+        the step's share of its train row (`ROW_METRICS`, training/rows.py).
 
         The hot path: no host sync (train.on_nonfinite=skip decides on the device, except with an
         unfused optimizer, which the CPU has: there the decision reads a host tensor), no per-step
@@ -179,15 +184,44 @@ class Trainer:
             pending = self._pending[kind] = PendingRow(self.clock.train_time(), view)
         set_lr(optimizer, lr)
         x, y = self.to_device(sampler.next_batch())
-        graphs = self.compiles.count()
+        graphs, accum, idle = self.compiles.count(), self.grad_accum, self._idle_parameters(view)
+        # One micro-batch: the loss as it is (no chunking, no division by 1). Under DDP the gradients
+        # are reduced once, with the last micro-batch.
+        micro = [(x, y)] if accum == 1 else list(zip(x.chunk(accum), y.chunk(accum)))
+        loss: Any = None if accum == 1 else torch.zeros((), device=self.device)
+        with self.compiles:  # dynamo's recompile limit reached: one line (CompileLimitError)
+            for i, (xs, ys) in enumerate(micro):
+                with self._ddp.no_sync() if self.replica is not None and i < accum - 1 else contextlib.nullcontext():
+                    with self.autocast():
+                        _, part = self._forward(view, xs, ys, idle)
+                    (part if accum == 1 else part / accum).backward()
+                loss = part.detach() if accum == 1 else loss + part.detach() / accum
+        for p in idle:  # the zeros DDP averaged for them: the optimizer skips them, as in one process
+            p.grad = None
+        params = self._clip_params.get(id(optimizer))
+        if params is None:
+            params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
+        # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip) if self.grad_clip > 0 else None
+        fused = is_fused(optimizer)
+        if fused:
+            prime_momentum(optimizer, params)
+        # train.on_nonfinite=skip: True (applied), False (skipped, decided on the host: an unfused optimizer,
+        # free on a CPU) or a device boolean (a fused optimizer skips the update itself when told)
+        applied: Any = True
+        if self.skip_nonfinite:
+            finite = torch.isfinite(loss) if grad_norm is None else torch.isfinite(loss) & torch.isfinite(grad_norm)
+            finite = distributed.agree_on_device(finite)  # every rank takes the same decision
+            if fused:
+                optimizer.found_inf = (~finite).to(torch.float32)  # read by the fused kernel on the device
+            applied = finite if fused else bool(finite)
         try:
-            loss = self._forward_backward(view, x, y)
-        except Exception as err:
-            line = self.compiles.limit_hit(err)
-            if line is None:
-                raise
-            raise CompileLimitError(line) from None
-        applied = self._update(optimizer, loss)
+            if applied is not False:
+                optimizer.step()
+        finally:
+            if fused and self.skip_nonfinite:
+                del optimizer.found_inf
+        optimizer.zero_grad(set_to_none=True)
         prefetch = getattr(sampler, "prefetch", None)
         if prefetch is not None:
             prefetch()
@@ -195,40 +229,16 @@ class Trainer:
             pending.compiled = True
         n_tokens = x.numel() * self.world.size  # the global batch: every rank's slice
         flops = self._count(kind, view, n_tokens)
-        if applied is True:
-            pending.add(loss, n_tokens, view, flops)
-        elif applied is False:  # decided on the host (an unfused optimizer)
+        if applied is False:
             self.state.skipped_steps += 1
             now = self.state.optimizer_steps
             log.warning("non-finite loss at %s: step skipped (train.on_nonfinite=skip)",
                         step_name(self.state, view, kind, now, now, in_step=True))
-        else:  # decided on the device: read where the row is written
-            pending.add(loss, n_tokens, view, flops, applied=applied)
+        else:  # the row's metrics: the loss, and each of ROW_METRICS (summed on the device, read at the row)
+            step = Step(loss, grad_norm, view, x, lr, kind)
+            pending.add(loss, n_tokens, view, flops, None if applied is True else applied,
+                        {name: metric(step) for name, metric in ROW_METRICS.items()})
         self.bar.update(1)
-
-    def _forward_backward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The step's loss (detached), its gradients accumulated over train.grad_accum micro-batches;
-        with one micro-batch the loss is used as it is (no chunking, no division by 1)."""
-        accum = self.grad_accum
-        idle = self._idle_parameters(view)
-        if accum == 1:
-            with self.autocast():
-                _, loss = self._forward(view, x, y, idle)
-            loss.backward()
-            loss = loss.detach()
-        else:
-            loss = torch.zeros((), device=self.device)
-            for i, (xs, ys) in enumerate(zip(x.chunk(accum), y.chunk(accum))):
-                # Under DDP the gradients are reduced once, with the last micro-batch.
-                sync = self.replica is None or i == accum - 1
-                with contextlib.nullcontext() if sync else self._ddp.no_sync():
-                    with self.autocast():
-                        _, part = self._forward(view, xs, ys, idle)
-                    (part / accum).backward()
-                loss += part.detach() / accum
-        for p in idle:  # the zeros DDP averaged for them: the optimizer skips them, as in one process
-            p.grad = None
-        return loss
 
     def _forward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor, idle: list = ()):
         """A training forward of `view`: through the DDP wrapper under data parallel (every parameter the
@@ -266,40 +276,6 @@ class Trainer:
             idle = self._idle[key] = [p for p in self.replica_parameters if p.requires_grad and id(p) not in used]
         return idle
 
-    def _update(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> Any:
-        """Clip the gradients and step the optimizer. Returns True (applied), or under train.on_nonfinite=skip
-        False (skipped, decided on the host) or a device boolean (decided on the device: a fused
-        optimizer skips the update itself when told a non-finite value was found)."""
-        grad_norm = None
-        params = self._clip_params.get(id(optimizer))
-        if params is None:
-            params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
-        if self.grad_clip > 0:
-            # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view).
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
-        fused = is_fused(optimizer)
-        if fused:
-            prime_momentum(optimizer, params)
-        applied: Any = True
-        if self.skip_nonfinite:
-            finite = torch.isfinite(loss)
-            if grad_norm is not None:
-                finite = finite & torch.isfinite(grad_norm)
-            finite = distributed.agree_on_device(finite)  # every rank takes the same decision
-            if fused:
-                optimizer.found_inf = (~finite).to(torch.float32)  # read by the fused kernel on the device
-                applied = finite
-            else:
-                applied = bool(finite)  # an unfused optimizer decides on the host (free on a CPU)
-        try:
-            if applied is not False:
-                optimizer.step()
-        finally:
-            if fused and self.skip_nonfinite:
-                del optimizer.found_inf
-        optimizer.zero_grad(set_to_none=True)
-        return applied
-
     def _count(self, kind: StepKind, view: ModelView, n_tokens: int) -> float:
         """Add the step to the counters; returns its training FLOPs."""
         s, n_layer = self.state, self.model.config.n_layer
@@ -307,35 +283,36 @@ class Trainer:
         s.tokens += n_tokens
         s.flops += flops
         s.flops_blocks += self.flops_per_token(n_layer) * n_tokens * view.n_blocks / n_layer
-        if kind == StepKind.fine:
-            s.fine_steps += 1
-        elif kind == StepKind.coarse:
-            s.coarse_steps += 1
+        counter = f"{kind.value}_steps"
+        setattr(s, counter, getattr(s, counter) + 1)
+        if kind == StepKind.coarse:
             s.coarse_flops += flops
-        else:
-            s.control_steps += 1
         return flops
 
     # -- train rows ---------------------------------------------------------------------------------
     def log_train(self, kind: StepKind, view: ModelView, lr: float, **extra: Any) -> float:
-        """Write one train row: the mean loss of the `kind` steps since its last row (one host sync). A row
-        in which a graph was compiled says so (`compiled_in_row`) and has no MFU."""
+        """Write one train row: the mean loss and row metrics of the `kind` steps since its last row (one
+        host sync). A row in which a graph was compiled says so (`compiled_in_row`) and has no MFU."""
         pending = self._pending.pop(kind)
         if pending.steps == 0:  # every step since the last row was skipped (decided on the host)
             return math.nan
-        mean = distributed.mean_([pending.mean_loss()])[0]  # over the steps, then the ranks
+        means = pending.metric_means()  # the row metrics (training/rows.py ROW_METRICS)
+        on_device = [name for name, value in means.items() if isinstance(value, torch.Tensor)]
+        # over the steps, then the ranks: the loss and the row metrics kept on the device
+        reduced = distributed.mean_([pending.mean_loss(), *(means[name] for name in on_device)])
         flags = pending.applied_flags()
-        if flags is None:
-            loss = mean.item()
-        else:  # skip decided on the device: which steps applied comes back with the loss
-            loss, *applied = torch.cat([mean.reshape(1).float(), flags]).tolist()
-            if not self._say_skipped(kind, pending, applied):
+        if flags is None and not on_device:
+            loss = reduced[0].item()
+        else:  # one read: the loss, the device metrics and (skip decided on the device) which steps applied
+            values = torch.cat([t.reshape(1).float() for t in reduced] + ([] if flags is None else [flags])).tolist()
+            loss, applied = values[0], values[1 + len(on_device):]
+            means.update(zip(on_device, values[1:1 + len(on_device)]))
+            if flags is not None and not self._say_skipped(kind, pending, applied):
                 return math.nan
         tokens, dt = pending.tokens, max(self.clock.train_time() - pending.t_start, 1e-9)
         self.last_loss[str(kind)] = loss
         row = {"step": self.state.fine_steps, "level": view.level, "phase": str(kind), "train/loss": loss, "lr": lr,
-               "blocks": pending.blocks / pending.steps,  # mean blocks run per step since the last row
-               **self.counters(), "tokens_per_s": tokens / dt, **extra}
+               **means, **self.counters(), "tokens_per_s": tokens / dt, **extra}
         if view.path:
             row["coarse_model"] = view.path[-1]
         if pending.compiled:  # its time includes compiling: not a measure of the training speed

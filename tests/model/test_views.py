@@ -94,7 +94,7 @@ def train_view(model, view, steps=3):
                for _ in range(steps)]
     sampler = ListSampler(batches)
     for _ in range(steps):
-        trainer.step(view, opt, 0.5, sampler, "coarse")
+        trainer.train_step(view, opt, 0.5, sampler, "coarse")
     trainer.close()
 
 

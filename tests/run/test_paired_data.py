@@ -21,7 +21,7 @@ from mltrain.training.trainer import Trainer
 
 
 register_configs()
-STEP = Trainer.step  # the real one, whatever a test patches
+STEP = Trainer.train_step  # the real one, whatever a test patches
 
 TINY = ["model.n_layer=2", "model.n_embd=16", "model.n_head=2", "model.block_size=8", "train.batch_size=2",
         "train.max_steps=10", "train.eval_interval=5", "train.eval_batches=2", "train.log_interval=2",
@@ -56,7 +56,7 @@ def batches_by_kind(monkeypatch, *overrides: str) -> dict[str, list[str]]:
             seen.setdefault(self.kind, []).append(hashlib.sha1(x.numpy().tobytes()).hexdigest())
             return x, y
 
-    monkeypatch.setattr(Trainer, "step", lambda self, view, opt, lr, sampler, kind:
+    monkeypatch.setattr(Trainer, "train_step", lambda self, view, opt, lr, sampler, kind:
                         STEP(self, view, opt, lr, Recording(sampler, kind), kind))
     session = build(compose_cfg(*overrides), lambda row: None)
     session.runner.run()

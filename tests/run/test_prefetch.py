@@ -8,7 +8,7 @@ from helpers import batch_digest, compose_config
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.training.trainer import Trainer
 
-_STEP = Trainer.step  # the real one, whatever a test patches
+_STEP = Trainer.train_step  # the real one, whatever a test patches
 
 
 def _trained_batches(monkeypatch, *overrides: str) -> dict[str, list[str]]:
@@ -20,19 +20,20 @@ def _trained_batches(monkeypatch, *overrides: str) -> dict[str, list[str]]:
     original = _STEP
 
     def step(self, view, optimizer, lr, sampler, kind):
-        real = self._forward_backward
+        real = self.to_device
 
-        def recorded(view, x, y):
+        def recorded(batch):
+            x, y = real(batch)
             seen.setdefault(str(kind), []).append(batch_digest(x, y))
-            return real(view, x, y)
+            return x, y
 
-        self._forward_backward = recorded
+        self.to_device = recorded
         try:
             return original(self, view, optimizer, lr, sampler, kind)
         finally:
-            del self._forward_backward
+            del self.to_device
 
-    monkeypatch.setattr(Trainer, "step", step)
+    monkeypatch.setattr(Trainer, "train_step", step)
     session = build(compose_config("train.max_steps=12", *overrides), lambda row: None)
     session.runner.run()
     return seen
