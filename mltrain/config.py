@@ -127,7 +127,8 @@ class TrainConfig:
 @dataclass
 class OptimConfig:
     name: OptimName = OptimName.sgd
-    lr: float = 1.2e-3  # peak learning rate
+    # peak learning rate. Every scale preset sets its own (conf/scale/*.yaml); the schema's is PyTorch's default.
+    lr: float = 1e-3
     weight_decay: float = 0.0
     momentum: float = 0.9  # sgd only
     nesterov: bool = False  # sgd only
@@ -173,9 +174,11 @@ class CoarseningConfig:
 @dataclass
 class MultilevelConfig:
     levels: int = 2  # 2 = fine + coarse; 3+ recurse (e.g. 12 -> 6 -> 3 blocks), a V-cycle
-    n_cycles: int = 35
+    # n_cycles and coarse_steps size the method to a run: every scale preset sets both (the paper's 35 and
+    # 100 in conf/scale/paper.yaml); the schema's are the least a multilevel run does.
+    n_cycles: int = 1
     fine_steps_per_cycle: int = 1
-    coarse_steps: int = 100  # per coarse model, per cycle, at every coarse level
+    coarse_steps: int = 1  # per coarse model, per cycle, at every coarse level
     delta: float = 0.25  # prolongation mix; for `average` it is Zou et al.'s alpha
     order: Order = Order.ascending  # which coarse model trains first
     coarse_batch_size: Optional[int] = None  # null: train.batch_size
