@@ -1,5 +1,11 @@
 """Typed configuration: the schema every YAML file in `conf/` is merged onto.
 
+Each section's dataclass lives beside what it configures: `model` in mltrain/model.py (GPTConfig), `data`
+in mltrain/data/config.py, `train` in mltrain/training/settings.py, `optim` and `schedule` (and the
+coarse levels' optimizer) in mltrain/training/optim.py, `logger` in mltrain/runs/tracking.py. This module
+holds the depth methods' sections (coarsening, multilevel, stacking, layer_drop, raptr), composes them
+all into `Config` and checks them (`validate()`).
+
 The dataclasses are registered in Hydra's ConfigStore as `mltrain_schema`; `conf/config.yaml` lists it
 first in its defaults, so a misspelt key (`train.max_step=...`) or a wrong type (`train.max_steps=abc`)
 fails at start-up with Hydra's own message, before any data is read or any model is built.
@@ -40,7 +46,9 @@ from mltrain.runs.names import short_dirname
 from mltrain.runs.rundir import unique_dir
 from mltrain.training.compiling import compile_setting
 from mltrain.training.distributed import START_TIME_ENV
-from mltrain.training.optim import OptimName, ScheduleName
+from mltrain.runs.tracking import LoggerConfig
+from mltrain.training.optim import CoarseOptimConfig, OptimConfig, ScheduleConfig, ScheduleName
+from mltrain.training.settings import TrainConfig
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 
@@ -53,12 +61,6 @@ class Device(Choice):
     cuda = "cuda"
 
 
-class DType(Choice):
-    auto = "auto"  # bf16 autocast on CUDA, fp32 on CPU
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-
-
 def _depth_method_choice() -> type[Choice]:
     """`none` and the name of every registered depth method chosen by its name (mltrain/method/registry.py)."""
     return Choice("DepthMethod", {name: name for name in depth_method_values()})
@@ -67,93 +69,6 @@ def _depth_method_choice() -> type[Choice]:
 # The values of `depth_method`, from the registry: Hydra refuses any other while composing. The schema
 # names it by this module attribute, which register_configs() renews when a method was registered since.
 DepthMethod = _depth_method_choice()
-
-
-class LoggerName(Choice):
-    jsonl = "jsonl"
-    wandb = "wandb"
-
-
-class LoggerMode(Choice):
-    online = "online"
-    offline = "offline"
-    disabled = "disabled"
-
-
-class OnNonFinite(Choice):
-    """What a non-finite training loss does: `stop` the run (status diverged, the last good checkpoint
-    kept) or `skip` the step (no update from that batch; costs one host sync per step)."""
-
-    stop = "stop"
-    skip = "skip"
-
-
-@dataclass
-class TrainConfig:
-    max_steps: int = 1000  # fine-level optimizer steps
-    # Fraction of max_steps this run trains for, its LR schedule ending there: single-level runs at
-    # several budgets make the budget frontier mltrain-compare measures savings against (may exceed 1).
-    budget: float = 1.0
-    batch_size: int = 16  # sequences per optimizer step (split into grad_accum micro-batches)
-    grad_accum: int = 1
-    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
-    eval_interval: int = 100  # fine steps between held-out evaluations (also at step 0 and at the end)
-    eval_batches: int = 8
-    log_interval: int = 10  # fine steps between train rows in metrics.jsonl (coarse phases: see multilevel)
-    dtype: DType = DType.auto
-    # torch.compile the model, one graph per depth (mltrain/training/compiling.py): auto (on for CUDA, off on
-    # a CPU), true or false. Typed Any so that `auto` and the booleans are all accepted; validate() checks it.
-    compile: Any = "auto"
-    progress: bool = True  # tqdm progress bar
-    # Checkpoints (run_dir/checkpoints/): every checkpoint_interval fine steps, inside coarse phases every
-    # checkpoint_interval fine steps' worth of FLOPs, and at the end; 0: at the end (and on a signal) only.
-    checkpoint_interval: int = 1000
-    keep_checkpoints: int = 2  # the newest N checkpoint files are kept
-    # Continue the unfinished run in hydra.run.dir (or, with -m, every unfinished job of hydra.sweep.dir)
-    # from its last checkpoint; a finished run is left untouched.
-    resume: bool = False
-    on_nonfinite: OnNonFinite = OnNonFinite.stop
-    # FLOP/s of one device for MFU; null: the table's bf16 peak of the card (training/devices.py), none on a CPU
-    peak_flops: Optional[float] = None
-    prefetch: bool = True  # build and copy the next batch while the step runs (training/batches.py)
-    # data parallel: optimizer steps between the ranks' agreeing whether a signal asked to stop (one
-    # all-reduce and host read each time; one process checks every step, for free)
-    stop_check_interval: int = 20
-    # A run that would take more than a day on this machine (its planned FLOPs at a rate no run reaches
-    # here, mltrain/runs/sanity.py) is refused before it starts unless this is true.
-    allow_long: bool = False
-
-
-@dataclass
-class OptimConfig:
-    name: OptimName = OptimName.sgd
-    lr: float = 1.2e-3  # peak learning rate
-    weight_decay: float = 0.0
-    momentum: float = 0.9  # sgd only
-    nesterov: bool = False  # sgd only
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])  # adamw only
-    eps: float = 1e-8  # adamw only
-    fused: Optional[bool] = None  # None: fused kernels where the device supports them
-
-
-@dataclass
-class CoarseOptimConfig:
-    """The coarse levels' optimizer. Every field left null inherits the fine optimizer's value."""
-
-    name: Optional[OptimName] = None
-    lr: Optional[float] = None
-    weight_decay: Optional[float] = None
-    momentum: Optional[float] = None
-    nesterov: Optional[bool] = None
-    betas: Optional[List[float]] = None
-    eps: Optional[float] = None
-
-
-@dataclass
-class ScheduleConfig:
-    name: ScheduleName = ScheduleName.cosine
-    warmup_steps: int = 0  # linear warm-up from 0 to optim.lr
-    min_lr: float = 0.0  # cosine floor, reached at train.max_steps
 
 
 @dataclass
@@ -173,9 +88,11 @@ class CoarseningConfig:
 @dataclass
 class MultilevelConfig:
     levels: int = 2  # 2 = fine + coarse; 3+ recurse (e.g. 12 -> 6 -> 3 blocks), a V-cycle
-    n_cycles: int = 35
+    # n_cycles and coarse_steps size the method to a run: every scale preset sets both (the paper's 35 and
+    # 100 in conf/scale/paper.yaml); the schema's are the least a multilevel run does.
+    n_cycles: int = 1
     fine_steps_per_cycle: int = 1
-    coarse_steps: int = 100  # per coarse model, per cycle, at every coarse level
+    coarse_steps: int = 1  # per coarse model, per cycle, at every coarse level
     delta: float = 0.25  # prolongation mix; for `average` it is Zou et al.'s alpha
     order: Order = Order.ascending  # which coarse model trains first
     coarse_batch_size: Optional[int] = None  # null: train.batch_size
@@ -224,18 +141,6 @@ class RaptrConfig:
     fix_first: bool = True  # the first block runs at every step
     fix_last: bool = True  # the last block runs at every step
     rescale: bool = True  # scale each drawn block's residual by 1/(its chance of being drawn)
-
-
-@dataclass
-class LoggerConfig:
-    name: LoggerName = LoggerName.jsonl  # metrics.jsonl is always written; wandb mirrors it
-    project: str = "mltrain"
-    entity: Optional[str] = None
-    mode: LoggerMode = LoggerMode.online  # online falls back to offline, see logger/wandb.yaml
-    group: Optional[str] = None  # null: derived from the overrides minus the seed
-    run_name: Optional[str] = None  # null: derived from the overrides
-    job_type: Optional[str] = None  # null: the run kind (single, multilevel, ...); mltrain-study: its stage
-    tags: List[str] = field(default_factory=list)
 
 
 @dataclass

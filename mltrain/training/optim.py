@@ -1,4 +1,5 @@
-"""Optimizers and learning-rate schedules.
+"""Optimizers and learning-rate schedules, and the `optim` and `schedule` sections of the run config
+(with the coarse levels' optimizer, `multilevel.coarse_optim`) that configure them.
 
 A schedule is a pure function of its position (the step index), so saving the position is enough to
 resume it. The fine level's position is the fine step count; a coarse phase's position restarts at 0
@@ -8,8 +9,8 @@ every phase (the paper's coarse schedule is constant, where the position does no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Iterable, List, Optional
 
 import torch
 
@@ -24,6 +25,39 @@ class OptimName(Choice):
 class ScheduleName(Choice):
     cosine = "cosine"  # linear warm-up, then cosine from the peak LR to min_lr at the end
     constant = "constant"  # linear warm-up, then the peak LR
+
+
+@dataclass
+class OptimConfig:
+    name: OptimName = OptimName.sgd
+    # peak learning rate. Every scale preset sets its own (conf/scale/*.yaml); the schema's is PyTorch's default.
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9  # sgd only
+    nesterov: bool = False  # sgd only
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])  # adamw only
+    eps: float = 1e-8  # adamw only
+    fused: Optional[bool] = None  # None: fused kernels where the device supports them
+
+
+@dataclass
+class CoarseOptimConfig:
+    """The coarse levels' optimizer. Every field left null inherits the fine optimizer's value."""
+
+    name: Optional[OptimName] = None
+    lr: Optional[float] = None
+    weight_decay: Optional[float] = None
+    momentum: Optional[float] = None
+    nesterov: Optional[bool] = None
+    betas: Optional[List[float]] = None
+    eps: Optional[float] = None
+
+
+@dataclass
+class ScheduleConfig:
+    name: ScheduleName = ScheduleName.cosine
+    warmup_steps: int = 0  # linear warm-up from 0 to optim.lr
+    min_lr: float = 0.0  # cosine floor, reached at train.max_steps
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any, device: torch.device) -> torch.optim.Optimizer:

@@ -7,8 +7,10 @@ from helpers import compose_config
 
 from mltrain.config import validate
 from mltrain.errors import ConfigError
+from mltrain.memory import parameter_count
 from mltrain.method.multilevel import control_ratio, control_steps
 from mltrain.method.plan import build_plan, run_kind
+from mltrain.run import model_config
 from mltrain.runs.keys import override_key
 
 
@@ -67,12 +69,21 @@ def test_scale_and_method_are_orthogonal():
     assert make().scale == "demo" and make().train.max_steps == 1000
 
 
+GPT2_VOCAB = 50257  # tiktoken's gpt2 encoding (tests/data/test_data.py reads it from the tokenizer)
+
+
 def test_paper_presets_carry_the_papers_numbers():
+    """Lauga et al. 2025's setting (README, docs/method.md), all from conf/scale/paper.yaml and the
+    method's own defaults."""
     cfg = make("experiment=multilevel", "scale=paper")
+    m = cfg.model
+    assert cfg.data.tokenizer == "gpt2" and parameter_count(model_config(cfg, GPT2_VOCAB))[0] == 22_368_512
+    assert (m.n_embd, m.n_layer, m.n_head, m.block_size) == (256, 12, 8, 256)
+    assert cfg.optim.name == "sgd" and cfg.schedule.name == "cosine"
     assert cfg.train.max_steps == 16000 and cfg.schedule.warmup_steps == 715
     assert cfg.optim.lr == pytest.approx(1.2e-3) and cfg.schedule.min_lr == pytest.approx(1.2e-4)
     ml = cfg.multilevel
-    assert (ml.n_cycles, ml.coarse_steps, ml.delta, ml.levels) == (35, 100, 0.25, 2)
+    assert (ml.n_cycles, ml.fine_steps_per_cycle, ml.coarse_steps, ml.delta, ml.levels) == (35, 1, 100, 0.25, 2)
     assert ml.coarse_schedule.name == "constant" and ml.coarse_optim.lr == pytest.approx(1.2e-3)
     assert cfg.coarsening.scheme == "stride" and cfg.coarsening.k == 2
     assert make("experiment=schedule_control", "scale=paper").multilevel.control == "schedule"

@@ -1,0 +1,58 @@
+"""The `train` section of the run config: how long and on what a run trains, how it evaluates,
+logs, checkpoints and resumes (mltrain/config.py composes it into the schema)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from mltrain.choice import Choice
+
+
+class DType(Choice):
+    auto = "auto"  # bf16 autocast on CUDA, fp32 on CPU
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+class OnNonFinite(Choice):
+    """What a non-finite training loss does: `stop` the run (status diverged, the last good checkpoint
+    kept) or `skip` the step (no update from that batch; costs one host sync per step)."""
+
+    stop = "stop"
+    skip = "skip"
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 1000  # fine-level optimizer steps
+    # Fraction of max_steps this run trains for, its LR schedule ending there: single-level runs at
+    # several budgets make the budget frontier mltrain-compare measures savings against (may exceed 1).
+    budget: float = 1.0
+    batch_size: int = 16  # sequences per optimizer step (split into grad_accum micro-batches)
+    grad_accum: int = 1
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+    eval_interval: int = 100  # fine steps between held-out evaluations (also at step 0 and at the end)
+    eval_batches: int = 8
+    log_interval: int = 10  # fine steps between train rows in metrics.jsonl (coarse phases: see multilevel)
+    dtype: DType = DType.auto
+    # torch.compile the model, one graph per depth (mltrain/training/compiling.py): auto (on for CUDA, off on
+    # a CPU), true or false. Typed Any so that `auto` and the booleans are all accepted; validate() checks it.
+    compile: Any = "auto"
+    progress: bool = True  # tqdm progress bar
+    # Checkpoints (run_dir/checkpoints/): every checkpoint_interval fine steps, inside coarse phases every
+    # checkpoint_interval fine steps' worth of FLOPs, and at the end; 0: at the end (and on a signal) only.
+    checkpoint_interval: int = 1000
+    keep_checkpoints: int = 2  # the newest N checkpoint files are kept
+    # Continue the unfinished run in hydra.run.dir (or, with -m, every unfinished job of hydra.sweep.dir)
+    # from its last checkpoint; a finished run is left untouched.
+    resume: bool = False
+    on_nonfinite: OnNonFinite = OnNonFinite.stop
+    # FLOP/s of one device for MFU; null: the table's bf16 peak of the card (training/devices.py), none on a CPU
+    peak_flops: Optional[float] = None
+    prefetch: bool = True  # build and copy the next batch while the step runs (training/batches.py)
+    # data parallel: optimizer steps between the ranks' agreeing whether a signal asked to stop (one
+    # all-reduce and host read each time; one process checks every step, for free)
+    stop_check_interval: int = 20
+    # A run that would take more than a day on this machine (its planned FLOPs at a rate no run reaches
+    # here, mltrain/runs/sanity.py) is refused before it starts unless this is true.
+    allow_long: bool = False
