@@ -20,7 +20,7 @@ the frontier's points and on a wall-clock axis.
 Modules, one way down: `cli` (arguments) → `api` (the pipeline, `compare_dirs`) → `verdict`,
 `analysis` (per-configuration tables) → `frontier`, `arms`, `powerlaw`, `statistics` (arrays) and
 `loading` (runs, their status and provenance); `names` makes readable names; `report` renders
-markdown and `plot` the figure, both from the report dict; `results` is the report as typed results.
+markdown (comparison.md, and the study's ladder.md) and `plot` the figure, both from the report dict; `results` is the report as typed results.
 
 Trust: only runs that finished with finite losses count. A run without summary.json, one whose summary
 says interrupted or diverged, one with a non-finite loss, one whose files contradict themselves, and
@@ -33,10 +33,11 @@ from mltrain.tools.compare.arms import TUNED_KEYS
 from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.cli import main, run_compare
 from mltrain.tools.compare.loading import CompareError
+from mltrain.tools.compare.report import params_text, render_ladder, render_markdown
 from mltrain.tools.compare.results import Arm, Bound, FitError, Frontier, Headline, Multiplier, Report
 from mltrain.tools.compare.statistics import first_reach, interval, moving_average
 from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 
 __all__ = ["main", "run_compare", "compare_dirs", "compare_report", "CompareError", "first_reach", "interval",
-           "moving_average", "markdown_safe", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL",
+           "moving_average", "markdown_safe", "render_markdown", "render_ladder", "params_text", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL",
            "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound"]
