@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import run_main
 
+from mltrain.tools.compare import Arm, Report
 from mltrain.tools.study import compose, ladder, schema, stages
 from mltrain.tools.study.cli import compose_study
 from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, evaluation_sweeps, tuning_sweeps
@@ -179,15 +180,16 @@ def multiplier(m: float, spread: float = 0.02) -> dict:
             "extrapolated": False, "beyond_data": None}
 
 
-def scale_result(name: str, n: int, m: dict | None, single_by_budget=None) -> ladder.ScaleResult:
+def scale_result(name: str, n: int, m: dict | None, single_by_budget=None, seeds=(1, 2, 3, 4)) -> ladder.ScaleResult:
     labels = {"single": f"experiment=single,{name}", "multilevel": f"experiment=multilevel,{name}"}
     arms = [{"arm": "single", "label": labels["single"], "run_kind": "single",
              "selected_by_budget": single_by_budget or {"1.0": {"optim.lr": 0.1}}, "selected": {"optim.lr": 0.1},
              "eval_seeds": [1, 2, 3, 4]}]
     if m is not None:
         arms.append({"arm": "multilevel", "label": labels["multilevel"], "run_kind": "multilevel",
-                     "selected": {"optim.lr": 0.3}, "eval_seeds": [1, 2, 3, 4], "multiplier": m})
-    return ladder.ScaleResult(name, n, 100, 8.0, labels, comparison={"arms": arms, "warnings": ["w"], "optimistic": False})
+                     "selected": {"optim.lr": 0.3}, "eval_seeds": list(seeds), "multiplier": m})
+    return ladder.ScaleResult(name, n, 100, 8.0, labels,
+                              comparison=Report.from_json({"arms": arms, "warnings": ["w"], "optimistic": False}))
 
 
 def trend_of(ms: list[float], spread: float = 0.02) -> dict:
@@ -232,9 +234,8 @@ def test_two_scales_or_two_seeds_per_scale_are_too_few_for_a_trend():
     t = two["trends"][0]
     assert t["verdict"] == "too few scales to tell" and "slope" not in t and "growing" not in t["sentence"]
     # Four scales, two evaluation seeds each: their bootstrap intervals are no measurement.
-    results = [scale_result(f"s{i}", n, multiplier(m)) for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], [1.1, 1.2, 1.3, 1.4]))]
-    for r in results:
-        r.comparison["arms"][1]["eval_seeds"] = [1, 2]
+    results = [scale_result(f"s{i}", n, multiplier(m), seeds=(1, 2))
+               for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], [1.1, 1.2, 1.3, 1.4]))]
     few = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
     assert few["verdict"] == "too few seeds to tell" and "fewer than 4 evaluation seeds" in few["sentence"]
 
@@ -246,8 +247,9 @@ def test_scatter_beyond_the_intervals_widens_the_slope_interval():
 
 
 def test_an_arm_is_found_in_the_verdict_by_its_label_however_it_is_spelt():
-    entries = [{"label": "experiment=single,model.n_embd=32", "run_kind": "single"},
-               {"label": "device=cpu,experiment=multilevel,logger.tags=[a,b],train.resume=true", "run_kind": "multilevel"}]
+    entries = [Arm.from_json({"label": "experiment=single,model.n_embd=32", "run_kind": "single"}),
+               Arm.from_json({"label": "device=cpu,experiment=multilevel,logger.tags=[a,b],train.resume=true",
+                              "run_kind": "multilevel"})]
     assert ladder.find_arm(entries, "experiment=single,model.n_embd=32", "single") is entries[0]
     # compare may keep the bookkeeping keys mltrain's own labels leave out: the same arm all the same
     assert ladder.find_arm(entries, "experiment=multilevel", "multilevel") is entries[1]
@@ -371,10 +373,10 @@ def test_an_arm_beyond_the_frontier_data_adds_the_next_budget_up_to_the_cap(tmp_
     from mltrain.tools.study.tuning import next_budget
 
     cfg = wide_study(tmp_path)
-    beyond = {"arms": [{"is_frontier": True, "multiplier": {}},
-                       {"is_frontier": False, "multiplier": {"extrapolated": True, "beyond_data": 1.6}}]}
-    inside = {"arms": [{"is_frontier": False, "multiplier": {"extrapolated": False, "beyond_data": None}}]}
-    bound = {"arms": [{"is_frontier": False, "multiplier": {"bound": {"kind": "lower"}}}]}
+    beyond = Report.from_json({"arms": [{"is_frontier": True, "multiplier": {}},
+                                        {"is_frontier": False, "multiplier": {"extrapolated": True, "beyond_data": 1.6}}]})
+    inside = Report.from_json({"arms": [{"is_frontier": False, "multiplier": {"extrapolated": False, "beyond_data": None}}]})
+    bound = Report.from_json({"arms": [{"is_frontier": False, "multiplier": {"bound": {"kind": "lower"}}}]})
     assert next_budget(cfg, ["0.5", "1.0", "2.0"], beyond) == "3.0"
     assert next_budget(cfg, ["0.5", "1.0", "2.0"], bound) == "3.0"
     assert next_budget(cfg, ["0.5", "1.0", "2.0", "3.0"], beyond) is None  # frontier.max_budget=3
@@ -474,7 +476,7 @@ def test_a_study_invoked_again_over_its_finished_runs_plans_nothing_new(tmp_path
             b = dict(setting).get("train.budget", "1.0")
             best[b] = min(best.get(b, (math.inf, None)), (sum(ls) / len(ls), setting))
         pick = {b: {k: v for k, v in s if k in tune} for b, (_, s) in best.items()}
-        return {"arms": [{"label": "x", "selected": pick[max(pick, key=float)], "selected_by_budget": pick}]}
+        return Report.from_json({"arms": [{"label": "x", "selected": pick[max(pick, key=float)], "selected_by_budget": pick}]})
 
     monkeypatch.setattr(stages, "_launch", fake_launch)
     monkeypatch.setattr(stages, "_compare", fake_compare)

@@ -5,8 +5,11 @@ training with less compute? Reads run directories (or W&B runs); never the train
     mltrain-compare multirun/ --select-seeds 0 --tune optim.momentum --out report/
     mltrain-compare --wandb my-team/mltrain --group 'coarsening=evenodd'
 
-    from mltrain.tools.compare import compare_dirs          # the same report as a dict
-    report = compare_dirs(["multirun/"], out=None, select_seeds=[0], tune=(), plot=False)
+    from mltrain.tools.compare import compare_report        # the same report as typed results
+    report = compare_report(["multirun/"], out=None, select_seeds=[0], tune=(), plot=False)
+    report.arms[0].multiplier.M                             # compare_dirs: the dict comparison.json holds
+
+This package's names are its public API (what the study and scripts use); its modules are its own.
 
 The verdict: runs are grouped into *arms* (a method with its tuned keys left free, `arms`); each arm
 keeps its best setting on the selection seeds; the single-level runs form one tuned frontier
@@ -17,7 +20,7 @@ the frontier's points and on a wall-clock axis.
 Modules, one way down: `cli` (arguments) → `api` (the pipeline, `compare_dirs`) → `verdict`,
 `analysis` (per-configuration tables) → `frontier`, `arms`, `powerlaw`, `statistics` (arrays) and
 `loading` (runs, their status and provenance); `names` makes readable names; `report` renders
-markdown and `plot` the figure, both from the report dict.
+markdown (comparison.md, and the study's ladder.md) and `plot` the figure, both from the report dict; `results` is the report as typed results.
 
 Trust: only runs that finished with finite losses count. A run without summary.json, one whose summary
 says interrupted or diverged, one with a non-finite loss, one whose files contradict themselves, and
@@ -25,9 +28,16 @@ one whose data, tokenizer, held-out set, FLOP convention or model differs from t
 listed in the report with the reason and left out of every number.
 """
 
-from mltrain.tools.compare.api import compare_dirs
+from mltrain.tools.compare.api import compare_dirs, compare_report
+from mltrain.tools.compare.arms import TUNED_KEYS
+from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.cli import main, run_compare
 from mltrain.tools.compare.loading import CompareError
+from mltrain.tools.compare.report import params_text, render_ladder, render_markdown
+from mltrain.tools.compare.results import Arm, Bound, FitError, Frontier, Headline, Multiplier, Report
 from mltrain.tools.compare.statistics import first_reach, interval, moving_average
+from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 
-__all__ = ["main", "run_compare", "compare_dirs", "CompareError", "first_reach", "interval", "moving_average"]
+__all__ = ["main", "run_compare", "compare_dirs", "compare_report", "CompareError", "first_reach", "interval",
+           "moving_average", "markdown_safe", "render_markdown", "render_ladder", "params_text", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL",
+           "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound"]

@@ -1,8 +1,10 @@
-"""The comparison as one call: run dirs in, the report dict out (and comparison.{json,md,png} when asked).
+"""The comparison as one call: run dirs in, the report out (and comparison.{json,md,png} when asked):
+as typed results (`compare_report`, mltrain/tools/compare/results.py) or as the dict comparison.json
+holds (`compare_dirs`).
 
-    from mltrain.tools.compare import compare_dirs
-    report = compare_dirs(["multirun/tune"], select_seeds=[0])
-    best = {a["label"]: a["selected"] for a in report["arms"]}
+    from mltrain.tools.compare import compare_report
+    report = compare_report(["multirun/tune"], select_seeds=[0])
+    best = {a.label: a.selected for a in report.arms}
 
 Bad input that stops everything (no such path, no run dirs, an unreadable summary) raises CompareError;
 everything else (a selection seed no run has, a --tune key no run varies, no single-level runs, a fit that
@@ -41,6 +43,7 @@ from mltrain.tools.compare.loading import (
 )
 from mltrain.tools.compare.names import readable
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law
+from mltrain.tools.compare.results import Report
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
 from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
@@ -66,6 +69,12 @@ def compare_dirs(paths: list, out: Path | None = None, select_seeds: list | None
     command += [a for k in tune for a in ("--tune", k)]
     return compare_runs(load_dirs(paths), Path(out) if out else None, select_seeds=select_seeds, tune=tune,
                         plot=plot, command=" ".join(shlex.quote(a) for a in command))
+
+
+def compare_report(paths: list, out: Path | None = None, select_seeds: list | None = None, tune: Sequence[str] = (),
+                   plot: bool = True) -> Report:
+    """compare_dirs' report as typed results (its JSON kept in each result's `json`)."""
+    return Report.from_json(compare_dirs(paths, out, select_seeds, tune, plot))
 
 
 def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optional[str] = None

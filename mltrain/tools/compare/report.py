@@ -1,4 +1,6 @@
-"""The report as markdown (printed and written to comparison.md) from the report dict of `analysis`."""
+"""Every Markdown report of the results tools: mltrain-compare's (printed and written to comparison.md,
+from the report dict of `analysis`) and the study's ladder (ladder.md, from its ladder.json dict:
+`render_ladder`), with one set of cells (numbers, intervals, savings, bounds) for both."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from typing import Optional
 import numpy as np
 
 from mltrain.tools.compare.powerlaw import FIT_LOSS
+from mltrain.tools.compare.results import Arm, FitError, Multiplier
 from mltrain.tools.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
 
 
@@ -479,3 +482,105 @@ def _costs_section(report: dict) -> list[str]:
     for c in costs:
         lines.append(f"| `{c['name']}` | {_fmt_pct(c['diag_share'])} | {_fmt_pct(c['eval_share'])} |")
     return lines + [""]
+
+
+# ---------------------------------------------------------------------------------------------
+# The study's ladder (ladder.md)
+
+
+def params_text(n: float) -> str:
+    """A parameter count as 22.4M, 58k."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def _ladder_multiplier(m: Multiplier) -> tuple[str, str]:
+    """The rung's headline M and saving (compare's `headline`: a bound, the interpolated, the joint fit's or
+    the per-run M), with its interval."""
+    if not m.json:
+        return "—", "—"
+    if m.bound is not None and m.bound.kind == "lower":
+        return f"M > {m.bound.value:.3f}", f"> {_fmt_pct(1 - 1 / m.bound.value)}"
+    if not m.available:
+        return f"unavailable ({m.why or 'no reason given'})", "—"
+    head = m.led_by()
+    lo, hi, mid = head.M_lo, head.M_hi, head.M
+    mark = (" †" if m.extrapolated else "") + {"interpolated": " (interpolated)"}.get(head.kind, "")
+
+    def span(f) -> str:
+        return _span(lo, hi, head.M_hi_unbounded, f)
+
+    saving = lambda v: _fmt_pct(1 - 1 / v)  # noqa: E731
+    return f"{mid:.3f}{span(lambda v: f'{v:.3f}')}{mark}", f"{saving(mid)}{span(saving)}"
+
+
+def _ladder_settings(arm: Arm) -> str:
+    if arm.selected_by_budget:
+        return "; ".join(f"budget {b}: " + ", ".join(f"{k}={v}" for k, v in s.items())
+                         for b, s in sorted(arm.selected_by_budget.items(), key=lambda kv: float(kv[0])))
+    return ", ".join(f"{k}={v}" for k, v in arm.selected.items()) or "—"
+
+
+def _ladder_fit_error(fit_error: FitError) -> str:
+    if not fit_error.available:
+        return "—"
+    return f"{fit_error.M_lo:.3f} to {fit_error.M_hi:.3f}"
+
+
+def render_ladder(report: dict, word: str) -> str:
+    """ladder.md from the study's ladder report (ladder.json's dict); `word` names its axis in a sentence
+    ("depth", "width", "N")."""
+    axis = report.get("axis", "params")
+    along = "scale" if axis == "params" else word
+    # One rung is a check at one setting (adamw_check), not a ladder: its title says so.
+    one = len(report["scales"]) == 1
+    title = (f"the verdict at one rung ({report['scales'][0]['scale']})" if one
+             else f"does the saving survive along {along}?")
+    lines = [f"# Study {report['study']}: {title}", "",
+             f"Per rung, each arm tuned on the selection seeds and measured on the evaluation seeds against "
+             f"the tuned single-level frontier (arm `{report['frontier_arm']}`); the numbers are "
+             "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
+             "FLOPs for the same held-out loss over the run's FLOPs); saving = 1 - 1/M; 95% intervals. "
+             "The fit's own error: M read at the frontier's own points (each budget's, over the evaluation "
+             "seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) is "
+             "within the fit's error, not a saving.", "",
+             f"## Trend along {along}" + (" (one rung: none to tell)" if one else ""), ""]
+    for t in report["trends"]:
+        lines.append(f"- {t['sentence']}")
+        for p in t["predictions"]:
+            lines.append(f"  - Extrapolation, not a measurement: at {params_text(p['n_params'])} parameters "
+                         f"({p['beyond_largest']:.3g}x the largest scale) the fitted line gives M = {p['M']:.3f} "
+                         f"[{p['M_lo']:.3f}, {p['M_hi']:.3f}], if the trend held that far.")
+    extra = axis not in ("params", "tokens_per_param")
+    lines += ["", "## Per rung", "",
+              f"| scale |{f' {word} |' if extra else ''} parameters | tokens/param | steps | fit's own error (M) "
+              "| arm | tuned settings | M [95%] | saving [95%] | eval seeds |",
+              "|---|" + ("---|" if extra else "") + "---|---|---|---|---|---|---|---|---|"]
+    for s in report["scales"]:
+        for i, row in enumerate(s["arms"]):
+            x = f" {s['x']:g} |" if extra else ""
+            head = (f"{s['scale']} |{x} {s['n_params']:,} | {s['tokens_per_param']:.1f} | {s['max_steps']:,} "
+                    f"| {_ladder_fit_error(FitError.from_json(s.get('fit_error')))}" if i == 0 else " |" + (" |" if extra else "") + " | | |")
+            m, saving = (_ladder_multiplier(Multiplier.from_json(row.get("multiplier"))) if row["arm"] != report["frontier_arm"]
+                         else ("the frontier", "—"))
+            if row.get("within_fit_error"):
+                m += " ‡"
+            if not row["found"]:
+                m, saving = "no result", "—"
+            seeds = len(row.get("eval_seeds") or [])
+            lines.append(f"| {head} | {row['arm']} | {_ladder_settings(Arm.from_json(row))} | {m} | {saving} | {seeds or '—'} |")
+    lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md). "
+              "‡ within the fit's own error at that rung: not a saving. M > x: the arm's equal-loss point lies past "
+              "the frontier's largest budget, only a bound (no point for the trend). [lo, ∞): too many degenerate "
+              "bootstrap draws for an upper end (no point for the trend either)."]
+    notes = [(s["scale"], w) for s in report["scales"] for w in s["warnings"]]
+    if notes:
+        lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]
+    missing = [f"- {s['scale']}: no verdict ({s['why_no_verdict']})" for s in report["scales"] if s["why_no_verdict"]]
+    missing += [f"- {s['scale']}/{row['arm']}: not in the verdict" for s in report["scales"]
+                for row in s["arms"] if not row["found"] and not s["why_no_verdict"]]
+    missing += [f"- {m}" for s in report["scales"] for m in s["missing_runs"]]
+    lines += ["", "## Missing", ""] + (missing or ["Nothing: every run ended and every scale has its verdict."])
+    return "\n".join(lines) + "\n"

@@ -272,7 +272,7 @@ def arm_kinds(configs: dict[tuple, Any]) -> dict[tuple[str, str], str]:
 def check_labels(study: Any, sizes: dict[str, ScaleSize], kinds: dict[tuple[str, str], str]) -> dict[str, dict[str, str]]:
     """Each arm's label at each scale in the verdict (every arm's tuned keys left out); ConfigError
     when two arms would share one, which mltrain-compare could not tell apart."""
-    from mltrain.tools.compare.arms import TUNED_KEYS
+    from mltrain.tools.compare import TUNED_KEYS
     from mltrain.tools.study.schema import varied_keys
 
     # mltrain-compare leaves out of an arm's label the keys it tunes: its own (TUNED_KEYS) and the study's

@@ -34,13 +34,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from mltrain import guarded
-from mltrain.tools.compare.cells import markdown_safe
-from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL, fit_band
+from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, FitError, Multiplier, Report, markdown_safe,
+                                   params_text, render_ladder)
 from mltrain.tools.study.plan import label_parts
 
 FLAT_SLOPE = 0.05
@@ -49,6 +49,9 @@ MIN_SCALES_FOR_TREND = 3
 MIN_SEEDS_FOR_TREND = MIN_SEEDS_FOR_INTERVAL
 TREND_DRAWS = 2000
 TREND_SEED = 0
+# What ladder.json keeps of each arm's verdict (the keys and values of comparison.json)
+ROW_KEYS = ("settings_tried", "selected", "selected_by_budget", "final_val_loss", "multiplier", "saving_interpolated",
+            "saving_wallclock", "eval_seeds", "within_fit_error", "verdict")
 # The axis as the report and the plot name it: (word in "log M against log <word>", axis label, unit)
 AXES = {"params": ("N", "model parameters N", "parameters"),
         "depth": ("depth", "depth: blocks (model.n_layer)", "blocks"),
@@ -66,7 +69,7 @@ class ScaleResult:
     tokens_per_param: float
     labels: dict[str, str]  # arm -> the label mltrain-compare gives it
     kinds: dict[str, str] = field(default_factory=dict)  # arm -> its runs' kind
-    comparison: Optional[dict] = None  # compare_dirs' dict; None when there is no verdict
+    comparison: Optional[Report] = None  # mltrain-compare's verdict; None when there is none
     why_no_verdict: Optional[str] = None
     missing: list[str] = field(default_factory=list)  # runs that did not end: "name: why"
     axis_value: Optional[float] = None  # the rung's value on the study's ladder_axis (None: its parameters)
@@ -75,18 +78,23 @@ class ScaleResult:
     def x(self) -> float:
         return float(self.axis_value if self.axis_value is not None else self.n_params)
 
-    def arm(self, arm: str) -> Optional[dict]:
-        """The comparison's entry for a study arm."""
-        return find_arm((self.comparison or {}).get("arms", []), self.labels.get(arm, ""), self.kinds.get(arm, ""))
+    def arm(self, arm: str) -> Optional[Arm]:
+        """The verdict's arm for a study arm."""
+        arms = self.comparison.arms if self.comparison is not None else ()
+        return find_arm(arms, self.labels.get(arm, ""), self.kinds.get(arm, ""))
+
+    @property
+    def fit_error(self) -> Optional[FitError]:
+        return self.comparison.frontier.fit_error if self.comparison is not None else None
 
 
-def find_arm(entries: list[dict], label: str, kind: str) -> Optional[dict]:
-    """The entry of mltrain-compare's `arms` with this label: the same text, or the same overrides once
+def find_arm(arms: Sequence[Arm], label: str, kind: str) -> Optional[Arm]:
+    """The arm of mltrain-compare's verdict with this label: the same text, or the same overrides once
     the keys mltrain's labels leave out are left out of both."""
-    same = [e for e in entries if e.get("label") == label]
+    same = [a for a in arms if a.label == label]
     if not same:
         parts = label_parts(label, kind)
-        same = [e for e in entries if label_parts(str(e.get("label", "")), e.get("run_kind", kind)) == parts]
+        same = [a for a in arms if label_parts(a.label, a.run_kind or kind) == parts]
     return same[0] if len(same) == 1 else None
 
 
@@ -94,38 +102,38 @@ def find_arm(entries: list[dict], label: str, kind: str) -> Optional[dict]:
 # The trend
 
 
-def _sigma(m: dict) -> Optional[float]:
-    lo, hi = m.get("M_lo"), m.get("M_hi")
+def _sigma(m: Multiplier) -> Optional[float]:
+    lo, hi = m.M_lo, m.M_hi
     if lo is None or hi is None or not lo > 0 or not hi > 0:
         return None
     return max((math.log(hi) - math.log(lo)) / (2 * Z95), 1e-12)
 
 
-def _why_not_a_point(m: dict, seeds: int) -> Optional[str]:
+def _why_not_a_point(m: Multiplier, seeds: int) -> Optional[str]:
     """Why a rung's multiplier is no point for the slope, or None when it is one."""
-    if not m.get("available") or not (m.get("M") or 0) > 0:
+    if not m.measured:
         return "no multiplier"
-    if (m.get("bound") or {}).get("kind"):
-        return f"M only bounded (M > {m['bound']['value']:.3g})"
-    if m.get("M_hi_unbounded"):
+    if m.bound is not None:
+        return f"M only bounded (M > {m.bound.value:.3g})"
+    if m.M_hi_unbounded:
         return "its interval's upper end is unbounded"
     if seeds < MIN_SEEDS_FOR_TREND:
         return f"fewer than {MIN_SEEDS_FOR_TREND} evaluation seeds"
     return None
 
 
-def _rung_draws(m: dict, fit_error: Optional[dict], rng: np.random.Generator) -> Optional[np.ndarray]:
+def _rung_draws(m: Multiplier, fit_error: Optional[FitError], rng: np.random.Generator) -> Optional[np.ndarray]:
     """TREND_DRAWS draws of one rung's log M: its own bootstrap draws (compare's, every draw a refit of the
     rung's frontier on resampled evaluation seeds) or, without them, a normal of its interval's width;
     plus a per-draw offset uniform within the rung's fit-error band (a systematic)."""
-    own = [v for v in m.get("bootstrap_M") or [] if v and v > 0]
+    own = [v for v in m.draws if v and v > 0]
     if own:
         y = np.log(rng.choice(own, TREND_DRAWS))
     elif _sigma(m) is not None:
-        y = rng.normal(math.log(m["M"]), _sigma(m), TREND_DRAWS)
+        y = rng.normal(math.log(m.M), _sigma(m), TREND_DRAWS)
     else:
         return None
-    band = fit_band(fit_error or {})
+    band = fit_error.band if fit_error is not None else None
     return y + (rng.uniform(-band, band, TREND_DRAWS) if band else 0.0)
 
 
@@ -135,7 +143,7 @@ def _monotone(y: np.ndarray) -> Optional[str]:
 
 
 def fit_trend(points: list[tuple]) -> dict:
-    """Slope of log M against log x from (x, multiplier dict, evaluation seeds[, fit error]) points
+    """Slope of log M against log x from (x, Multiplier, evaluation seeds[, FitError]) points
     (see the module docstring)."""
     from scipy import stats
 
@@ -157,7 +165,7 @@ def fit_trend(points: list[tuple]) -> dict:
     draws = [_rung_draws(m, err, rng) for _, m, _, err in usable]
     if any(d is None for d in draws):
         return {**out, "verdict": "cannot tell", "why": "a scale without an interval or bootstrap draws"}
-    x, y = np.log([p[0] for p in usable]), np.log([p[1]["M"] for p in usable])
+    x, y = np.log([p[0] for p in usable]), np.log([p[1].M for p in usable])
     ys = np.stack(draws, axis=1)  # (draws, rungs)
     design = np.stack([np.ones_like(x), x], axis=1)
     coef = np.linalg.lstsq(design, ys.T, rcond=None)[0]  # (2, draws): intercept, slope per draw
@@ -222,51 +230,11 @@ def trend_sentence(arm: str, trend: dict, axis: str = "params") -> str:
 
 
 def axis_text(x: float, axis: str) -> str:
-    return _params(x) if axis == "params" else f"{x:g}"
-
-
-def _params(n: float) -> str:
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return f"{n:.0f}"
+    return params_text(x) if axis == "params" else f"{x:g}"
 
 
 # ---------------------------------------------------------------------------------------------
 # The report
-
-
-def _multiplier_text(m: Optional[dict]) -> tuple[str, str]:
-    """The rung's headline M and saving (compare's `headline`: a bound, the interpolated, the joint fit's or
-    the per-run M), with its interval."""
-    if not m:
-        return "—", "—"
-    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
-    if (m.get("bound") or {}).get("kind") == "lower":
-        return f"M > {m['bound']['value']:.3f}", f"> {pct(1 - 1 / m['bound']['value'])}"
-    if not m.get("available"):
-        return f"unavailable ({m.get('why') or 'no reason given'})", "—"
-    head = m.get("headline") or {"kind": "per_run", "M": m["M"], "M_lo": m.get("M_lo"), "M_hi": m.get("M_hi"),
-                                 "M_hi_unbounded": m.get("M_hi_unbounded")}
-    lo, hi, mid = head["M_lo"], head["M_hi"], head["M"]
-    mark = (" †" if m.get("extrapolated") else "") + {"interpolated": " (interpolated)"}.get(head["kind"], "")
-
-    def span(f) -> str:
-        if lo is None:
-            return ""
-        return f" [{f(lo)}, ∞)" if head.get("M_hi_unbounded") else (f" [{f(lo)}, {f(hi)}]" if hi is not None else "")
-
-    saving = lambda v: pct(1 - 1 / v)  # noqa: E731
-    return f"{mid:.3f}{span(lambda v: f'{v:.3f}')}{mark}", f"{saving(mid)}{span(saving)}"
-
-
-def _settings_text(entry: Optional[dict]) -> str:
-    if not entry:
-        return "—"
-    if entry.get("selected_by_budget"):
-        return "; ".join(f"budget {b}: " + ", ".join(f"{k}={v}" for k, v in s.items())
-                         for b, s in sorted(entry["selected_by_budget"].items(), key=lambda kv: float(kv[0])))
-    return ", ".join(f"{k}={v}" for k, v in (entry.get("selected") or {}).items()) or "—"
 
 
 def ladder_report(study: str, arms: list[str], frontier: str, results: list[ScaleResult],
@@ -278,22 +246,20 @@ def ladder_report(study: str, arms: list[str], frontier: str, results: list[Scal
         for arm in arms:
             entry = r.arm(arm)
             rows.append({"arm": arm, "label": r.labels.get(arm), "found": entry is not None,
-                         **({k: entry.get(k) for k in ("settings_tried", "selected", "selected_by_budget",
-                                                       "final_val_loss", "multiplier", "saving_interpolated",
-                                                       "saving_wallclock", "eval_seeds", "within_fit_error",
-                                                       "verdict")} if entry else {})})
+                         **({k: entry.json.get(k) for k in ROW_KEYS} if entry else {})})
+        verdict = r.comparison
         scales.append({"scale": r.name, "x": r.x, "n_params": r.n_params, "max_steps": r.max_steps,
                        "tokens_per_param": r.tokens_per_param, "arms": rows,
-                       "verdict": None if r.comparison is None else "comparison.json",
-                       "why_no_verdict": r.why_no_verdict, "warnings": (r.comparison or {}).get("warnings", []),
-                       "fit_error": ((r.comparison or {}).get("frontier") or {}).get("fit_error"),
-                       "optimistic": (r.comparison or {}).get("optimistic"), "missing_runs": r.missing})
+                       "verdict": None if verdict is None else "comparison.json",
+                       "why_no_verdict": r.why_no_verdict, "warnings": list(verdict.warnings) if verdict else [],
+                       "fit_error": (r.fit_error.json or None) if r.fit_error else None,
+                       "optimistic": verdict.optimistic if verdict else None, "missing_runs": r.missing})
     trends = []
     for arm in arms:
         if arm == frontier:
             continue
-        points = [(r.x, (r.arm(arm) or {}).get("multiplier") or {}, len((r.arm(arm) or {}).get("eval_seeds") or []),
-                   ((r.comparison or {}).get("frontier") or {}).get("fit_error")) for r in results]
+        points = [(r.x, a.multiplier if (a := r.arm(arm)) else Multiplier(False), len(a.eval_seeds) if a else 0,
+                   r.fit_error) for r in results]
         trend = fit_trend(points)
         trend["sentence"] = trend_sentence(arm, trend, axis)
         trend["predictions"] = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
@@ -303,64 +269,9 @@ def ladder_report(study: str, arms: list[str], frontier: str, results: list[Scal
             "min_seeds_for_trend": MIN_SEEDS_FOR_TREND, "scales": scales, "trends": trends}
 
 
-def _fit_error_text(fit_error: Optional[dict]) -> str:
-    if not fit_error or not fit_error.get("available"):
-        return "—"
-    return f"{fit_error['M_lo']:.3f} to {fit_error['M_hi']:.3f}"
-
-
 def render_markdown(report: dict) -> str:
-    axis = report.get("axis", "params")
-    along = "scale" if axis == "params" else AXES[axis][0]
-    # One rung is a check at one setting (adamw_check), not a ladder: its title says so.
-    one = len(report["scales"]) == 1
-    title = (f"the verdict at one rung ({report['scales'][0]['scale']})" if one
-             else f"does the saving survive along {along}?")
-    lines = [f"# Study {report['study']}: {title}", "",
-             f"Per rung, each arm tuned on the selection seeds and measured on the evaluation seeds against "
-             f"the tuned single-level frontier (arm `{report['frontier_arm']}`); the numbers are "
-             "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
-             "FLOPs for the same held-out loss over the run's FLOPs); saving = 1 - 1/M; 95% intervals. "
-             "The fit's own error: M read at the frontier's own points (each budget's, over the evaluation "
-             "seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) is "
-             "within the fit's error, not a saving.", "",
-             f"## Trend along {along}" + (" (one rung: none to tell)" if one else ""), ""]
-    for t in report["trends"]:
-        lines.append(f"- {t['sentence']}")
-        for p in t["predictions"]:
-            lines.append(f"  - Extrapolation, not a measurement: at {_params(p['n_params'])} parameters "
-                         f"({p['beyond_largest']:.3g}x the largest scale) the fitted line gives M = {p['M']:.3f} "
-                         f"[{p['M_lo']:.3f}, {p['M_hi']:.3f}], if the trend held that far.")
-    extra = axis not in ("params", "tokens_per_param")
-    lines += ["", "## Per rung", "",
-              f"| scale |{f' {AXES[axis][0]} |' if extra else ''} parameters | tokens/param | steps | fit's own error (M) "
-              "| arm | tuned settings | M [95%] | saving [95%] | eval seeds |",
-              "|---|" + ("---|" if extra else "") + "---|---|---|---|---|---|---|---|---|"]
-    for s in report["scales"]:
-        for i, row in enumerate(s["arms"]):
-            x = f" {s['x']:g} |" if extra else ""
-            head = (f"{s['scale']} |{x} {s['n_params']:,} | {s['tokens_per_param']:.1f} | {s['max_steps']:,} "
-                    f"| {_fit_error_text(s.get('fit_error'))}" if i == 0 else " |" + (" |" if extra else "") + " | | |")
-            m, saving = _multiplier_text(row.get("multiplier")) if row["arm"] != report["frontier_arm"] else ("the frontier", "—")
-            if row.get("within_fit_error"):
-                m += " ‡"
-            if not row["found"]:
-                m, saving = "no result", "—"
-            seeds = len(row.get("eval_seeds") or [])
-            lines.append(f"| {head} | {row['arm']} | {_settings_text(row)} | {m} | {saving} | {seeds or '—'} |")
-    lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md). "
-              "‡ within the fit's own error at that rung: not a saving. M > x: the arm's equal-loss point lies past "
-              "the frontier's largest budget, only a bound (no point for the trend). [lo, ∞): too many degenerate "
-              "bootstrap draws for an upper end (no point for the trend either)."]
-    notes = [(s["scale"], w) for s in report["scales"] for w in s["warnings"]]
-    if notes:
-        lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]
-    missing = [f"- {s['scale']}: no verdict ({s['why_no_verdict']})" for s in report["scales"] if s["why_no_verdict"]]
-    missing += [f"- {s['scale']}/{row['arm']}: not in the verdict" for s in report["scales"]
-                for row in s["arms"] if not row["found"] and not s["why_no_verdict"]]
-    missing += [f"- {m}" for s in report["scales"] for m in s["missing_runs"]]
-    lines += ["", "## Missing", ""] + (missing or ["Nothing: every run ended and every scale has its verdict."])
-    return "\n".join(lines) + "\n"
+    """ladder.md from the ladder's numbers, by mltrain-compare's renderer (the one comparison.md has)."""
+    return render_ladder(report, AXES[report.get("axis", "params")][0])
 
 
 def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] = None, kept: str = "") -> None:
@@ -378,16 +289,16 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
         color = colors[i % len(colors)]
         shift = 1.0 + 0.03 * (i - (len(report["trends"]) - 1) / 2)  # arms side by side, not on top
         for s in report["scales"]:
-            m = next((r.get("multiplier") for r in s["arms"] if r["arm"] == trend["arm"]), None) or {}
+            m = Multiplier.from_json(next((r.get("multiplier") for r in s["arms"] if r["arm"] == trend["arm"]), None))
             x = s.get("x", s["n_params"]) * shift
-            if (m.get("bound") or {}).get("kind") == "lower":  # only a bound: a caret at M > x, no point
-                ax.plot([x], [m["bound"]["value"]], marker="^", color=color, mfc="white", ls="none")
+            if m.bound is not None and m.bound.kind == "lower":  # only a bound: a caret at M > x, no point
+                ax.plot([x], [m.bound.value], marker="^", color=color, mfc="white", ls="none")
                 continue
-            if not m.get("available") or not m.get("M"):
+            if not m.available or not m.M:
                 continue
-            lo, hi = m.get("M_lo") or m["M"], m.get("M_hi") or m["M"]  # no interval (too few seeds): a bare point
-            ax.errorbar([s.get("x", s["n_params"]) * shift], [m["M"]], yerr=[[m["M"] - lo], [hi - m["M"]]], fmt="o",
-                        color=color, mfc="white" if m.get("extrapolated") else color, capsize=3)
+            lo, hi = m.M_lo or m.M, m.M_hi or m.M  # no interval (too few seeds): a bare point
+            ax.errorbar([x], [m.M], yerr=[[m.M - lo], [hi - m.M]], fmt="o",
+                        color=color, mfc="white" if m.extrapolated else color, capsize=3)
         if "slope" in trend:
             n = np.geomspace(trend["n_min"], trend["n_max"], 20)
             ax.plot(n, np.exp(trend["intercept"] + trend["slope"] * np.log(n)), color=color, ls="--", lw=1)

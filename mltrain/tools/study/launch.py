@@ -1,119 +1,108 @@
-"""One sweep: `mltrain -m <overrides>` through Hydra, in this process.
+"""One sweep: `mltrain -m <overrides>` in a process of its own, the same Python environment's.
 
-Hydra's sweeper expands the line and its launcher runs the jobs: `basic` one after the other in this
-process, `local` (joblib) in worker processes that stay alive from one sweep to the next, `slurm` as
-cluster jobs. mltrain's own entry point runs it, exactly as the console command would, so a study's
-runs are ordinary mltrain runs; running it here rather than in a new process per sweep saves the
-start-up (imports, the first config composition) of every sweep, and keeps what a process loads once
-(the tokenized corpus, see mltrain/data/loader.py) across the whole study.
+Hydra's sweeper, in that process, expands the line and its launcher runs the jobs: `basic` one after
+the other there, `local` (joblib) in worker processes it starts, `slurm` as cluster jobs. The study
+runs the console command's own entry point (mltrain.console.train_main), so a study's runs are
+ordinary mltrain runs, and nothing of a run (its config, its signal handlers, torch's state) is left
+in the study's process from one sweep to the next.
 
 While a study runs, what its sweeps print (mltrain's and Hydra's log lines, a failed job's error)
 goes to the study's log file (`output_to`); the study prints its own progress lines on the console.
-Logging, the environment and torch's thread count are put back as they were after each sweep.
+
+Signals: the sweep's process gets a process group of its own, so a Ctrl-C at the terminal reaches the
+study only; the study hands it on once to the whole group (the run and any launcher workers: mltrain
+stops each run after its step, with a checkpoint) and waits for it to stop. SIGTERM, SIGHUP and SIGUSR1
+sent to the study while a sweep runs are handed on the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
+import signal
+import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import Any, Iterator, TextIO
 
 from mltrain.interrupts import CtrlC
 from mltrain.atomic import open_no_follow
 
 # mltrain's exit statuses: a run stopped by SIGINT, SIGTERM, SIGUSR1 or SIGHUP (it wrote a checkpoint first)
 STOPPED = (130, 143, 138, 129)
-
-
-@contextlib.contextmanager
-def _environment(env: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: str(v) for k, v in env.items()})
-    torch = sys.modules.get("torch")
-    threads = torch.get_num_threads() if torch is not None else None
-    if torch is not None and "OMP_NUM_THREADS" in env:
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))  # read only at import: set it for runs in this process
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        if threads is not None:
-            torch.set_num_threads(threads)
-
-
-@contextlib.contextmanager
-def _logging_kept() -> Iterator[None]:
-    """Hydra configures the root logger for every job; afterwards the study's logging is as before."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        yield
-    finally:
-        for h in root.handlers:
-            if h not in handlers:
-                h.close()
-        root.handlers[:] = handlers
-        root.setLevel(level)
+# The `mltrain` console command, run by this Python (`mltrain -m ...` as pyproject.toml's script starts it)
+ENTRY = "import sys; sys.argv[0] = 'mltrain'; from mltrain.console import train_main; train_main()"
+HANDED_ON = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 
 
 @contextlib.contextmanager
 def output_to(log_path: Path) -> Iterator[TextIO]:
-    """While inside, everything this process and the workers it starts write to stdout and stderr goes
-    to `log_path` (file descriptors 1 and 2, so a launcher's worker processes, which keep them for
-    their whole life, write there too); yields the console's stdout for the study's own lines."""
+    """While inside, what the sweeps print and what this process prints through Python's streams go to
+    `log_path`, opened for appending and never through a link (StorageError naming it); yields the
+    console's stdout for the study's own lines."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-    log = open_no_follow(log_path, flags)  # never through a link (StorageError naming it)
-    saved = [os.dup(1), os.dup(2)]
-    console = os.fdopen(os.dup(saved[0]), "w", buffering=1)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    # Python's own streams too, where they are not file descriptors 1 and 2 (a test's captured output)
-    text = os.fdopen(open_no_follow(log_path, flags), "a", encoding="utf-8", buffering=1)
+    console = sys.stdout
+    console.flush()
+    text = os.fdopen(open_no_follow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8",
+                     buffering=1)
     try:
         with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
             yield console
     finally:
         text.close()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
-        console.close()
 
 
-def multirun(overrides: list[str], env: dict[str, str]) -> int:
-    """Run `mltrain -m <overrides>` here; returns its exit status: 0 every job ran, 1 some failed (each
-    named in the log), one of STOPPED when a run was stopped by a signal (Ctrl-C)."""
-    from mltrain.cli import train_main
+def _hand_on(proc: subprocess.Popen, signum: int) -> None:
+    """The signal to the sweep's whole process group (the run and its launcher's workers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
 
-    saved_argv = sys.argv
-    sys.argv = ["mltrain", "-m", *overrides]
-    with _environment(env), _logging_kept():
-        print(f"$ mltrain -m {' '.join(overrides)}", flush=True)
+
+@contextlib.contextmanager
+def _handing_on(proc: subprocess.Popen) -> Iterator[None]:
+    """While inside, SIGTERM, SIGHUP and SIGUSR1 sent to the study go to the sweep's process group."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.signal(s, lambda signum, _frame: _hand_on(proc, signum)) for s in HANDED_ON}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """The sweep's exit status; a Ctrl-C meanwhile is handed on and the sweep waited for (130 at least)."""
+    interrupted = False
+    while True:
         try:
-            train_main()
-            return 0
-        except SystemExit as done:
-            code = done.code
-            return code if isinstance(code, int) else (0 if code is None else 1)
-        finally:
-            sys.argv = saved_argv
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+            _hand_on(proc, signal.SIGINT)
+    return code if code in STOPPED or not interrupted else 130
+
+
+def multirun(overrides: list[str], env: dict[str, Any]) -> int:
+    """Run `mltrain -m <overrides>` in a new process with `env` added to this one's environment; returns
+    its exit status: 0 every job ran, 1 some failed (each named in the log), one of STOPPED when a run was
+    stopped by a signal (Ctrl-C)."""
+    print(f"$ mltrain -m {' '.join(overrides)}", flush=True)
+    sys.stderr.flush()
+    log = sys.stdout  # the study's log inside output_to
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY, "-m", *overrides], stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, **{k: str(v) for k, v in env.items()}},
+                            process_group=0)
+    with _handing_on(proc):
+        return _wait(proc)
 
 
 def Interrupts() -> CtrlC:
     """While inside: Ctrl-C (SIGINT) stops the study, as Python's own handler would, and is also
     remembered (`requested`), so one that lands where Python cannot raise (a finaliser) still stops the
-    study after the sweep. A run that is training handles it first (mltrain stops it after its step,
-    with a checkpoint) and hands it on here."""
+    study after the sweep. A sweep that is running gets it first (`multirun`: mltrain stops each run
+    after its step, with a checkpoint) and the study stops when the sweep has."""
     return CtrlC(defer=False)

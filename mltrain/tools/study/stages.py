@@ -31,6 +31,7 @@ from mltrain.errors import ConfigError, MltrainError
 from mltrain import guarded
 from mltrain.runs import rundir
 from mltrain.runs.provenance import redact_tree
+from mltrain.tools.compare import Report, compare_report
 from mltrain.tools.study import compose, ladder, tuning
 from mltrain.tools.study.compose import setting_key
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
@@ -335,12 +336,8 @@ def _launch(study: Study, sweep: Sweep) -> None:
 # mltrain-compare: the choice of stage 1 and the verdict of stage 3
 
 
-def _compare(paths: list[Path], **kwargs: Any) -> dict:
-    try:
-        from mltrain.tools.compare import compare_dirs
-    except ImportError as err:  # an mltrain-compare without the tuned verdict
-        raise MltrainError(f"mltrain-compare cannot choose or judge here ({err})") from None
-    return compare_dirs([str(p) for p in paths], **kwargs)
+def _compare(paths: list[Path], **kwargs: Any) -> Report:
+    return compare_report([str(p) for p in paths], **kwargs)
 
 
 def _on_values(values: list[str], key: str, value: Any) -> str:
@@ -400,13 +397,13 @@ def _choose_arm(study: Study, scale: str, name: str, runs: list[Run]) -> Choice:
     found = _compare(_existing(runs), out=None, select_seeds=selection_seeds(cfg), tune=keys, plot=False)
     kind = study.kinds[(scale, name)]
     label = compose.arm_label(cfg, scale, name, study.sizes[scale].max_steps, kind, keys)
-    arms = found.get("arms", [])
+    arms = found.arms
     entry = arms[0] if len(arms) == 1 else ladder.find_arm(arms, label, kind)
     if entry is None:
-        raise ConfigError(f"no arm labelled {label!r} among {[a.get('label') for a in arms]}")
+        raise ConfigError(f"no arm labelled {label!r} among {[a.label for a in arms]}")
     by_budget = {_on_values(tried[BUDGET], BUDGET, b): {k: _on_values(tried[k], k, v) for k, v in s.items() if k in keys}
-                 for b, s in (entry.get("selected_by_budget") or {}).items()} if name == frontier_arm(cfg) else {}
-    setting = {k: _on_values(tried[k], k, v) for k, v in (entry.get("selected") or {}).items() if k in keys}
+                 for b, s in entry.selected_by_budget.items()} if name == frontier_arm(cfg) else {}
+    setting = {k: _on_values(tried[k], k, v) for k, v in entry.selected.items() if k in keys}
     choice = Choice(setting, by_budget)
     if name != frontier_arm(cfg) and setting and cfg.extra_selection_seeds:
         table = tuning.losses(runs)
@@ -536,8 +533,8 @@ def _runner_up_multiplier(study: Study, scale: str, sweeps: list[Sweep], arm: st
     except (MltrainError, OSError) as err:
         study.progress.say(f"mltrain-study: {scale}/{arm}: no M at the runner-up setting: {err}")
         return None
-    entry = ladder.find_arm(found.get("arms", []), study.labels[scale][arm], study.kinds[(scale, arm)])
-    return entry.get("multiplier") if entry else None
+    entry = ladder.find_arm(found.arms, study.labels[scale][arm], study.kinds[(scale, arm)])
+    return (entry.multiplier.json or None) if entry else None
 
 
 def _tuning_record(study: Study, scale: str, budgets: list[str], sweeps: list[Sweep], choices: dict[str, Choice]) -> dict:

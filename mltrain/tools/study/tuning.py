@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional
 
+from mltrain.tools.compare import Report
 from mltrain.tools.study.plan import (BUDGET, TUNE, Choice, Layout, Run, Sweep, setting_sweep, setting_text)
 from mltrain.tools.study.progress import ended, run_status
 from mltrain.tools.study.schema import frontier_arm
@@ -123,20 +124,15 @@ def runner_up(table: Losses, close: list[Setting], seeds: list[int], chosen: Set
     return rest[0][1] if rest else None
 
 
-def next_budget(study: Any, budgets: list[str], comparison: Optional[dict]) -> Optional[str]:
+def next_budget(study: Any, budgets: list[str], comparison: Optional[Report]) -> Optional[str]:
     """The frontier's next budget (the next whole multiple of the steps) while some arm's equal-loss point
     lies beyond its data, up to frontier.max_budget; None otherwise."""
     cap = study.frontier.max_budget
     if cap is None or comparison is None:
         return None
-    beyond = [a for a in comparison.get("arms", []) if not a.get("is_frontier") and _beyond(a.get("multiplier") or {})]
+    beyond = [a for a in comparison.arms if not a.is_frontier and a.multiplier.past_the_data]
     nxt = float(math.floor(max(map(float, budgets))) + 1)
     return setting_text(BUDGET, nxt) if beyond and nxt <= cap + 1e-9 else None
-
-
-def _beyond(m: dict) -> bool:
-    bound = m.get("bound")
-    return bool(m.get("extrapolated") or m.get("beyond_data") or (isinstance(bound, dict) and bound.get("kind") == "lower"))
 
 
 # ---------------------------------------------------------------------------------------------
