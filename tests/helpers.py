@@ -511,6 +511,15 @@ def tool(name: str, *args: str, cwd: Path, env: Optional[dict] = None, timeout: 
                           errors="replace")
 
 
+def from_a_terminal(cmd: list[str]) -> list[str]:
+    """`cmd` started with SIGINT at its default, as a shell's foreground job is. A suite started as a
+    background job of a non-interactive shell (`bash -c '... &'`, some CI runners) inherits SIGINT ignored,
+    every process it starts does too, and Python then installs no Ctrl-C handler (rightly: such a job is
+    meant to be immune to Ctrl-C), so a SIGINT sent to the tool would do nothing."""
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *cmd]
+
+
 def smoke_run(root: Path, name: str = "run") -> Path:
     """A finished smoke run in root/<name>, made by the installed mltrain."""
     proc = tool("mltrain", *TOOL_SMOKE, f"hydra.run.dir={root / name}", cwd=root)
