@@ -135,7 +135,10 @@ def test_progress_counts_the_evaluation_of_a_new_choice_when_stage_1_chooses_aga
 
 
 def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, verdict, tmp_path, monkeypatch):
+    """The first scale's tuning runs copied from the smoke study, its 8 evaluation runs and every report
+    left to make: Ctrl-C comes while the 5th evaluation run trains."""
     root = tmp_path / "study"
+    shutil.copytree(smoke_study[0] / "d16" / "tune", root / "d16" / "tune")
     argv = ["study=smoke", f"dir={root}", "~ladder.d32"]
     real_ended = stages.Progress.ended
     seen = []
@@ -154,6 +157,7 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, 
     monkeypatch.setattr(stages.Progress, "ended", real_ended)
     code, out, _ = run_main(*argv)
     assert code == 0, out
+    assert sum(line.startswith("[") for line in out.splitlines()) == 4  # the evaluation runs not started yet
     again, whole = reports(root), reports(smoke_study[0])
     assert again["scales"] == whole["scales"][:1] and again["selection"]["d16"] == whole["selection"]["d16"]
 
