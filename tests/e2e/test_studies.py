@@ -180,12 +180,16 @@ def test_every_setting_of_the_big_studies_composes_and_validates(name, request, 
 
 def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, tmp_path):
     # Valid config, impossible run: the vocabulary is only checked against the tokenizer's when a run builds.
-    code, out, _ = run_main("study=smoke", f"dir={tmp_path}", "~ladder.d32", "arms.multilevel.overrides=['model.vocab_size=100']")
+    # One setting per arm and one evaluation seed, single-level with the two budgets a frontier needs: the
+    # multilevel run fails, the single-level ones go on.
+    code, out, _ = run_main("study=smoke", f"dir={tmp_path}", "~ladder.d32", "arms.multilevel.overrides=['model.vocab_size=100']",
+                            "arms.single.grid={optim.lr:[0.3],train.budget:[0.5,2.0]}", "arms.multilevel.grid={optim.lr:[0.3]}",
+                            "seeds=[1]")
     assert code == 1
     failed = [line for line in out.splitlines() if "FAILED" in line]
-    assert len(failed) == 2 and all("d16/tune/multilevel/" in line for line in failed)
+    assert len(failed) == 1 and all("d16/tune/multilevel/" in line for line in failed)
     assert all("model.vocab_size=100 is smaller than the tokenizer's vocabulary (256)" in line for line in failed)
-    assert sum(" val loss " in line for line in out.splitlines()) == 12  # single-level: 6 tuning, 6 frontier runs
+    assert sum(" val loss " in line for line in out.splitlines()) == 4  # single-level: 2 tuning, 2 frontier runs
     md = (tmp_path / "ladder.md").read_text()
     assert "d16/multilevel: stage 1 chose no setting" in md and "model.vocab_size=100 is smaller" in md
 
