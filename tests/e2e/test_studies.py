@@ -45,12 +45,9 @@ def reports(root: Path) -> dict:
             "selection": {p.parent.name: json.loads(p.read_text()) for p in root.glob("*/selection.json")}}
 
 
-@pytest.fixture(scope="module")
-def smoke_study(tmp_path_factory):
-    """The smoke study run once to the end: (its dir, exit status, its lines)."""
+def _run_smoke_study(root: Path) -> tuple[int, str]:
     import mltrain.tools.compare as compare
 
-    root = tmp_path_factory.mktemp("smoke") / "study"
     patch = pytest.MonkeyPatch()
     if not hasattr(compare, "compare_dirs"):
         import helpers
@@ -60,7 +57,30 @@ def smoke_study(tmp_path_factory):
         code, out, _ = run_main("study=smoke", f"dir={root}")
     finally:
         patch.undo()
-    return root, code, out
+    return code, out
+
+
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory):
+    """The smoke study run once to the end: (its dir, exit status, its lines). Run once for the whole suite:
+    under `-n` the first worker to need it runs it in the folder the workers share (the others wait on the
+    lock), and each worker gets its own copy (some tests run the study again in it)."""
+    from filelock import FileLock  # a dependency of torch's
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the session's folder, above every worker's own
+    made, record = shared / "smoke_study" / "study", shared / "smoke_study" / "result.json"
+    with FileLock(str(shared / "smoke_study.lock")):
+        if not record.exists():
+            shutil.rmtree(made.parent, ignore_errors=True)  # a run cut short before its record
+            made.parent.mkdir(parents=True)
+            code, out = _run_smoke_study(made)
+            record.write_text(json.dumps({"code": code, "out": out}))
+    result = json.loads(record.read_text())
+    root = tmp_path_factory.mktemp("smoke") / "study"
+    shutil.copytree(made, root, ignore=shutil.ignore_patterns(".mltrain.lock"))  # mtimes kept
+    return root, result["code"], result["out"]
 
 
 def test_smoke_study_end_to_end(smoke_study):
@@ -212,19 +232,27 @@ launcher: {{name: basic, env: {{OMP_NUM_THREADS: "1"}}}}
 """
 AXIS_LADDERS = {  # axis -> (its rungs, the config key each rung's value is read from, the values)
     "depth": ("{a: {overrides: [model.n_layer=2]}, b: {overrides: [model.n_layer=4]}}", "model.n_layer", [2, 4]),
-    "width": ("{a: {overrides: [model.n_embd=16]}, b: {overrides: [model.n_embd=32]}}", "model.n_embd", [16, 32]),
+    "width": (None, "model.n_embd", [16, 32]),  # the smoke study's own rungs, d16 and d32, differ in width alone
     "tokens_per_param": ("{a: {tokens_per_param: 0.05}, b: {tokens_per_param: 0.1}}", None, None),
 }
 
 
 @pytest.mark.parametrize("axis", sorted(AXIS_LADDERS))
-def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, tmp_path, monkeypatch):
+def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, tmp_path, monkeypatch, request):
+    """Width: the smoke study's finished runs reported along width (no run is needed for that)."""
     from matplotlib.figure import Figure
 
     rungs, key, values = AXIS_LADDERS[axis]
-    own = tmp_path / "conf" / "study"
-    own.mkdir(parents=True)
-    (own / f"axis_{axis}.yaml").write_text(AXIS_STUDY.format(axis=axis, ladder=rungs))
+    if rungs is None:
+        shutil.copytree(request.getfixturevalue("smoke_study")[0], tmp_path / "study",
+                        ignore=shutil.ignore_patterns(".mltrain.lock", "study.log"))
+        request.getfixturevalue("verdict")
+        argv = ["study=smoke", f"dir={tmp_path / 'study'}", f"ladder_axis={axis}"]
+    else:
+        own = tmp_path / "conf" / "study"
+        own.mkdir(parents=True)
+        (own / f"axis_{axis}.yaml").write_text(AXIS_STUDY.format(axis=axis, ladder=rungs))
+        argv = [f"study=axis_{axis}", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
     drawn = {}
     real_savefig = Figure.savefig
 
@@ -235,19 +263,19 @@ def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_th
         return real_savefig(fig, path, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", savefig)
-    argv = [f"study=axis_{axis}", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
     code, out, _ = run_main(*argv)
     assert code == 0, out
+    assert ("0 sweep(s) launched" in out) == (rungs is None)
     saved = json.loads((tmp_path / "study" / "ladder.json").read_text())
     assert saved["axis"] == axis and saved["axis_label"] == ladder.AXES[axis][1]
     cfg = compose_study(argv[:1] + argv[2:])
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
         if key is not None:  # the value each rung's own composed config holds
-            configs = [composer.compose([*cfg.common, *cfg.ladder[r].overrides], r) for r in ("a", "b")]
+            configs = [composer.compose([*cfg.common, *cfg.ladder[r].overrides], r) for r in cfg.ladder]
             assert [int(OmegaConf.select(c, key)) for c in configs] == values
         else:
-            values = [sizes[r].tokens_per_param for r in ("a", "b")]
+            values = [sizes[r].tokens_per_param for r in cfg.ladder]
     assert [s["x"] for s in saved["scales"]] == pytest.approx(values)
     assert drawn["xlabel"].startswith(ladder.AXES[axis][1]) and drawn["xticks"] == [f"{v:g}" for v in values]
     (trend,) = saved["trends"]
