@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import run_main
+from helpers import made_once, run_main
 from omegaconf import OmegaConf
 
 from mltrain.tools.study import compose, ladder, stages
@@ -62,25 +62,15 @@ def _run_smoke_study(root: Path) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def smoke_study(tmp_path_factory):
-    """The smoke study run once to the end: (its dir, exit status, its lines). Run once for the whole suite:
-    under `-n` the first worker to need it runs it in the folder the workers share (the others wait on the
-    lock), and each worker gets its own copy (some tests run the study again in it)."""
-    from filelock import FileLock  # a dependency of torch's
+    """The smoke study run once to the end (once for the whole suite, helpers.made_once): (this process's
+    copy of its dir, exit status, its lines)."""
+    def make(folder: Path) -> None:
+        code, out = _run_smoke_study(folder / "study")
+        (folder / "result.json").write_text(json.dumps({"code": code, "out": out}))
 
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the session's folder, above every worker's own
-    made, record = shared / "smoke_study" / "study", shared / "smoke_study" / "result.json"
-    with FileLock(str(shared / "smoke_study.lock")):
-        if not record.exists():
-            shutil.rmtree(made.parent, ignore_errors=True)  # a run cut short before its record
-            made.parent.mkdir(parents=True)
-            code, out = _run_smoke_study(made)
-            record.write_text(json.dumps({"code": code, "out": out}))
-    result = json.loads(record.read_text())
-    root = tmp_path_factory.mktemp("smoke") / "study"
-    shutil.copytree(made, root, ignore=shutil.ignore_patterns(".mltrain.lock"))  # mtimes kept
-    return root, result["code"], result["out"]
+    made = made_once(tmp_path_factory, "smoke_study", make)
+    result = json.loads((made / "result.json").read_text())
+    return made / "study", result["code"], result["out"]
 
 
 def test_smoke_study_end_to_end(smoke_study):
