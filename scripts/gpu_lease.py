@@ -79,8 +79,8 @@ def install(wheels_dir: Path, site: Path) -> int:
 
 
 def read_parts(work: Path) -> dict:
-    """Every part's record from WORK/parts.tsv: started-and-ended, not run (with why), or started and never
-    ended (the command was cut off from outside)."""
+    """Every part's record from WORK/parts.tsv: started-and-ended, not run (with why), skipped (left out by
+    --parts), or started and never ended (the command was cut off from outside)."""
     parts: dict = {}
     path = work / "parts.tsv"
     for line in path.read_text().splitlines() if path.exists() else []:
@@ -88,14 +88,14 @@ def read_parts(work: Path) -> dict:
         if what == "start":
             parts[name] = {"status": "cut_off", "limit_s": int(rest[0]),
                            "reason": "the command was stopped from outside while this part ran"}
-        elif what == "not_run":
-            parts[name] = {"status": "not_run", "limit_s": int(rest[0]), "seconds": 0, "reason": rest[1]}
+        elif what in ("not_run", "skipped"):
+            parts[name] = {"status": what, "limit_s": int(rest[0]), "seconds": 0, "reason": rest[1]}
         else:  # end RC SECONDS
             rc, seconds = int(rest[0]), int(rest[1])
             status = "ok" if rc == 0 else "timed_out" if rc in (124, 137) else "failed"
             parts[name] = {**parts.get(name, {}), "status": status, "rc": rc, "seconds": seconds}
             parts[name].pop("reason", None)
-        if name in parts and parts[name]["status"] != "not_run":
+        if name in parts and parts[name]["status"] not in ("not_run", "skipped"):
             parts[name]["graphs"] = graphs_in(work / f"{name}.err")
     return parts
 
@@ -251,7 +251,7 @@ def report(work: Path, dest: Path, dry: bool, tokens: str, deadline: int, elapse
     parts = read_parts(work)
     problems = [f"{n}: {p['status'].replace('_', ' ')}" + (f" ({p['reason']})" if p.get("reason") else "") +
                 (f" after {p['limit_s']} s" if p["status"] == "timed_out" else "")
-                for n, p in parts.items() if p["status"] != "ok"]
+                for n, p in parts.items() if p["status"] not in ("ok", "skipped")]  # skipped: asked for
     problems += [f"{n}: not reached" for n in PARTS if n not in parts]
     result = {"mode": mode, "ok": False, "problems": problems, "deadline_s": deadline, "elapsed_s": elapsed,
               "parts": parts, "seconds": sum(p.get("seconds", 0) for p in parts.values()),

@@ -15,6 +15,7 @@
 #
 #   bash scripts/gpu_lease.sh [--deadline SECONDS]            # on a machine with a CUDA GPU (default 540)
 #   bash scripts/gpu_lease.sh --dry-run [--inductor] [...]    # the same parts, tiny, on the CPU
+#   bash scripts/gpu_lease.sh --parts device,bench [...]      # only these parts (the others `skipped`)
 #
 # The whole command ends within --deadline: a part whose limit (its cost, below) does not fit in the time
 # left is not started and is reported `not_run` with the reason. Everything comes back as two files in
@@ -38,17 +39,21 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 START=$(date +%s)
 DRY=0 INDUCTOR=0 DEADLINE=540
-usage() { echo "usage: $0 [--dry-run [--inductor]] [--deadline SECONDS]" >&2; exit 2; }
+ALL_PARTS=device,bench,paper,syncs,cuda_tests,smoke WANTED=
+usage() { echo "usage: $0 [--dry-run [--inductor]] [--deadline SECONDS] [--parts PART,...] (parts: $ALL_PARTS)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
     --inductor) INDUCTOR=1 ;;
     --deadline) [[ "${2:-}" =~ ^[0-9]+$ ]] || usage; DEADLINE=$2; shift ;;
+    --parts) [ -n "${2:-}" ] || usage; WANTED=$2; shift ;;
     *) usage ;;
   esac
   shift
 done
 [ $INDUCTOR = 1 ] && [ $DRY = 0 ] && usage
+for name in ${WANTED//,/ }; do [[ ",$ALL_PARTS," == *",$name,"* ]] || usage; done
+wanted() { [ -z "$WANTED" ] || [[ ",$WANTED," == *",$1,"* ]]; }
 if [ -n "${PYTHON:-}" ]; then
   PY=$PYTHON
 elif [ $DRY = 1 ] && [ -x "$ROOT/.venv/bin/python" ]; then
@@ -150,14 +155,18 @@ limit() {  # the part's time limit: GPU_CHECK_TIMEOUT_<PART>, else the default a
 }
 
 RESERVE=10 KILL_AFTER=5  # seconds kept for the last report; for a part past its limit to die
-# part NAME COMMAND...: run it under its limit when that fits in the time left, else record it not_run;
-# stdout to $WORK/NAME.out, stderr to $WORK/NAME.err (and ours); the report rewritten after it.
+# part NAME COMMAND...: run it under its limit when that fits in the time left, else record it not_run
+# (skipped when --parts leaves it out); stdout to $WORK/NAME.out, stderr to $WORK/NAME.err (and ours);
+# the report rewritten after it.
 part() {
   local name=$1 seconds room start rc
   shift
   seconds=$(limit "$name")
   room=$(( DEADLINE - $(elapsed) - RESERVE - KILL_AFTER ))
-  if [ "$seconds" -gt "$room" ]; then
+  if ! wanted "$name"; then
+    say "$name skipped: not among --parts $WANTED"
+    printf '%s\tskipped\t%s\tnot among --parts %s\n' "$name" "$seconds" "$WANTED" >> "$WORK/parts.tsv"
+  elif [ "$seconds" -gt "$room" ]; then
     say "$name not run: its limit is ${seconds} s, ${room} s are left of the ${DEADLINE} s deadline"
     printf '%s\tnot_run\t%s\tits limit is %s s, %s s were left of the %s s deadline\n' "$name" "$seconds" \
       "$seconds" "$(( room < 0 ? 0 : room ))" "$DEADLINE" >> "$WORK/parts.tsv"

@@ -511,6 +511,42 @@ def tool(name: str, *args: str, cwd: Path, env: Optional[dict] = None, timeout: 
                           errors="replace")
 
 
+def from_a_terminal(cmd: list[str]) -> list[str]:
+    """`cmd` started with SIGINT at its default, as a shell's foreground job is. A suite started as a
+    background job of a non-interactive shell (`bash -c '... &'`, some CI runners) inherits SIGINT ignored,
+    every process it starts does too, and Python then installs no Ctrl-C handler (rightly: such a job is
+    meant to be immune to Ctrl-C), so a SIGINT sent to the tool would do nothing."""
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *cmd]
+
+
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """A folder `make(folder)` fills, made once for the whole suite and copied for this test process.
+
+    Under `-n` every worker runs its own session, so a fixture of session or module scope is made once per
+    worker that needs it; here the first one to need it makes it in the session's folder above every
+    worker's own, under a file lock (the others wait on it), and each gets a copy (mtimes kept; tests may
+    change their copy). A folder `make` did not finish is made again."""
+    import shutil
+
+    from filelock import FileLock  # a dependency of torch's
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    made, done = shared / "made_once" / name, shared / "made_once" / f"{name}.done"
+    made.parent.mkdir(exist_ok=True)
+    with FileLock(str(made.parent / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(made, ignore_errors=True)
+            made.mkdir()
+            make(made)
+            done.touch()
+    copy = tmp_path_factory.mktemp(name) / name
+    shutil.copytree(made, copy, ignore=shutil.ignore_patterns(".mltrain.lock"))
+    return copy
+
+
 def smoke_run(root: Path, name: str = "run") -> Path:
     """A finished smoke run in root/<name>, made by the installed mltrain."""
     proc = tool("mltrain", *TOOL_SMOKE, f"hydra.run.dir={root / name}", cwd=root)

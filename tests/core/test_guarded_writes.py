@@ -12,7 +12,7 @@ import pytest
 
 from mltrain.errors import StorageError
 from mltrain import guarded
-from helpers import VICTIM, fake_runs, refused, smoke_run, tool, tree, victim
+from helpers import VICTIM, fake_runs, made_once, refused, smoke_run, tool, tree, victim
 
 # ---------------------------------------------------------------------------------------------
 # The writer itself
@@ -106,7 +106,7 @@ def test_compare_refuses_each_of_its_files_as_a_link_and_writes_none(tmp_path, n
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
-    return smoke_run(tmp_path_factory.mktemp("weights"))
+    return made_once(tmp_path_factory, "smoke_run", smoke_run) / "run"  # once for the whole suite
 
 
 @pytest.mark.parametrize("dangling", [False, True])

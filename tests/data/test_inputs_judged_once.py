@@ -18,7 +18,7 @@ from mltrain.data.config import DataConfig
 from mltrain.data.loader import load_tokens
 from mltrain.data.sampler import BatchSampler
 from mltrain.errors import DataError
-from helpers import TOOL_SMOKE, edited_copy, refused, smoke_run, tool
+from helpers import TOOL_SMOKE, edited_copy, made_once, refused, smoke_run, tool
 
 TINY = ["model.n_layer=2", "model.n_embd=16", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
         "train.max_steps=2", "train.eval_batches=1", "train.progress=false", "device=cpu"]
@@ -144,7 +144,7 @@ def test_input_files_are_named_when_empty(tmp_path):
 
 @pytest.fixture(scope="module")
 def weights_run(tmp_path_factory) -> Path:
-    return smoke_run(tmp_path_factory.mktemp("weights"))
+    return made_once(tmp_path_factory, "smoke_run", smoke_run) / "run"  # once for the whole suite
 
 
 

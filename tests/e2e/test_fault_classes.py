@@ -6,7 +6,7 @@ This module holds the cases no other test checks at the same entry point with th
 COVERED names, class by class, the test that checks each of the others: through the installed tool, or,
 where the tool's one line for that error class is checked through the CLI elsewhere, at the function the
 tool calls (validate() per key, the run-dir claim, the checkpoint loader). LEFT_OUT names the one case
-run nowhere, and why. The resume cases share one finished smoke run (made once per worker, copied per
+run nowhere, and why. The resume cases share one finished smoke run (made once for the suite, copied per
 case)."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Callable, Optional
 import numpy as np
 import pytest
 import torch
-from helpers import (ENV, NO_ROOM, PREPARE, TOOL_BIN, TOOL_SMOKE, fake_runs, jsonl_file, judge, judged_lines,
-                     output_of, saved_run, tool, unwritable_dir, victim)
+from helpers import (ENV, NO_ROOM, PREPARE, TOOL_BIN, TOOL_SMOKE, fake_runs, from_a_terminal, jsonl_file, judge,
+                     judged_lines, made_once, output_of, saved_run, tool, unwritable_dir, victim)
 
 from mltrain.data import shards
 from mltrain.runs.files import read_metrics
@@ -383,8 +383,11 @@ def test_the_tools_edges_sample_into_a_reader_that_goes_ends_quietly(tmp_path):
 
 def test_the_tools_edges_ctrl_c_during_sampling_is_one_line_exit_130(tmp_path):
     run_dir, _ = saved_run(tmp_path)
-    p = subprocess.Popen([str(TOOL_BIN / "mltrain-sample"), str(run_dir), "--max-new-tokens", "100000000"],
-                         cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    # As a user's Ctrl-C reaches it: the tool started as a terminal's foreground job (SIGINT handled),
+    # whatever SIGINT disposition the suite itself inherited.
+    cmd = from_a_terminal([str(TOOL_BIN / "mltrain-sample"), str(run_dir), "--max-new-tokens", "100000000"])
+    p = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
     assert p.stdout.read(20)  # generating
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
@@ -398,11 +401,12 @@ def test_the_tools_edges_ctrl_c_during_sampling_is_one_line_exit_130(tmp_path):
 
 @pytest.fixture(scope="session")
 def finished(tmp_path_factory) -> Path:
-    """A finished smoke run with checkpoints (3, the newest at its last step), made once per worker."""
-    root = tmp_path_factory.mktemp("finished")
-    proc = mltrain(root, *CKPT, f"hydra.run.dir={root / 'run'}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return root / "run"
+    """A finished smoke run with checkpoints (3, the newest at its last step), made once for the suite."""
+    def make(root: Path) -> None:
+        proc = mltrain(root, *CKPT, f"hydra.run.dir={root / 'run'}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    return made_once(tmp_path_factory, "finished_with_checkpoints", make) / "run"
 
 
 def unfinished(finished: Path, tmp: Path) -> Path:

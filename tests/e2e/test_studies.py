@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import run_main
+from helpers import made_once, run_main
 from omegaconf import OmegaConf
 
 from mltrain.tools.study import compose, ladder, stages
@@ -45,12 +45,9 @@ def reports(root: Path) -> dict:
             "selection": {p.parent.name: json.loads(p.read_text()) for p in root.glob("*/selection.json")}}
 
 
-@pytest.fixture(scope="module")
-def smoke_study(tmp_path_factory):
-    """The smoke study run once to the end: (its dir, exit status, its lines)."""
+def _run_smoke_study(root: Path) -> tuple[int, str]:
     import mltrain.tools.compare as compare
 
-    root = tmp_path_factory.mktemp("smoke") / "study"
     patch = pytest.MonkeyPatch()
     if not hasattr(compare, "compare_dirs"):
         import helpers
@@ -60,7 +57,20 @@ def smoke_study(tmp_path_factory):
         code, out, _ = run_main("study=smoke", f"dir={root}")
     finally:
         patch.undo()
-    return root, code, out
+    return code, out
+
+
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory):
+    """The smoke study run once to the end (once for the whole suite, helpers.made_once): (this process's
+    copy of its dir, exit status, its lines)."""
+    def make(folder: Path) -> None:
+        code, out = _run_smoke_study(folder / "study")
+        (folder / "result.json").write_text(json.dumps({"code": code, "out": out}))
+
+    made = made_once(tmp_path_factory, "smoke_study", make)
+    result = json.loads((made / "result.json").read_text())
+    return made / "study", result["code"], result["out"]
 
 
 def test_smoke_study_end_to_end(smoke_study):
@@ -135,7 +145,10 @@ def test_progress_counts_the_evaluation_of_a_new_choice_when_stage_1_chooses_aga
 
 
 def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, verdict, tmp_path, monkeypatch):
+    """The first scale's tuning runs copied from the smoke study, its 8 evaluation runs and every report
+    left to make: Ctrl-C comes while the 5th evaluation run trains."""
     root = tmp_path / "study"
+    shutil.copytree(smoke_study[0] / "d16" / "tune", root / "d16" / "tune")
     argv = ["study=smoke", f"dir={root}", "~ladder.d32"]
     real_ended = stages.Progress.ended
     seen = []
@@ -154,6 +167,7 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, 
     monkeypatch.setattr(stages.Progress, "ended", real_ended)
     code, out, _ = run_main(*argv)
     assert code == 0, out
+    assert sum(line.startswith("[") for line in out.splitlines()) == 4  # the evaluation runs not started yet
     again, whole = reports(root), reports(smoke_study[0])
     assert again["scales"] == whole["scales"][:1] and again["selection"]["d16"] == whole["selection"]["d16"]
 
@@ -164,7 +178,8 @@ def test_a_study_changed_since_its_runs_is_refused_before_any_run(smoke_study, c
     assert code == 2 and "holds a run made with other settings than this study's (train.eval_batches (2 there, 3 here))" in err
 
 
-@pytest.mark.parametrize("name", ["cpu_ladder", "paper_ladder", "depth_ladder", "data_ladder", "adamw_check"])
+# cpu_ladder's case is in tests/tools/test_study.py (its fixed-setting test prepares it already)
+@pytest.mark.parametrize("name", ["paper_ladder", "depth_ladder", "data_ladder", "adamw_check"])
 def test_every_setting_of_the_big_studies_composes_and_validates(name, request, tmp_path):
     if name == "paper_ladder":
         request.getfixturevalue("gpt2_cache")
@@ -175,12 +190,16 @@ def test_every_setting_of_the_big_studies_composes_and_validates(name, request, 
 
 def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, tmp_path):
     # Valid config, impossible run: the vocabulary is only checked against the tokenizer's when a run builds.
-    code, out, _ = run_main("study=smoke", f"dir={tmp_path}", "~ladder.d32", "arms.multilevel.overrides=['model.vocab_size=100']")
+    # One setting per arm and one evaluation seed, single-level with the two budgets a frontier needs: the
+    # multilevel run fails, the single-level ones go on.
+    code, out, _ = run_main("study=smoke", f"dir={tmp_path}", "~ladder.d32", "arms.multilevel.overrides=['model.vocab_size=100']",
+                            "arms.single.grid={optim.lr:[0.3],train.budget:[0.5,2.0]}", "arms.multilevel.grid={optim.lr:[0.3]}",
+                            "seeds=[1]")
     assert code == 1
     failed = [line for line in out.splitlines() if "FAILED" in line]
-    assert len(failed) == 2 and all("d16/tune/multilevel/" in line for line in failed)
+    assert len(failed) == 1 and all("d16/tune/multilevel/" in line for line in failed)
     assert all("model.vocab_size=100 is smaller than the tokenizer's vocabulary (256)" in line for line in failed)
-    assert sum(" val loss " in line for line in out.splitlines()) == 12  # single-level: 6 tuning, 6 frontier runs
+    assert sum(" val loss " in line for line in out.splitlines()) == 4  # single-level: 2 tuning, 2 frontier runs
     md = (tmp_path / "ladder.md").read_text()
     assert "d16/multilevel: stage 1 chose no setting" in md and "model.vocab_size=100 is smaller" in md
 
@@ -203,19 +222,27 @@ launcher: {{name: basic, env: {{OMP_NUM_THREADS: "1"}}}}
 """
 AXIS_LADDERS = {  # axis -> (its rungs, the config key each rung's value is read from, the values)
     "depth": ("{a: {overrides: [model.n_layer=2]}, b: {overrides: [model.n_layer=4]}}", "model.n_layer", [2, 4]),
-    "width": ("{a: {overrides: [model.n_embd=16]}, b: {overrides: [model.n_embd=32]}}", "model.n_embd", [16, 32]),
+    "width": (None, "model.n_embd", [16, 32]),  # the smoke study's own rungs, d16 and d32, differ in width alone
     "tokens_per_param": ("{a: {tokens_per_param: 0.05}, b: {tokens_per_param: 0.1}}", None, None),
 }
 
 
 @pytest.mark.parametrize("axis", sorted(AXIS_LADDERS))
-def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, tmp_path, monkeypatch):
+def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, tmp_path, monkeypatch, request):
+    """Width: the smoke study's finished runs reported along width (no run is needed for that)."""
     from matplotlib.figure import Figure
 
     rungs, key, values = AXIS_LADDERS[axis]
-    own = tmp_path / "conf" / "study"
-    own.mkdir(parents=True)
-    (own / f"axis_{axis}.yaml").write_text(AXIS_STUDY.format(axis=axis, ladder=rungs))
+    if rungs is None:
+        shutil.copytree(request.getfixturevalue("smoke_study")[0], tmp_path / "study",
+                        ignore=shutil.ignore_patterns(".mltrain.lock", "study.log"))
+        request.getfixturevalue("verdict")
+        argv = ["study=smoke", f"dir={tmp_path / 'study'}", f"ladder_axis={axis}"]
+    else:
+        own = tmp_path / "conf" / "study"
+        own.mkdir(parents=True)
+        (own / f"axis_{axis}.yaml").write_text(AXIS_STUDY.format(axis=axis, ladder=rungs))
+        argv = [f"study=axis_{axis}", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
     drawn = {}
     real_savefig = Figure.savefig
 
@@ -226,19 +253,19 @@ def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_th
         return real_savefig(fig, path, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", savefig)
-    argv = [f"study=axis_{axis}", f"dir={tmp_path / 'study'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
     code, out, _ = run_main(*argv)
     assert code == 0, out
+    assert ("0 sweep(s) launched" in out) == (rungs is None)
     saved = json.loads((tmp_path / "study" / "ladder.json").read_text())
     assert saved["axis"] == axis and saved["axis_label"] == ladder.AXES[axis][1]
     cfg = compose_study(argv[:1] + argv[2:])
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
         if key is not None:  # the value each rung's own composed config holds
-            configs = [composer.compose([*cfg.common, *cfg.ladder[r].overrides], r) for r in ("a", "b")]
+            configs = [composer.compose([*cfg.common, *cfg.ladder[r].overrides], r) for r in cfg.ladder]
             assert [int(OmegaConf.select(c, key)) for c in configs] == values
         else:
-            values = [sizes[r].tokens_per_param for r in ("a", "b")]
+            values = [sizes[r].tokens_per_param for r in cfg.ladder]
     assert [s["x"] for s in saved["scales"]] == pytest.approx(values)
     assert drawn["xlabel"].startswith(ladder.AXES[axis][1]) and drawn["xticks"] == [f"{v:g}" for v in values]
     (trend,) = saved["trends"]

@@ -15,17 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from helpers import refused, tool
+from helpers import made_once, refused, tool
 
 ONE_RUNG = ["study=smoke", "~ladder.d32"]
 
 
 @pytest.fixture(scope="module")
 def finished_study(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("state") / "study"
-    proc = tool("mltrain-study", *ONE_RUNG, f"dir={root}", cwd=root.parent)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return root
+    def make(folder: Path) -> None:
+        proc = tool("mltrain-study", *ONE_RUNG, f"dir={folder / 'study'}", cwd=folder)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    return made_once(tmp_path_factory, "one_rung_study", make) / "study"  # once for the whole suite
 
 
 def copy_of(study: Path, tmp_path: Path) -> Path:

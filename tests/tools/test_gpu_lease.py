@@ -103,3 +103,25 @@ def test_outputs_that_would_not_come_back_are_named(tmp_path):
     for i in range(7):
         (tmp_path / f"f{i}").write_text("")
     assert gpu_lease.outputs_within_limits(tmp_path)[0] == "10 files, at most 8 come back"
+
+
+def test_parts_left_out_by_parts_are_skipped_not_problems_and_the_cuda_tests_are_read_from_junit(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "parts.tsv").write_text("".join(f"{n}\tskipped\t60\tnot among --parts device,cuda_tests\n"
+                                            for n in ("bench", "paper", "syncs", "smoke")) +
+                                    "device\tstart\t15\ndevice\tend\t0\t3\ncuda_tests\tstart\t60\ncuda_tests\tend\t0\t9\n")
+    (work / "device.out").write_text(json.dumps({"torch": "x", "device": "cpu"}) + "\n")
+    (work / "cuda_tests.xml").write_text('<testsuites><testsuite tests="5" failures="0" errors="0" skipped="5"/>'
+                                         '</testsuites>')
+    dest = tmp_path / "out"
+    assert gpu_lease.report(work, dest, True, "bytes", 540, 20, "dry-run") == 0
+    got = json.loads((dest / "gpu_check.json").read_text())
+    assert got["ok"] and got["problems"] == [] and got["cuda_tests"] == {"passed": 0, "failed": 0, "skipped": 5}
+    assert {n: p["status"] for n, p in got["parts"].items()} == {
+        "bench": "skipped", "paper": "skipped", "syncs": "skipped", "smoke": "skipped", "device": "ok", "cuda_tests": "ok"}
+    assert got["parts"]["bench"]["reason"] == "not among --parts device,cuda_tests" and "graphs" not in got["parts"]["bench"]
+    # on a GPU the same file is a problem: a CUDA test may not be skipped there
+    assert gpu_lease.report(work, dest, False, "bytes", 540, 20, "gpu") == 1
+    assert json.loads((dest / "gpu_check.json").read_text())["problems"] == [
+        "cuda_tests: 5 skipped, 0 passed (none may be skipped)"]

@@ -131,10 +131,14 @@ def test_tuning_sweeps_name_folders_by_the_swept_keys_and_exclude_the_rest(tmp_p
     assert "train.max_steps" in excluded and "experiment" in excluded and "optim.lr" not in excluded and ",seed" not in excluded
 
 
-def test_a_key_with_one_value_is_a_fixed_setting_kept_in_the_arm_label_not_tuned_by_the_verdict():
-    cfg = compose_study(["study=cpu_ladder"])
+def test_a_key_with_one_value_is_a_fixed_setting_kept_in_the_arm_label_not_tuned_by_the_verdict(tmp_path):
+    """Also cpu_ladder's case of tests/e2e/test_studies.py's check that every setting of the big studies
+    composes and validates (`prepare` composes them all; once is enough)."""
+    cfg = compose_study(["study=cpu_ladder", f"dir={tmp_path}"])
     assert schema.varied_keys(cfg) == ["optim.lr", "multilevel.coarse_optim.lr"]
     study = stages.prepare(cfg)
+    assert set(study.labels) == set(study.cfg.ladder) and len(study.kinds) == len(study.cfg.ladder) * len(study.cfg.arms)
+    assert not any(tmp_path.iterdir())  # checking writes nothing
     labels = study.labels["d32"]
     assert "stacking.operator=interleave" in labels["stacking"] and "raptr.rescale=False" in labels["raptr"]
     assert not any("optim.lr=" in label or "warmup_steps" in label for label in labels.values())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TOOL_SMOKE, edited_copy, fake_runs, refused, smoke_run, tool
+from helpers import TOOL_SMOKE, edited_copy, fake_runs, made_once, refused, smoke_run, tool
 
 # ---------------------------------------------------------------------------------------------
 # Partial results said as partial
@@ -20,7 +20,7 @@ from helpers import TOOL_SMOKE, edited_copy, fake_runs, refused, smoke_run, tool
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
-    return smoke_run(tmp_path_factory.mktemp("runs"))
+    return made_once(tmp_path_factory, "smoke_run", smoke_run) / "run"  # once for the whole suite
 
 
 def with_summary(run: Path, tmp_path: Path, **fields) -> Path:
