@@ -1,5 +1,6 @@
-"""Optimizers and learning-rate schedules, and the `optim` and `schedule` sections of the run config
-(with the coarse levels' optimizer, `multilevel.coarse_optim`) that configure them.
+"""Optimizers and learning-rate schedules, and the `optim` and `schedule` sections of the run config that
+configure them (and `CoarseOptimConfig`, the settings of a phase's own optimizer, which a method's section
+embeds).
 
 A schedule is a pure function of its position (the step index), so saving the position is enough to
 resume it. The fine level's position is the fine step count; a coarse phase's position restarts at 0

@@ -33,7 +33,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
     eval_interval: int = 100  # fine steps between held-out evaluations (also at step 0 and at the end)
     eval_batches: int = 8
-    log_interval: int = 10  # fine steps between train rows in metrics.jsonl (coarse phases: see multilevel)
+    log_interval: int = 10  # fine steps between train rows in metrics.jsonl (a phase of its own: its `row_every`)
     dtype: DType = DType.auto
     # torch.compile the model, one graph per depth (mltrain/training/compiling.py): auto (on for CUDA, off on
     # a CPU), true or false. Typed Any so that `auto` and the booleans are all accepted; validate() checks it.
