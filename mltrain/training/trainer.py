@@ -283,7 +283,7 @@ class Trainer:
         s.tokens += n_tokens
         s.flops += flops
         s.flops_blocks += self.flops_per_token(n_layer) * n_tokens * view.n_blocks / n_layer
-        counter = f"{kind.value}_steps"
+        counter = f"{kind}_steps"  # a StepKind, or its plain name
         setattr(s, counter, getattr(s, counter) + 1)
         if kind == StepKind.coarse:
             s.coarse_flops += flops
