@@ -199,3 +199,33 @@ def test_a_lazy_import_of_a_module_that_moved_is_found(tmp_path):
     (pkg / "training" / "__init__.py").write_text("")
     (pkg / "flops.py").write_text("def f():\n    from mltrain.training.flops import g\n")
     assert missing_modules(pkg) == ["mltrain.flops:2 imports mltrain.training.flops"]
+
+
+MAX_FUNCTION_LINES = 80  # a function reads in one screen (docs/contributing.md)
+
+
+def long_functions(root: Path = PACKAGE, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """`module:line name (N lines)` for every function or method of the package longer than `limit`
+    lines, decorators and docstring included."""
+    found = []
+    for name, path in sorted(modules(root).items()):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                n = node.end_lineno - start + 1
+                if n > limit:
+                    found.append(f"{name}:{node.lineno} {node.name} ({n} lines)")
+    return found
+
+
+def test_no_function_is_over_80_lines():
+    assert not long_functions(), "\n".join(long_functions())
+
+
+def test_a_long_function_is_found(tmp_path):
+    pkg = tmp_path / "mltrain"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (pkg / "long.py").write_text(f"def f():\n{body}\n\ndef g():\n    return 1\n")
+    assert long_functions(pkg) == [f"mltrain.long:1 f ({MAX_FUNCTION_LINES + 1} lines)"]

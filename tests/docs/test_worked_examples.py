@@ -13,19 +13,14 @@ from helpers import REPO
 
 EXAMPLES = REPO / "docs" / "examples"
 CONTRIBUTING = REPO / "docs" / "contributing.md"
-# The page's four examples. The method and the metric examples come with the code that makes a method
-# own its phases and a row's metrics one dict; until that code is in, they may be absent (skipped, saying
-# so). Any other example named here must exist.
+# The page's four examples: each must exist.
 NAMED = ["add_scheme.py", "add_method.py", "add_metric.py", "add_study_axis.py"]
-ARRIVING_WITH_CODE = {"add_method.py": "the method-owns-its-phases change", "add_metric.py": "the one-step change"}
 ALL = sorted(set(NAMED) | {p.name for p in EXAMPLES.glob("*.py")})
 MAX_LINES = 80  # a worked example reads in one screen
 
 
 def example(name: str) -> Path:
     path = EXAMPLES / name
-    if not path.exists() and name in ARRIVING_WITH_CODE:
-        pytest.skip(f"docs/examples/{name} arrives with {ARRIVING_WITH_CODE[name]}")
     assert path.is_file(), f"docs/contributing.md's example docs/examples/{name} is missing"
     return path
 
