@@ -2,9 +2,11 @@
 
 Each section's dataclass lives beside what it configures: `model` in mltrain/model.py (GPTConfig), `data`
 in mltrain/data/config.py, `train` in mltrain/training/settings.py, `optim` and `schedule` (and the
-coarse levels' optimizer) in mltrain/training/optim.py, `logger` in mltrain/runs/tracking.py. This module
-holds the depth methods' sections (coarsening, multilevel, stacking, layer_drop, raptr), composes them
-all into `Config` and checks them (`validate()`).
+coarse levels' optimizer) in mltrain/optim_settings.py, `logger` in mltrain/runs/tracking.py, and the
+depth methods' sections in their methods' modules: `coarsening` in mltrain/method/coarsening.py,
+`multilevel` in mltrain/method/multilevel.py, `stacking`, `layer_drop` and `raptr` in
+mltrain/method/stacking.py, layer_drop.py and raptr.py. This module only composes them into `Config`
+and checks them (`validate()`).
 
 The dataclasses are registered in Hydra's ConfigStore as `mltrain_schema`; `conf/config.yaml` lists it
 first in its defaults, so a misspelt key (`train.max_step=...`) or a wrong type (`train.max_steps=abc`)
@@ -34,20 +36,21 @@ from mltrain.checks import check_optim, check_schedule, positive
 from mltrain.choice import Choice
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import ConfigError
-from mltrain.method.coarsening import StepScale, scheme_class
-from mltrain.method.layer_drop import DropProfile
-from mltrain.method.multilevel import Control, Order, StatePolicy
+from mltrain.method.coarsening import CoarseningConfig, scheme_class
+from mltrain.method.layer_drop import LayerDropConfig
+from mltrain.method.multilevel import Control, MultilevelConfig
 from mltrain.method.plan import budget_steps
+from mltrain.method.raptr import RaptrConfig
 from mltrain.method.registry import NONE, depth_method_values, method_for
-from mltrain.method.stacking import GrowthOperator, GrowthState
+from mltrain.method.stacking import StackingConfig
 from mltrain.model import GPTConfig
+from mltrain.optim_settings import OptimConfig, ScheduleConfig
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.names import short_dirname
 from mltrain.runs.rundir import unique_dir
 from mltrain.training.compiling import compile_setting
 from mltrain.training.distributed import START_TIME_ENV
 from mltrain.runs.tracking import LoggerConfig
-from mltrain.training.optim import CoarseOptimConfig, OptimConfig, ScheduleConfig, ScheduleName
 from mltrain.training.settings import TrainConfig
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
@@ -69,78 +72,6 @@ def _depth_method_choice() -> type[Choice]:
 # The values of `depth_method`, from the registry: Hydra refuses any other while composing. The schema
 # names it by this module attribute, which register_configs() renews when a method was registered since.
 DepthMethod = _depth_method_choice()
-
-
-@dataclass
-class CoarseningConfig:
-    name: str = "none"  # the preset's name, used in run names and reports
-    # A registered scheme (mltrain/method/coarsening.py: none, stride, random, average, or one you register).
-    # The registry is open, so the name is checked against it at start-up rather than by its type.
-    scheme: str = "none"
-    k: int = 2  # stride/random: number of coarse models; average: blocks merged into one
-    redraw: bool = False  # random: draw a new permutation every cycle
-    seed: Optional[int] = None  # random: permutation seed (null: the run's seed)
-    # unit: every coarse block is an Euler step of size 1 (the paper's coarse models); stride: of size k,
-    # so a coarse model with k times fewer blocks covers the same depth (the ODE reading).
-    step_scale: StepScale = StepScale.unit
-
-
-@dataclass
-class MultilevelConfig:
-    levels: int = 2  # 2 = fine + coarse; 3+ recurse (e.g. 12 -> 6 -> 3 blocks), a V-cycle
-    # n_cycles and coarse_steps size the method to a run: every scale preset sets both (the paper's 35 and
-    # 100 in conf/scale/paper.yaml); the schema's are the least a multilevel run does.
-    n_cycles: int = 1
-    fine_steps_per_cycle: int = 1
-    coarse_steps: int = 1  # per coarse model, per cycle, at every coarse level
-    delta: float = 0.25  # prolongation mix; for `average` it is Zou et al.'s alpha
-    order: Order = Order.ascending  # which coarse model trains first
-    coarse_batch_size: Optional[int] = None  # null: train.batch_size
-    coarse_optim: CoarseOptimConfig = field(default_factory=CoarseOptimConfig)
-    coarse_schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig(name=ScheduleName.constant))
-    coarse_optimizer_state: StatePolicy = StatePolicy.keep  # reset: at the start of every coarse phase
-    fine_momentum_after_prolong: StatePolicy = StatePolicy.keep
-    coarse_log_interval: int = 25  # coarse steps between coarse train rows
-    diagnostics: bool = True  # diag/* each cycle: coarse vs fine loss and gradient cosine
-    eval_every_cycle: bool = True  # val/loss of the fine model at the end of every cycle (not counted as training)
-    # schedule: the LR-schedule control, which isolates what the coarse phases' optimizer and LR do
-    # without a coarse model. Each coarse phase trains the *fine* model instead, with the coarse
-    # optimizer and LR, for as many steps as cost the same FLOPs. Needs a coarsening scheme to know
-    # those FLOPs; nothing is coarsened or prolonged.
-    control: Control = Control.none
-
-
-@dataclass
-class StackingConfig:
-    """Progressive stacking (mltrain/method/stacking.py): the shallow model has n_layer / factor^k blocks
-    for k = len(grow_at) growths."""
-
-    operator: GrowthOperator = GrowthOperator.stack
-    factor: int = 2  # g: the depth multiplies by g at each growth
-    grow_at: List[float] = field(default_factory=lambda: [0.3])  # growth points, fractions of train.max_steps
-    optimizer_state: GrowthState = GrowthState.reset  # at each growth
-
-
-@dataclass
-class LayerDropConfig:
-    """Progressive layer dropping (mltrain/method/layer_drop.py): block l of L is kept with probability
-    1 − (l/L)(1 − θ(t)), θ(t) = (1 − theta_bar)·exp(−gamma·t) + theta_bar."""
-
-    theta_bar: float = 0.5  # θ̄: the floor the global keep ratio decays to, in (0, 1]
-    gamma: float = 0.001  # γ: decay rate per fine step, >= 0
-    profile: DropProfile = DropProfile.linear
-    rescale: bool = True  # scale a kept block's residual by 1/p
-
-
-@dataclass
-class RaptrConfig:
-    """RaPTr (mltrain/method/raptr.py): stage s trains random paths of path_lengths[s] blocks."""
-
-    path_lengths: Optional[List[int]] = None  # per stage, ending at n_layer; null: L/2 … L in 4 stages
-    stage_fractions: Optional[List[float]] = None  # of train.max_steps, summing to 1; null: equal stages
-    fix_first: bool = True  # the first block runs at every step
-    fix_last: bool = True  # the last block runs at every step
-    rescale: bool = True  # scale each drawn block's residual by 1/(its chance of being drawn)
 
 
 @dataclass

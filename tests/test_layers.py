@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mltrain"
 LAYERS = [
     ("core", ["mltrain", "mltrain.errors", "mltrain.choice", "mltrain.interrupts", "mltrain.atomic",
               "mltrain.guarded",
-              "mltrain.checks", "mltrain.flops"]),
+              "mltrain.checks", "mltrain.flops", "mltrain.optim_settings"]),
     ("method", ["mltrain.method"]),
     ("data", ["mltrain.data"]),
     ("model", ["mltrain.model", "mltrain.views", "mltrain.memory"]),

@@ -24,7 +24,8 @@ scheme is a class with a `name` and a `partition` (plus `restrict`/`prolong` if 
         def partition(self, n_parent, seed):
             ...
 
-and is then chosen with `coarsening.scheme=reversed`.
+and is then chosen with `coarsening.scheme=reversed`. The `coarsening` section that chooses a scheme and
+sets its keys (`CoarseningConfig`) is defined here too.
 
 A scheme's restriction and prolongation act on blocks (torch modules) handed to them; the hierarchy
 (mltrain/views.py) calls them under torch.no_grad().
@@ -33,7 +34,8 @@ A scheme's restriction and prolongation act on blocks (torch modules) handed to 
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
@@ -49,6 +51,22 @@ Groups = list[tuple[int, ...]]  # one coarse model: for each of its blocks, the 
 class StepScale(Choice):
     unit = "unit"  # every block is an Euler step of size 1, at every level (the paper's coarse models)
     stride = "stride"  # a coarse block replacing k parent blocks takes a step of size k (the ODE reading)
+
+
+@dataclass
+class CoarseningConfig:
+    """The `coarsening` section: which scheme coarsens the depth, and its keys (conf/coarsening/*.yaml)."""
+
+    name: str = "none"  # the preset's name, used in run names and reports
+    # A registered scheme (none, stride, random, average, or one you register). The registry is open, so
+    # the name is checked against it at start-up rather than by its type.
+    scheme: str = "none"
+    k: int = 2  # stride/random: number of coarse models; average: blocks merged into one
+    redraw: bool = False  # random: draw a new permutation every cycle
+    seed: Optional[int] = None  # random: permutation seed (null: the run's seed)
+    # unit: every coarse block is an Euler step of size 1 (the paper's coarse models); stride: of size k,
+    # so a coarse model with k times fewer blocks covers the same depth (the ODE reading).
+    step_scale: StepScale = StepScale.unit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +95,7 @@ class Scheme:
         self.step_scale = StepScale(step_scale)
 
     @classmethod
-    def from_config(cls, c: Any) -> "Scheme":
+    def from_config(cls, c: CoarseningConfig) -> "Scheme":
         return cls(k=c.k, redraw=c.redraw, step_scale=c.step_scale)
 
     # -- what the plan and validation ask ---------------------------------------------------------------
@@ -95,7 +113,7 @@ class Scheme:
         return float(self.k) if self.step_scale == StepScale.stride else 1.0
 
     @classmethod
-    def check_config(cls, c: Any, n_layer: int, levels: int) -> None:
+    def check_config(cls, c: CoarseningConfig, n_layer: int, levels: int) -> None:
         """CoarseningError with one clear line unless this scheme can coarsen `levels` levels of an
         n_layer-block model with config `c`."""
         if c.k < 2:
@@ -167,7 +185,7 @@ def scheme_class(name: str) -> type[Scheme]:
         ) from None
 
 
-def build_scheme(c: Any) -> Scheme:
+def build_scheme(c: CoarseningConfig) -> Scheme:
     """The scheme the `coarsening` config names."""
     return scheme_class(c.scheme).from_config(c)
 
@@ -209,7 +227,7 @@ class NoCoarsening(Scheme):
         return 0
 
     @classmethod
-    def check_config(cls, c: Any, n_layer: int, levels: int) -> None:
+    def check_config(cls, c: CoarseningConfig, n_layer: int, levels: int) -> None:
         if StepScale(c.step_scale) != StepScale.unit:
             raise CoarseningError("coarsening.step_scale applies to coarse models; coarsening=none has none")
 

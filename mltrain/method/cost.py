@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
-from omegaconf import open_dict
 
 from mltrain.flops import train_flops_per_token
 from mltrain.method.coarsening import build_scheme
 from mltrain.method.kinds import BatchStream, PhaseKind, StepKind
 from mltrain.method.plan import Phase, build_plan, fine_steps
+from mltrain.method.settings import ModelShape, RunSettings
 
 PATH_SAMPLES = 64  # sub-paths drawn per phase to estimate the blocks a rival's step runs
 
@@ -48,7 +48,7 @@ class Cost:
         return self.train + self.measure
 
 
-def plan_cost(cfg: Any, vocab_size: Optional[int] = None) -> Cost:
+def plan_cost(cfg: RunSettings, vocab_size: Optional[int] = None) -> Cost:
     """The planned cost of the run `cfg` describes (`vocab_size`: the tokenizer's, when cfg's
     model.vocab_size is not resolved yet)."""
     cfg = _with_vocab(cfg, vocab_size)
@@ -72,7 +72,7 @@ def plan_cost(cfg: Any, vocab_size: Optional[int] = None) -> Cost:
     return Cost(train, _measure(cfg, plan, per_token, depths), steps)
 
 
-def _measure(cfg: Any, plan: list[Phase], per_token: "_PerToken", depths: list[int]) -> float:
+def _measure(cfg: RunSettings, plan: list[Phase], per_token: "_PerToken", depths: list[int]) -> float:
     """FLOPs of the held-out evaluations and the cycles' diagnostics."""
     m, t = cfg.model, cfg.train
     n = fine_steps(plan)
@@ -90,14 +90,14 @@ def _measure(cfg: Any, plan: list[Phase], per_token: "_PerToken", depths: list[i
 class _PerToken:
     """Training FLOPs per token of a model of n blocks with `m`'s width, vocabulary and context."""
 
-    def __init__(self, m: Any):
+    def __init__(self, m: ModelShape):
         self.dims = (int(m.n_embd), int(m.vocab_size), int(m.block_size))
 
     def __call__(self, n_blocks: float) -> float:
         return train_flops_per_token(n_blocks, *self.dims)
 
 
-def _depths(cfg: Any, plan: list[Phase]) -> list[int]:
+def _depths(cfg: RunSettings, plan: list[Phase]) -> list[int]:
     """Blocks of the model at each level the plan reaches (level 0: the fine model)."""
     depths = [int(cfg.model.n_layer)]
     levels = max((len(p.path) for p in plan), default=0)
@@ -117,10 +117,11 @@ def _mean_blocks(phase: Phase, first_step: int) -> float:
     return float(np.mean([len(phase.paths.path(first_step + int(i)).blocks) for i in at]))
 
 
-def _with_vocab(cfg: Any, vocab_size: Optional[int]) -> Any:
+def _with_vocab(cfg: RunSettings, vocab_size: Optional[int]) -> RunSettings:
+    """`cfg` with model.vocab_size set: a copy, the caller's settings are left as they are (the key is
+    the schema's, so a composed config takes it as a typed one does)."""
     if cfg.model.vocab_size:
         return cfg
     cfg = copy.deepcopy(cfg)
-    with open_dict(cfg):
-        cfg.model.vocab_size = int(vocab_size or 0)  # 0: the head left out, still a bound
+    cfg.model.vocab_size = int(vocab_size or 0)  # type: ignore[misc]  # 0: the head left out, still a bound
     return cfg

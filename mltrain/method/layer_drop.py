@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from mltrain.errors import ConfigError
 from mltrain.method.paths import PathPolicy, Stage, SubPath, step_rng
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival
+from mltrain.method.settings import RunSettings
 
 STREAM = 1  # keeps layer dropping's draws apart from other methods' (paths.step_rng)
 
@@ -30,6 +32,24 @@ STREAM = 1  # keeps layer dropping's draws apart from other methods' (paths.step
 class DropProfile(Choice):
     linear = "linear"  # p_l = 1 − (l/L)(1 − θ(t)): deeper blocks are dropped more (the paper)
     uniform = "uniform"  # p_l = θ(t) for every block
+
+
+@dataclass
+class LayerDropConfig:
+    """The `layer_drop` section: block l of L is kept with probability 1 − (l/L)(1 − θ(t)),
+    θ(t) = (1 − theta_bar)·exp(−gamma·t) + theta_bar."""
+
+    theta_bar: float = 0.5  # θ̄: the floor the global keep ratio decays to, in (0, 1]
+    gamma: float = 0.001  # γ: decay rate per fine step, >= 0
+    profile: DropProfile = DropProfile.linear
+    rescale: bool = True  # scale a kept block's residual by 1/p
+
+
+class LayerDropRun(RunSettings, Protocol):
+    """The run's settings as a layer-dropping run reads them: the shared sections and the layer_drop one."""
+
+    @property
+    def layer_drop(self) -> LayerDropConfig: ...
 
 
 def theta(step: int, theta_bar: float, gamma: float) -> float:
@@ -68,6 +88,7 @@ class LayerDropping(Rival):
 
     name = "layer_drop"
     sections = ("layer_drop",)
+    cfg: LayerDropRun
 
     def stages(self, total_steps: int) -> list[Stage]:
         c = self.cfg.layer_drop

@@ -1,7 +1,8 @@
 """Multilevel training (`coarsening=<scheme>`) and its schedule control (`multilevel.control=schedule`):
-the paper's method, whole: its `multilevel.*` keys' checks, its plan and the policy of every phase
-(which model trains with which optimizer, LR and batches, what its rows add, what follows it). Its
-coarsening schemes are in coarsening.py; training/runner.py executes the phases as they say.
+the paper's method, whole: its `multilevel` section (MultilevelConfig) and that section's checks, its
+plan and the policy of every phase (which model trains with which optimizer, LR and batches, what its
+rows add, what follows it). Its coarsening schemes are in coarsening.py; training/runner.py executes the
+phases as they say.
 
 One cycle at level l (the paper's, for levels=2; at level 0 followed by a held-out evaluation when
 multilevel.eval_every_cycle):
@@ -18,11 +19,9 @@ for the same FLOPs: it isolates what the high-LR phase alone does, with no coars
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Any, Callable
-
-from omegaconf import DictConfig, OmegaConf
+from typing import Any, Callable, Optional, Protocol
 
 from mltrain.checks import check_optim, check_schedule, positive
 from mltrain.choice import Choice
@@ -32,6 +31,8 @@ from mltrain.method.coarsening import build_scheme, scheme_class
 from mltrain.method.kinds import BatchStream, PhaseKind, StepKind, coarse_name
 from mltrain.method.plan import OwnOptimizer, Phase, PhaseSchedule
 from mltrain.method.registry import NONE, DepthMethod, register_method
+from mltrain.method.settings import RunSettings
+from mltrain.optim_settings import CoarseOptimConfig, OptimConfig, OptimName, ScheduleConfig, ScheduleName
 
 
 class Order(Choice):
@@ -49,13 +50,49 @@ class Control(Choice):
     schedule = "schedule"  # the LR-schedule control (see MultilevelConfig.control)
 
 
-def resolve_coarse_optim(fine: Any, coarse: Any) -> DictConfig:
-    """The coarse optimizer config: the fine one with every non-null coarse field overriding it."""
-    merged = OmegaConf.to_container(OmegaConf.create(fine), resolve=True, enum_to_str=True)
-    for key, value in OmegaConf.to_container(OmegaConf.create(coarse), resolve=True, enum_to_str=True).items():
-        if value is not None:
-            merged[key] = value
-    return OmegaConf.create(merged)
+@dataclass
+class MultilevelConfig:
+    """The `multilevel` section: the cycles, the coarse phases' optimizer, LR and batches, what happens to
+    optimizer state, and the schedule control."""
+
+    levels: int = 2  # 2 = fine + coarse; 3+ recurse (e.g. 12 -> 6 -> 3 blocks), a V-cycle
+    # n_cycles and coarse_steps size the method to a run: every scale preset sets both (the paper's 35 and
+    # 100 in conf/scale/paper.yaml); the schema's are the least a multilevel run does.
+    n_cycles: int = 1
+    fine_steps_per_cycle: int = 1
+    coarse_steps: int = 1  # per coarse model, per cycle, at every coarse level
+    delta: float = 0.25  # prolongation mix; for `average` it is Zou et al.'s alpha
+    order: Order = Order.ascending  # which coarse model trains first
+    coarse_batch_size: Optional[int] = None  # null: train.batch_size
+    coarse_optim: CoarseOptimConfig = field(default_factory=CoarseOptimConfig)
+    coarse_schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig(name=ScheduleName.constant))
+    coarse_optimizer_state: StatePolicy = StatePolicy.keep  # reset: at the start of every coarse phase
+    fine_momentum_after_prolong: StatePolicy = StatePolicy.keep
+    coarse_log_interval: int = 25  # coarse steps between coarse train rows
+    diagnostics: bool = True  # diag/* each cycle: coarse vs fine loss and gradient cosine
+    eval_every_cycle: bool = True  # val/loss of the fine model at the end of every cycle (not counted as training)
+    # schedule: the LR-schedule control, which isolates what the coarse phases' optimizer and LR do
+    # without a coarse model. Each coarse phase trains the *fine* model instead, with the coarse
+    # optimizer and LR, for as many steps as cost the same FLOPs. Needs a coarsening scheme to know
+    # those FLOPs; nothing is coarsened or prolonged.
+    control: Control = Control.none
+
+
+class MultilevelRun(RunSettings, Protocol):
+    """The run's settings as a multilevel run reads them: the shared sections and the whole multilevel one."""
+
+    @property
+    def multilevel(self) -> MultilevelConfig: ...
+
+
+def resolve_coarse_optim(fine: OptimConfig, coarse: CoarseOptimConfig) -> OptimConfig:
+    """The coarse optimizer's settings: the fine ones with every non-null coarse field overriding them.
+    Plain values (a list of betas, an OptimName), so the settings read from a composed config and from
+    its typed object are equal."""
+    merged = {f.name: getattr(fine, f.name) for f in fields(OptimConfig)}
+    merged.update({f.name: getattr(coarse, f.name) for f in fields(CoarseOptimConfig)
+                   if getattr(coarse, f.name) is not None})
+    return OptimConfig(**{**merged, "name": OptimName(merged["name"]), "betas": list(merged["betas"])})
 
 
 @register_method
@@ -65,9 +102,10 @@ class Multilevel(DepthMethod):
     name = "multilevel"
     sections = ("multilevel", "coarsening")
     by_name = False
+    cfg: MultilevelRun
 
     @classmethod
-    def chosen(cls, cfg: Any) -> bool:
+    def chosen(cls, cfg: RunSettings) -> bool:
         return (str(cfg.depth_method) == NONE and scheme_class(cfg.coarsening.scheme).coarsens
                 and cfg.multilevel.control == cls.control)
 
@@ -81,7 +119,7 @@ class Multilevel(DepthMethod):
         if ml.levels < 2:
             raise ConfigError(f"multilevel.levels={ml.levels} must be >= 2 with coarsening={c.name}")
         for key in ("n_cycles", "fine_steps_per_cycle", "coarse_steps", "coarse_log_interval"):
-            positive(ml[key], f"multilevel.{key}")
+            positive(getattr(ml, key), f"multilevel.{key}")
         if ml.coarse_batch_size is not None:
             positive(ml.coarse_batch_size, "multilevel.coarse_batch_size")
             if ml.coarse_batch_size % cfg.train.grad_accum:
@@ -149,7 +187,7 @@ class Multilevel(DepthMethod):
                      row_every=int(ml.coarse_log_interval))
 
     @cached_property
-    def _coarse_settings(self) -> tuple[DictConfig, PhaseSchedule]:
+    def _coarse_settings(self) -> tuple[OptimConfig, PhaseSchedule]:
         """The coarse optimizer's settings and LR schedule, read once for the whole plan."""
         ml = self.cfg.multilevel
         co, s = resolve_coarse_optim(self.cfg.optim, ml.coarse_optim), ml.coarse_schedule
@@ -206,7 +244,7 @@ class ScheduleControl(Multilevel):
         return inner
 
 
-def control_ratio(cfg: Any, level: int) -> float:
+def control_ratio(cfg: RunSettings, level: int) -> float:
     """FLOPs of one level-`level` coarse step over one fine step (same batch size)."""
     m, scheme = cfg.model, build_scheme(cfg.coarsening)
     depth = m.n_layer
@@ -217,7 +255,7 @@ def control_ratio(cfg: Any, level: int) -> float:
     return coarse / fine
 
 
-def control_steps(cfg: Any, level: int) -> int:
+def control_steps(cfg: MultilevelRun, level: int) -> int:
     """Fine steps that cost the same FLOPs as one phase of `coarse_steps` level-`level` coarse steps
     (rounded; the plan spreads the rounding over the run, see ControlSteps)."""
     return max(1, round(cfg.multilevel.coarse_steps * control_ratio(cfg, level)))
@@ -229,7 +267,7 @@ class ControlSteps:
     coarse/fine cost ratio, so the total is within half a step of the coarse FLOPs it replaces instead
     of drifting by up to half a step per phase."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: MultilevelRun):
         self.cfg = cfg
         self.done: dict[int, tuple[int, int]] = {}  # level -> (phases so far, steps so far)
 

@@ -26,6 +26,8 @@ from typing import Any, Optional
 from mltrain.method.kinds import BatchStream, PhaseKind, RunKind, StepKind
 from mltrain.method.paths import BlockCopies, PathPolicy
 from mltrain.method.registry import method_for
+from mltrain.method.settings import RunSettings, TrainSteps
+from mltrain.optim_settings import OptimConfig
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class OwnOptimizer:
     its state is cleared at the start of each phase (not when a phase resumes mid-way)."""
 
     key: tuple[int, ...]  # one optimizer per key; a checkpoint keeps its state under this key
-    settings: Any  # its optim.* settings (name, lr, momentum, ...), read by attribute
+    settings: OptimConfig  # its optim.* settings (name, lr, momentum, ...)
     reset: bool = False
 
 
@@ -78,19 +80,19 @@ class Phase:
         return dict(self.columns)
 
 
-def budget_steps(train: Any) -> int:
+def budget_steps(train: TrainSteps) -> int:
     """The fine steps a run trains for: train.max_steps x train.budget, at least 1. The one place the
     budget is applied: the plan is built with it and everything else (the LR schedule, the last
     evaluation, the summary) takes the fine steps from the plan; the config itself is never changed."""
     return max(1, round(train.max_steps * train.budget))
 
 
-def run_kind(cfg: Any) -> RunKind:
+def run_kind(cfg: RunSettings) -> RunKind:
     """What a run trains, from its config: the one rule (summary.json and run.json record it)."""
     return RunKind(method_for(cfg).name)
 
 
-def build_plan(cfg: Any) -> list[Phase]:
+def build_plan(cfg: RunSettings) -> list[Phase]:
     """The phases of a run: its method's plan for `budget_steps(cfg.train)` fine steps."""
     return method_for(cfg).plan(budget_steps(cfg.train))
 

@@ -15,7 +15,7 @@ equal increments (6-8-10-12 for BERT-base's 12 layers, 12-16-20-24 for UL2's 24)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import List, Optional, Protocol
 
 import numpy as np
 
@@ -23,9 +23,28 @@ from mltrain.errors import ConfigError
 from mltrain.method.paths import PathPolicy, Stage, SubPath, stage_lengths, step_rng
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival
+from mltrain.method.settings import RunSettings
 
 STREAM = 2  # keeps RaPTr's draws apart from other methods' (paths.step_rng)
 STAGES = 4  # stages of the paper's schedules
+
+
+@dataclass
+class RaptrConfig:
+    """The `raptr` section: stage s trains random paths of path_lengths[s] blocks."""
+
+    path_lengths: Optional[List[int]] = None  # per stage, ending at n_layer; null: L/2 … L in 4 stages
+    stage_fractions: Optional[List[float]] = None  # of train.max_steps, summing to 1; null: equal stages
+    fix_first: bool = True  # the first block runs at every step
+    fix_last: bool = True  # the last block runs at every step
+    rescale: bool = True  # scale each drawn block's residual by 1/(its chance of being drawn)
+
+
+class RaptrRun(RunSettings, Protocol):
+    """The run's settings as a RaPTr run reads them: the shared sections and the raptr one."""
+
+    @property
+    def raptr(self) -> RaptrConfig: ...
 
 
 @dataclass(frozen=True)
@@ -53,6 +72,7 @@ class Raptr(Rival):
 
     name = "raptr"
     sections = ("raptr",)
+    cfg: RaptrRun
 
     def stages(self, total_steps: int) -> list[Stage]:
         n, c, fixed = self.cfg.model.n_layer, self.cfg.raptr, fixed_blocks(self.cfg)
@@ -92,12 +112,12 @@ class Raptr(Rival):
                               f"{total_steps} steps: every stage needs at least one")
 
 
-def fixed_blocks(cfg: Any) -> tuple[int, ...]:
+def fixed_blocks(cfg: RaptrRun) -> tuple[int, ...]:
     n, c = cfg.model.n_layer, cfg.raptr
     return tuple(sorted({*([0] if c.fix_first else []), *([n - 1] if c.fix_last else [])}))
 
 
-def path_lengths(cfg: Any) -> list[int]:
+def path_lengths(cfg: RaptrRun) -> list[int]:
     """raptr.path_lengths, or the paper's rule: L/2 … L in four equal increments (at least |I|)."""
     if cfg.raptr.path_lengths is not None:
         return list(cfg.raptr.path_lengths)
@@ -105,7 +125,7 @@ def path_lengths(cfg: Any) -> list[int]:
     return [max(floor, int(round(x))) for x in np.linspace(n / 2, n, STAGES)]
 
 
-def _stage_steps(cfg: Any, total_steps: int) -> list[int]:
+def _stage_steps(cfg: RaptrRun, total_steps: int) -> list[int]:
     n_stages = len(path_lengths(cfg))
     fractions = cfg.raptr.stage_fractions or [1.0 / n_stages] * n_stages
     return stage_lengths(np.cumsum(fractions)[:-1].tolist(), total_steps)

@@ -25,8 +25,9 @@ A new method is one class:
         def stages(self, total_steps): ...
 
 and is then chosen with `depth_method=reversed` (the schema's `depth_method` values come from this
-registry when mltrain/config.py register_configs() runs). The built-in methods are registered when
-`mltrain.method` is imported. Torch-free: the tools that read run files list the run kinds from here.
+registry when mltrain/config.py register_configs() runs). A method with keys of its own defines its
+section's dataclass in its module (stacking.py `StackingConfig`), which mltrain/config.py composes into
+the schema. The built-in methods are registered when `mltrain.method` is imported. Torch-free: the tools that read run files list the run kinds from here.
 """
 
 from __future__ import annotations
@@ -34,22 +35,25 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from mltrain.errors import ConfigError
+from mltrain.method.settings import RunSettings
 
 NONE = "none"  # depth_method=none: single-level or multilevel training, chosen by the coarsening scheme
 
 
 class DepthMethod:
-    """A depth method for the config `cfg` (see the module docstring)."""
+    """A depth method for the run settings `cfg` (see the module docstring). A method that reads a
+    section of its own narrows `cfg` to its module's Protocol (multilevel.py `MultilevelRun`, ...)."""
 
     name: ClassVar[str]
     sections: ClassVar[tuple[str, ...]] = ()
     by_name: ClassVar[bool] = True  # chosen with depth_method=<name>
+    cfg: RunSettings
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunSettings):
         self.cfg = cfg
 
     @classmethod
-    def chosen(cls, cfg: Any) -> bool:
+    def chosen(cls, cfg: RunSettings) -> bool:
         """Whether `cfg` selects this method."""
         return cls.by_name and str(cfg.depth_method) == cls.name
 
@@ -105,7 +109,7 @@ def depth_method_values() -> list[str]:
     return [NONE, *(name for name, cls in _METHODS.items() if cls.by_name)]
 
 
-def method_for(cfg: Any) -> DepthMethod:
+def method_for(cfg: RunSettings) -> DepthMethod:
     """The method `cfg` selects; ConfigError naming the valid values for an unknown `depth_method`."""
     asked = str(cfg.depth_method)
     if asked not in depth_method_values():

@@ -8,6 +8,7 @@ from mltrain.method.coarsening import scheme_class
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.plan import Phase
 from mltrain.method.registry import NONE, DepthMethod, register_method
+from mltrain.method.settings import RunSettings
 
 
 @register_method
@@ -18,7 +19,7 @@ class Single(DepthMethod):
     by_name = False
 
     @classmethod
-    def chosen(cls, cfg: Any) -> bool:
+    def chosen(cls, cfg: RunSettings) -> bool:
         return str(cfg.depth_method) == NONE and not scheme_class(cfg.coarsening.scheme).coarsens
 
     def plan(self, total_steps: int) -> list[Phase]:

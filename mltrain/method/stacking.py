@@ -14,14 +14,15 @@ scripts start each stage's optimizer afresh) or `copy` (each copy gets a copy of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional, Protocol
 
 from mltrain.choice import Choice
 from mltrain.errors import ConfigError
 from mltrain.method.paths import BlockCopies, PathPolicy, Stage, SubPath, increasing_fractions, stage_lengths
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival
+from mltrain.method.settings import RunSettings
 
 
 class GrowthOperator(Choice):
@@ -32,6 +33,23 @@ class GrowthOperator(Choice):
 class GrowthState(Choice):
     reset = "reset"  # the whole optimizer state is cleared at a growth
     copy = "copy"  # each copied block's parameters get a copy of their source's state
+
+
+@dataclass
+class StackingConfig:
+    """The `stacking` section: the shallow model has n_layer / factor^k blocks for k = len(grow_at) growths."""
+
+    operator: GrowthOperator = GrowthOperator.stack
+    factor: int = 2  # g: the depth multiplies by g at each growth
+    grow_at: List[float] = field(default_factory=lambda: [0.3])  # growth points, fractions of train.max_steps
+    optimizer_state: GrowthState = GrowthState.reset  # at each growth
+
+
+class StackingRun(RunSettings, Protocol):
+    """The run's settings as a stacking run reads them: the shared sections and the stacking one."""
+
+    @property
+    def stacking(self) -> StackingConfig: ...
 
 
 @dataclass(frozen=True)
@@ -75,6 +93,7 @@ class Stacking(Rival):
 
     name = "stacking"
     sections = ("stacking",)
+    cfg: StackingRun
 
     def stages(self, total_steps: int) -> list[Stage]:
         """One stage per depth: the shallow model up to the first growth, …, the full model to the end."""

@@ -1,6 +1,5 @@
-"""Optimizers and learning-rate schedules, and the `optim` and `schedule` sections of the run config that
-configure them (and `CoarseOptimConfig`, the settings of a phase's own optimizer, which a method's section
-embeds).
+"""Optimizers and learning-rate schedules, built from their settings (mltrain/optim_settings.py: the
+`optim` and `schedule` sections, and a phase's own optimizer's).
 
 A schedule is a pure function of its position (the step index), so saving the position is enough to
 resume it. The fine level's position is the fine step count; a coarse phase's position restarts at 0
@@ -10,55 +9,12 @@ every phase (the paper's coarse schedule is constant, where the position does no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Iterable, List, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 import torch
 
-from mltrain.choice import Choice
-
-
-class OptimName(Choice):
-    sgd = "sgd"
-    adamw = "adamw"
-
-
-class ScheduleName(Choice):
-    cosine = "cosine"  # linear warm-up, then cosine from the peak LR to min_lr at the end
-    constant = "constant"  # linear warm-up, then the peak LR
-
-
-@dataclass
-class OptimConfig:
-    name: OptimName = OptimName.sgd
-    # peak learning rate. Every scale preset sets its own (conf/scale/*.yaml); the schema's is PyTorch's default.
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    momentum: float = 0.9  # sgd only
-    nesterov: bool = False  # sgd only
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])  # adamw only
-    eps: float = 1e-8  # adamw only
-    fused: Optional[bool] = None  # None: fused kernels where the device supports them
-
-
-@dataclass
-class CoarseOptimConfig:
-    """The coarse levels' optimizer. Every field left null inherits the fine optimizer's value."""
-
-    name: Optional[OptimName] = None
-    lr: Optional[float] = None
-    weight_decay: Optional[float] = None
-    momentum: Optional[float] = None
-    nesterov: Optional[bool] = None
-    betas: Optional[List[float]] = None
-    eps: Optional[float] = None
-
-
-@dataclass
-class ScheduleConfig:
-    name: ScheduleName = ScheduleName.cosine
-    warmup_steps: int = 0  # linear warm-up from 0 to optim.lr
-    min_lr: float = 0.0  # cosine floor, reached at train.max_steps
+from mltrain.optim_settings import OptimName, ScheduleName
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any, device: torch.device) -> torch.optim.Optimizer:
@@ -69,7 +25,9 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any, device: torc
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}]
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0})
-    fused = cfg.fused if cfg.get("fused") is not None else device.type == "cuda"
+    fused = getattr(cfg, "fused", None)  # null or absent: fused kernels where the device supports them
+    if fused is None:
+        fused = device.type == "cuda"
     return _OPTIMIZERS[OptimName(cfg.name)](groups, cfg, fused or None)
 
 
