@@ -1,9 +1,8 @@
 """mltrain-study: the shipped studies compose and check; bad input is one line before any run; the
 steps of a scale come from its tokens per parameter; sweeps, folders and the frontier's grouping; the
 status view; the ladder report and its trend sentence on constructed ladders, along an axis of one's own
-too; and, end to end, the
-smoke study, a second invocation that launches nothing, and interrupted studies that resume to the
-same reports."""
+too; and, end to end, the smoke study, a second invocation that launches nothing, and interrupted
+studies that resume to the same reports."""
 
 from __future__ import annotations
 
