@@ -1,9 +1,9 @@
 """The errors mltrain reports to a user in one line (exit status 2), never as a traceback.
 
 Each names the key or the file at fault and what to do. Everything else that goes wrong is a bug and
-keeps its traceback. This module imports only the standard library (Hydra only inside `hydra_one_line`,
-when a Hydra tool starts), so every layer (config, coarsening, data) can raise these without importing
-each other.
+keeps its traceback. This module imports only the standard library (Hydra and OmegaConf only inside the
+functions that read their errors, when a Hydra tool starts), so every layer (config, coarsening, data)
+can raise these without importing each other.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import logging
 import sys
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -97,6 +98,91 @@ def override_line(override: str, said: str) -> str:
             f"characters such as ()[]{{}}:,= for Hydra, inside the shell's quotes: {quoted}")
 
 
+def _override_key(override: str) -> str:
+    """The key or config group an override sets: `+train.seed=1` -> train.seed, `model@m=gpt` -> model."""
+    return override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
+
+
+def _nearest_key(err: BaseException) -> str:
+    """`; did you mean <key>?` for a key OmegaConf found no field of (a misspelt key), or ''."""
+    import dataclasses
+    import difflib
+
+    section, missing = str(getattr(err, "full_key", "") or "").rpartition(".")[::2]
+    schema = getattr(err, "object_type", None)
+    if not missing or not dataclasses.is_dataclass(schema):
+        return ""
+    close = difflib.get_close_matches(missing, [f.name for f in dataclasses.fields(schema)], n=1)
+    return f"; did you mean {section + '.' if section else ''}{close[0]}?" if close else ""
+
+
+def composition_line(err: BaseException, overrides: Sequence[str]) -> str:
+    """A config Hydra cannot compose from `overrides`, as one line that starts with the override at fault:
+    `optim.name=lion: invalid value 'lion', expected one of [sgd, adamw]` (OmegaConf's first line, its
+    type names left out), `model=gpt99: no model preset 'gpt99' (the model presets: ...)`, a misspelt key
+    with the nearest key of its section. An error no override names (a preset's own defaults) keeps
+    Hydra's first line, which names the file."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if isinstance(err, OverrideParseException):
+        said = [line.strip() for line in str(err).splitlines() if line.strip()]
+        return override_line(err.override, said[0] if said else type(err).__name__)
+    cause = err.__cause__ or err.__context__ or err  # OmegaConf's error, raised from or while Hydra's
+    lines = [line.strip().rstrip(".") for line in str(err).splitlines() if line.strip()]
+    key = str(getattr(cause, "full_key", "") or "")
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file:
+        group, _, name = err.missing_cfg_file.rpartition("/")
+        key, said = group, f"no {group or 'config'} preset {name!r}" + (
+            f" (the {group} presets: {', '.join(err.options)})" if err.options else "")
+    elif key:
+        said = first_line(cause)
+        said = said[:1].lower() + said[1:]
+        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
+            said += _nearest_key(cause)
+    elif isinstance(err, ConfigCompositionException):  # Hydra's own words: `+key` on a key that exists,
+        said = "; ".join(lines) or type(err).__name__  # `~key` on none, with its advice
+    else:
+        return first_line(err) or type(err).__name__
+    at_fault = [o for o in overrides if (key and _override_key(o) == key) or (not key and f"'{_override_key(o)}'" in said)]
+    if at_fault:
+        return f"{at_fault[-1]}: {said}"
+    where = lines[0] if lines else ""  # Hydra's first line names the file: "In 'experiment/x': ..."
+    where = where.split(": ", 1)[0] if where.startswith("In '") else where
+    named = f"{key}: {said}" if key and not isinstance(err, MissingConfigException) else said
+    return named if not where or said.startswith(where) else f"{where}: {named}"
+
+
+def _full_error() -> bool:
+    """Whether Hydra is asked for the full traceback of every error (HYDRA_FULL_ERROR=1): for debugging."""
+    import os
+
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def _composition_error(err: BaseException) -> bool:
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(err, (ConfigCompositionException, OverrideParseException, OmegaConfBaseException))
+
+
+def _one_line_composition(prog: str, compose_config: Callable[..., Any]) -> Callable[..., Any]:
+    """Hydra's `compose_config`, whose composition errors (a bad override, a missing preset) end in one
+    error line (composition_line) and exit status 2, before any run dir exists."""
+    @functools.wraps(compose_config)
+    def composed(self: Any, config_name: Optional[str], overrides: Sequence[str], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return compose_config(self, config_name, overrides, *args, **kwargs)
+        except Exception as err:
+            if _full_error() or not _composition_error(err):
+                raise
+            report(prog, composition_line(err, list(overrides)))
+            sys.exit(2)
+
+    return composed
+
+
 class _OneLine(contextlib.ContextDecorator):
     """Around a Hydra step: an override Hydra cannot parse, or an operating-system error that is not one
     of ours, becomes one error line and exit status 2. A class, so that the step it decorates runs under
@@ -109,11 +195,12 @@ class _OneLine(contextlib.ContextDecorator):
         return self
 
     def __exit__(self, kind: Any, err: Optional[BaseException], tb: Any) -> bool:
-        from hydra.errors import OverrideParseException
+        from hydra.errors import HydraException, OverrideParseException
 
+        if _full_error() and isinstance(err, HydraException):
+            return False  # Hydra's own full report
         if isinstance(err, OverrideParseException):
-            said = [line.strip() for line in str(err).splitlines() if line.strip()]
-            report(self.prog, override_line(err.override, said[0] if said else type(err).__name__))
+            report(self.prog, composition_line(err, []))
         elif isinstance(err, OSError) and not isinstance(err, MltrainError):
             report(self.prog, os_error_line(err))
         else:
@@ -127,16 +214,18 @@ _HYDRA_STEPS = ("run", "multirun", "show_cfg", "shell_completion")
 
 @contextlib.contextmanager
 def hydra_one_line(prog: str) -> Iterator[None]:
-    """While a `@hydra.main` entry point runs: an override Hydra cannot parse and an operating-system error
-    (in Hydra's own writers too: the run dir, `.hydra/config.yaml`, the job log) end in one error line and
-    exit status 2 instead of Hydra's traceback. Other errors keep Hydra's own report. Hydra is imported
-    only here, when the entry point is one of its tools."""
+    """While a `@hydra.main` entry point runs: a config Hydra cannot compose (an override it cannot parse
+    or merge, a misspelt key, a missing preset) and an operating-system error (in Hydra's own writers too:
+    the run dir, `.hydra/config.yaml`, the job log) end in one error line and exit status 2 instead of
+    Hydra's report. Other errors, and every error under HYDRA_FULL_ERROR=1 but the operating system's,
+    keep Hydra's own report. Hydra is imported only here, when the entry point is one of its tools."""
     from hydra._internal.hydra import Hydra
 
-    saved = {name: getattr(Hydra, name) for name in _HYDRA_STEPS}
+    saved = {name: getattr(Hydra, name) for name in (*_HYDRA_STEPS, "compose_config")}
     one_line = _OneLine(prog)
-    for name, step in saved.items():
-        setattr(Hydra, name, one_line(step))
+    for name in _HYDRA_STEPS:
+        setattr(Hydra, name, one_line(saved[name]))
+    Hydra.compose_config = _one_line_composition(prog, saved["compose_config"])
     try:
         yield
     finally:

@@ -2,11 +2,12 @@
 training tokens), so that a ladder's report says how the saving changes with compute rather than with
 parameters. Run it from any folder: `python docs/examples/add_study_axis.py` (CPU, seconds; trains nothing).
 
-A ladder axis is declared by four facts, each in a table of the study tool: its name (schema.LADDER_AXES),
-the keys its rungs may set differently (compose.AXIS_KEYS; beyond them only what follows from the axis:
-the steps, warm-up and coarse steps), how a rung's value is read (compose.ScaleSize.on_axis) and how the
-report names it (compose.AXIS_WORDS, ladder.AXES). The example adds an entry to each, writes a study of
-its own on that axis (`mine/study/compute_smoke.yaml`, starting from the shipped `smoke`) and runs the
+A ladder axis is one registration in mltrain/tools/study/axes.py's registry: `@ladder_axis` on the
+function that reads a rung's value from its size (compose.ScaleSize: parameters, steps, tokens per step,
+depth, width), with its name, the keys its rungs may set differently (beyond them only what follows from
+the axis: the steps, warm-up and coarse steps) and how the report names it. The schema's check, the
+rungs' check and the ladder report read the registry. The example registers the axis, writes a study
+of its own on it (`mine/study/compute_smoke.yaml`, starting from the shipped `smoke`) and runs the
 study's checking and planning stage, `stages.prepare`: every setting composed and validated, each rung's
 value read from its composed config, the rungs checked to vary the axis alone. No run is started.
 """
@@ -14,25 +15,20 @@ value read from its composed config, the rungs checked to vary the axis alone. N
 from pathlib import Path
 
 from mltrain.errors import ConfigError
-from mltrain.tools.study import compose, ladder, schema, stages
+from mltrain.tools.study import schema, stages
+from mltrain.tools.study.axes import ladder_axis
 from mltrain.tools.study.cli import compose_study
 from mltrain.tools.study.plan import tuning_sweeps
 
 AXIS = "compute"
-schema.LADDER_AXES = (*schema.LADDER_AXES, AXIS)
-compose.AXIS_KEYS[AXIS] = ("model",)  # the model's size; the token budget follows (train.max_steps)
-compose.AXIS_WORDS[AXIS] = "training compute"
-ladder.AXES[AXIS] = ("compute", "training compute C = 6 N D (FLOPs)", "FLOPs")
-_on_axis = compose.ScaleSize.on_axis
 
 
-def on_axis(size: compose.ScaleSize, axis: str) -> float:
-    if axis != AXIS:
-        return _on_axis(size, axis)
+# the model's size may change; the token budget follows from it (train.max_steps)
+@ladder_axis(name=AXIS, keys=("model",), words="training compute", symbol="compute",
+             title="training compute C = 6 N D (FLOPs)", unit="FLOPs")
+def compute(size) -> float:
     return 6.0 * size.n_params * size.max_steps * size.tokens_per_step  # 6 N D, D = steps x batch x context
 
-
-compose.ScaleSize.on_axis = on_axis
 
 # A study of one's own: the shipped smoke study, its rungs read along compute (the wider rung trains on
 # twice the tokens per parameter, which moves its compute further).

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain.errors import ConfigError
+from mltrain.errors import ConfigError, composition_line
 from mltrain.runs.keys import split_override
 
 SWEEP_PID_ENV = "MLTRAIN_SWEEP_PID"  # the sweep's main process, inherited by the launcher's workers
@@ -106,8 +106,7 @@ def check_sweep(config: DictConfig, validate: Callable[[DictConfig], None]) -> N
         except ConfigError as err:
             raise ConfigError(f"{point}: {err}; no job was started") from None
         except Exception as err:  # noqa: BLE001 - Hydra's composition errors: one line
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise ConfigError(f"{point}: {first}; no job was started") from None
+            raise ConfigError(f"{point}: {composition_line(err, overrides)}; no job was started") from None
         if subdir in dirs:
             raise ConfigError(_shared_dir(config, jobs[dirs[subdir]], dirs[subdir], overrides, num, subdir, swept))
         dirs[subdir] = num

@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 from helpers import compose_config
 
 from mltrain.config import validate
-from mltrain.errors import ConfigError
+from mltrain.errors import ConfigError, composition_line
 from mltrain.memory import parameter_count
 from mltrain.method.multilevel import control_ratio, control_steps
 from mltrain.method.plan import build_plan, run_kind
@@ -119,6 +119,30 @@ def test_command_line_beats_the_preset():
 def test_hydra_rejects_typos_and_wrong_types(override, exc):
     with pytest.raises(exc):
         make(override)
+
+
+PRESETS = {  # a preset of one's own whose own lines cannot compose: no override is at fault, the file is named
+    "bad_value": "# @package _global_\noptim: {name: lion}\n",
+    "bad_default": "# @package _global_\ndefaults: [/coarsening: nosuch]\n",
+}
+
+
+@pytest.mark.parametrize("overrides,line", [
+    (["+train.max_steps=3"], "+train.max_steps=3: Could not append to config. An item is already at 'train.max_steps'; "
+                             "Either remove + prefix: 'train.max_steps=3'"),
+    (["~nothing"], "~nothing: Could not delete from config. 'nothing' does not exist"),
+    (["seed=1", "seed=1.5"], "seed=1.5: value '1.5' of type 'float' could not be converted to Integer"),
+    (["experiment=bad_value"], "In 'experiment/bad_value': optim.name: invalid value 'lion', expected one of [sgd, adamw]"),
+    (["experiment=bad_default"], "In 'experiment/bad_default': no coarsening preset 'nosuch' (the coarsening presets: "),
+])
+def test_a_composition_error_is_one_line_naming_the_override_or_the_file(overrides, line, tmp_path):
+    (tmp_path / "experiment").mkdir()
+    for name, text in PRESETS.items():
+        (tmp_path / "experiment" / f"{name}.yaml").write_text(text)
+    with pytest.raises(ConfigCompositionException) as info:
+        make(f"hydra.searchpath=[file://{tmp_path}]", *overrides)
+    said = composition_line(info.value, overrides)
+    assert said.startswith(line) and "\n" not in said, said
 
 
 @pytest.mark.parametrize("override,valid", [

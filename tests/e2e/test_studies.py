@@ -16,6 +16,7 @@ from helpers import made_once, run_main
 from omegaconf import OmegaConf
 
 from mltrain.tools.study import compose, ladder, stages
+from mltrain.tools.study.axes import AXES
 from mltrain.tools.study.cli import compose_study
 
 
@@ -257,7 +258,7 @@ def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_th
     assert code == 0, out
     assert ("0 sweep(s) launched" in out) == (rungs is None)
     saved = json.loads((tmp_path / "study" / "ladder.json").read_text())
-    assert saved["axis"] == axis and saved["axis_label"] == ladder.AXES[axis][1]
+    assert saved["axis"] == axis and saved["axis_label"] == AXES[axis].title
     cfg = compose_study(argv[:1] + argv[2:])
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
@@ -267,8 +268,8 @@ def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_th
         else:
             values = [sizes[r].tokens_per_param for r in cfg.ladder]
     assert [s["x"] for s in saved["scales"]] == pytest.approx(values)
-    assert drawn["xlabel"].startswith(ladder.AXES[axis][1]) and drawn["xticks"] == [f"{v:g}" for v in values]
+    assert drawn["xlabel"].startswith(AXES[axis].title) and drawn["xticks"] == [f"{v:g}" for v in values]
     (trend,) = saved["trends"]
-    word = ladder.AXES[axis][0]
+    word = AXES[axis].symbol
     assert f"with {word}" in trend["sentence"] and trend["verdict"] == "too few scales to tell"
     assert f"with {word}" in out

@@ -1,11 +1,49 @@
-"""The mltrain command's one-line errors around a run: an unwritable working dir, a context longer than
-the data (before the model is built), a full disk at the end (what is kept is said)."""
+"""The mltrain command's one-line errors around a run: a config Hydra cannot compose from the command
+line (a bad value, a misspelt key, a missing preset: before any compute, nothing written, the full
+report under HYDRA_FULL_ERROR=1), an unwritable working dir, a context longer than the data (before the
+model is built), a full disk at the end (what is kept is said)."""
 
 from __future__ import annotations
 
-from helpers import NO_ROOM, SMOKE, one_error, run_tool, unwritable_dir
+import pytest
+from helpers import NO_ROOM, SMOKE, TOOL_SMOKE, one_error, run_tool, tool, tree, unwritable_dir
 
 from mltrain.runs.files import read_metrics
+
+# A bad override -> what its one line says of it, after naming it
+BAD_OVERRIDES = {
+    "optim.name=lion": "invalid value 'lion', expected one of [sgd, adamw]",  # not one of a key's values
+    "train.max_steps=abc": "value 'abc' of type 'str' could not be converted to Integer",  # the wrong type
+    "model=gpt99": "no model preset 'gpt99' (the model presets: gpt22m, small, tiny)",  # no such group option
+    "train.max_step=3": "key 'max_step' not in 'TrainConfig'; did you mean train.max_steps?",  # a misspelt key
+    "train.max_steps=": "value '' of type 'str' could not be converted to Integer",  # no value
+}
+ONE_LINE = {"HYDRA_FULL_ERROR": "0"}  # whatever the shell running the tests sets
+
+
+@pytest.mark.parametrize("override", BAD_OVERRIDES)
+def test_a_config_hydra_cannot_compose_is_one_line_naming_the_override(tmp_path, override):
+    proc = tool("mltrain", *TOOL_SMOKE, override, cwd=tmp_path, env=ONE_LINE)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert lines == [f"mltrain: error: {override}: {BAD_OVERRIDES[override]}"], proc.stderr[-3000:]
+    assert not proc.stdout.strip(), proc.stdout[-2000:]
+    assert tree(tmp_path) == {}  # no outputs/ folder, no log
+
+
+def test_a_bad_point_of_a_sweep_is_one_line_naming_it(tmp_path):
+    proc = tool("mltrain", "-m", *TOOL_SMOKE, "optim.name=sgd,lion", cwd=tmp_path, env=ONE_LINE)
+    line = one_error(proc)
+    assert line == ("mltrain: error: sweep point #1 (optim.name=lion): optim.name=lion: invalid value 'lion', "
+                    "expected one of [sgd, adamw]; no job was started"), line
+    assert tree(tmp_path) == {}
+
+
+def test_hydra_full_error_gives_hydras_full_report(tmp_path):
+    proc = tool("mltrain", *TOOL_SMOKE, "optim.name=lion", cwd=tmp_path, env={"HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode == 1 and "Traceback" in proc.stderr, proc.stderr[-3000:]
+    assert "ConfigCompositionException: Error merging override optim.name=lion" in proc.stderr
+    assert tree(tmp_path) == {}
 
 
 def test_an_unwritable_working_dir_is_one_line(tmp_path):

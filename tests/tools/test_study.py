@@ -1,8 +1,8 @@
 """mltrain-study: the shipped studies compose and check; bad input is one line before any run; the
 steps of a scale come from its tokens per parameter; sweeps, folders and the frontier's grouping; the
-status view; the ladder report and its trend sentence on constructed ladders; and, end to end, the
-smoke study, a second invocation that launches nothing, and interrupted studies that resume to the
-same reports."""
+status view; the ladder report and its trend sentence on constructed ladders, along an axis of one's own
+too; and, end to end, the smoke study, a second invocation that launches nothing, and interrupted
+studies that resume to the same reports."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from helpers import run_main
 
+from mltrain.errors import ConfigError
 from mltrain.tools.compare import Arm, Report
 from mltrain.tools.study import compose, ladder, schema, stages
+from mltrain.tools.study.axes import AXES, ladder_axis
 from mltrain.tools.study.cli import compose_study
 from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, evaluation_sweeps, tuning_sweeps
 
@@ -248,6 +250,31 @@ def test_scatter_beyond_the_intervals_widens_the_slope_interval():
     tight = trend_of([1.1, 1.3, 1.15, 1.4], spread=0.001)
     assert "widened by their scatter" in tight["method"]
     assert tight["slope_hi"] - tight["slope_lo"] > 0.1  # far wider than the 0.1% intervals alone allow
+
+
+def test_an_axis_registered_from_outside_is_accepted_checked_and_named_from_the_registry():
+    shipped = dict(AXES)
+    try:
+        @ladder_axis(name="context", keys=("model.block_size",), words="context length", symbol="context",
+                     title="context: model.block_size", unit="tokens")
+        def context(size) -> float:
+            return size.tokens_per_step / 4  # a batch of 4 sequences
+
+        assert list(AXES) == [*shipped, "context"] and AXES["context"].value is context
+        schema.check(compose_study(["study=smoke", "ladder_axis=context"]))  # a ladder_axis by its registered name
+        sizes = {"a": compose.ScaleSize(1000, 10, 64), "b": compose.ScaleSize(2000, 10, 64)}
+        assert [s.on_axis("context") for s in sizes.values()] == [16.0, 16.0]
+        with pytest.raises(ConfigError, match=r"rungs a and b have the same context length \(16\)"):
+            compose.check_rungs("context", sizes, {})
+        results = [scale_result(f"s{i}", n, multiplier(m)) for i, (n, m) in enumerate(zip([1e5, 2e5], [1.1, 1.2]))]
+        for r, x in zip(results, (16, 32)):
+            r.axis_value = x
+        report = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [], "context")
+        assert report["axis_label"] == "context: model.block_size" and [s["x"] for s in report["scales"]] == [16, 32]
+        assert "changes with context" in report["trends"][0]["sentence"]
+    finally:
+        AXES.clear()
+        AXES.update(shipped)
 
 
 def test_an_arm_is_found_in_the_verdict_by_its_label_however_it_is_spelt():

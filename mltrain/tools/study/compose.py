@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from omegaconf import OmegaConf
 
 from mltrain.errors import ConfigError, MltrainError
+from mltrain.tools.study.axes import AXES, FOLLOWS_FROM_AXIS
 from mltrain.tools.study.plan import SEED, Run, Sweep, arm_overrides
 
 
@@ -93,18 +94,8 @@ class ScaleSize:
         return self.max_steps * self.tokens_per_step / self.n_params
 
     def on_axis(self, axis: str) -> float:
-        """This rung's value on a ladder axis (schema.LADDER_AXES), read from its composed config."""
-        return float({"params": self.n_params, "depth": self.n_layer, "width": self.n_embd,
-                      "tokens_per_param": self.tokens_per_param}[axis])
-
-
-# Per ladder axis: the keys its rungs may set differently (a key matches itself and the keys below it).
-# Beyond these, only what follows from the axis may differ: the steps (through the token budget), the
-# warm-up and the coarse steps, which the yaml sizes per rung.
-AXIS_KEYS = {"params": ("model",), "depth": ("model.n_layer",), "width": ("model.n_embd", "model.n_head"),
-             "tokens_per_param": ()}
-FOLLOWS_FROM_AXIS = ("train.max_steps", "schedule.warmup_steps", "multilevel.coarse_steps")
-AXIS_WORDS = {"params": "parameters", "depth": "depth", "width": "width", "tokens_per_param": "tokens per parameter"}
+        """This rung's value on a ladder axis (one of axes.AXES), read from its composed config."""
+        return float(AXES[axis].value(self))
 
 
 def parameter_count(cfg: Any) -> int:
@@ -149,15 +140,15 @@ def check_rungs(axis: str, sizes: dict[str, ScaleSize], configs: dict[str, Any])
     from mltrain.runs.keys import is_bookkeeping, matches
     from mltrain.training.resume import config_differences
 
-    names = list(sizes)
+    names, keys, words = list(sizes), AXES[axis].keys, AXES[axis].words
     seen: dict[float, str] = {}
     for name in names:
         value = sizes[name].on_axis(axis)
         if value in seen:
             raise ConfigError(f"ladder_axis={axis}: rungs {seen[value]} and {name} have the same "
-                              f"{AXIS_WORDS[axis]} ({value:g}): a ladder's rungs must vary its axis")
+                              f"{words} ({value:g}): a ladder's rungs must vary its axis")
         seen[value] = name
-    allowed = (*AXIS_KEYS[axis], *FOLLOWS_FROM_AXIS)
+    allowed = (*keys, *FOLLOWS_FROM_AXIS)
     first = names[0] if names else None
     for name in names[1:]:
         for diff in config_differences(configs[first], configs[name]):
@@ -165,7 +156,7 @@ def check_rungs(axis: str, sizes: dict[str, ScaleSize], configs: dict[str, Any])
             if not matches(key, allowed) and not is_bookkeeping(key):
                 raise ConfigError(
                     f"ladder_axis={axis}: rungs {first} and {name} also differ in {diff.replace(' there', f' at {first}').replace(' here', f' at {name}')}"
-                    f": a {AXIS_WORDS[axis]} ladder varies {', '.join(AXIS_KEYS[axis]) or 'the token budget'} alone "
+                    f": a {words} ladder varies {', '.join(keys) or 'the token budget'} alone "
                     f"(and what follows from it: {', '.join(FOLLOWS_FROM_AXIS)}); set other keys in common"
                 )
 

@@ -41,6 +41,7 @@ import numpy as np
 from mltrain import guarded
 from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, FitError, Multiplier, Report, markdown_safe,
                                    params_text, render_ladder)
+from mltrain.tools.study.axes import AXES  # how the report and the plot name each axis
 from mltrain.tools.study.plan import label_parts
 
 FLAT_SLOPE = 0.05
@@ -52,11 +53,6 @@ TREND_SEED = 0
 # What ladder.json keeps of each arm's verdict (the keys and values of comparison.json)
 ROW_KEYS = ("settings_tried", "selected", "selected_by_budget", "final_val_loss", "multiplier", "saving_interpolated",
             "saving_wallclock", "eval_seeds", "within_fit_error", "verdict")
-# The axis as the report and the plot name it: (word in "log M against log <word>", axis label, unit)
-AXES = {"params": ("N", "model parameters N", "parameters"),
-        "depth": ("depth", "depth: blocks (model.n_layer)", "blocks"),
-        "width": ("width", "width: model.n_embd", "wide"),
-        "tokens_per_param": ("tokens per parameter", "training tokens per parameter", "tokens per parameter")}
 
 
 @dataclass
@@ -213,7 +209,7 @@ def predict(trend: dict, n_params: float) -> Optional[dict]:
 
 
 def trend_sentence(arm: str, trend: dict, axis: str = "params") -> str:
-    word, _, unit = AXES[axis]
+    word, unit = AXES[axis].symbol, AXES[axis].unit
     along = "scale" if axis == "params" else word
     if "slope" not in trend:
         left = "; ".join(f"{axis_text(e['x'], axis)}: {e['why']}" for e in trend.get("excluded") or [])
@@ -264,14 +260,14 @@ def ladder_report(study: str, arms: list[str], frontier: str, results: list[Scal
         trend["sentence"] = trend_sentence(arm, trend, axis)
         trend["predictions"] = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
         trends.append({"arm": arm, **trend})
-    return {"study": study, "axis": axis, "axis_label": AXES[axis][1], "frontier_arm": frontier,
+    return {"study": study, "axis": axis, "axis_label": AXES[axis].title, "frontier_arm": frontier,
             "flat_slope": FLAT_SLOPE, "min_scales_for_trend": MIN_SCALES_FOR_TREND,
             "min_seeds_for_trend": MIN_SEEDS_FOR_TREND, "scales": scales, "trends": trends}
 
 
 def render_markdown(report: dict) -> str:
     """ladder.md from the ladder's numbers, by mltrain-compare's renderer (the one comparison.md has)."""
-    return render_ladder(report, AXES[report.get("axis", "params")][0])
+    return render_ladder(report, AXES[report.get("axis", "params")].symbol)
 
 
 def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] = None, kept: str = "") -> None:
@@ -312,9 +308,9 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
         ax.xaxis.set_minor_formatter(ScalarFormatter())
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     axis = report.get("axis", "params")
-    ax.set_xlabel(AXES[axis][1] + " (log scale)")
+    ax.set_xlabel(AXES[axis].title + " (log scale)")
     ax.set_ylabel("compute multiplier M (95% interval)")
-    ax.set_title(f"{report['study']}: multiplier vs {AXES[axis][0]} (hollow: beyond the frontier's data; ^: M only "
+    ax.set_title(f"{report['study']}: multiplier vs {AXES[axis].symbol} (hollow: beyond the frontier's data; ^: M only "
                  "bounded below)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -25,7 +25,7 @@ from mltrain.errors import ConfigError
 from mltrain.runs.keys import BUDGET_KEY as BUDGET  # the frontier axis: swept by the single-level arm, never tuned
 from mltrain.runs.keys import SEED_KEY as SEED
 from mltrain.runs.keys import override_key
-LADDER_AXES = ("params", "depth", "width", "tokens_per_param")  # what a ladder's rungs may vary
+from mltrain.tools.study.axes import AXES  # what a ladder's rungs may vary
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # arm and scale names become folder names
 
 
@@ -107,8 +107,8 @@ class StudyConfig:
     seeds: List[int] = field(default_factory=lambda: [1, 2, 3, 4])  # ... and measured here
     tokens_per_param: Optional[float] = None  # the ladder's default token budget
     # What the rungs vary, the x-axis of the ladder report: params (the model's size, whatever changes
-    # it), depth (model.n_layer), width (model.n_embd) or tokens_per_param (the token budget). Each
-    # rung's value is read from its composed config, never typed twice.
+    # it), depth (model.n_layer), width (model.n_embd), tokens_per_param (the token budget) or another
+    # axis registered in axes.py. Each rung's value is read from its composed config, never typed twice.
     ladder_axis: str = "params"
     ladder: Dict[str, ScaleConfig] = field(default_factory=dict)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
@@ -167,8 +167,8 @@ def check(study: Any) -> None:
         for name in names:
             if not _NAME.match(str(name)):
                 raise ConfigError(f"{what} name {name!r}: use letters, digits, '_', '.' or '-' (it names a folder)")
-    if study.ladder_axis not in LADDER_AXES:
-        raise ConfigError(f"ladder_axis={study.ladder_axis!r}: expected one of {', '.join(LADDER_AXES)}")
+    if study.ladder_axis not in AXES:
+        raise ConfigError(f"ladder_axis={study.ladder_axis!r}: expected one of {', '.join(AXES)}")
     _check_seeds(study)
     for name, arm in study.arms.items():
         _check_arm(name, arm)
