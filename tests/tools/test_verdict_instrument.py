@@ -167,7 +167,7 @@ def test_the_ladder_report_shows_a_bound_and_an_unbounded_end_and_leaves_them_ou
         results.append(ladder.ScaleResult(f"L{x}", 10_000 * x, 100, 8.0, labels, comparison=Report.from_json({"arms": arms, "warnings": []}),
                                           axis_value=x))
     report = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [], "depth")
-    (trend,) = report["trends"]
+    (trend,) = report.trends
     assert trend["verdict"] == "too few scales to tell" and len(trend["excluded"]) == 2
     ladder.write_ladder(report, tmp_path / "ladder")
     md = (tmp_path / "ladder.md").read_text()
