@@ -168,7 +168,7 @@ def test_the_ladder_report_shows_a_bound_and_an_unbounded_end_and_leaves_them_ou
                                           axis_value=x))
     report = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [], "depth")
     (trend,) = report.trends
-    assert trend["verdict"] == "too few scales to tell" and len(trend["excluded"]) == 2
+    assert trend.verdict == "too few scales to tell" and len(trend.excluded) == 2
     ladder.write_ladder(report, tmp_path / "ladder")
     md = (tmp_path / "ladder.md").read_text()
     assert "| M > 1.450 | > 31.0% |" in md and "| 1.300 [1.261, ∞) |" in md

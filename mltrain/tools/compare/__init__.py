@@ -37,12 +37,13 @@ from mltrain.tools.compare.cli import main, run_compare
 from mltrain.tools.compare.loading import CompareError
 from mltrain.tools.compare.report import params_text, render_ladder, render_markdown
 from mltrain.tools.compare.results import (Arm, Bound, BudgetReading, FitError, Frontier, Headline, Ladder, LossInterval,
-                                          Multiplier, Report, Rung, RungArm, RunReading, Saving, WallclockSaving,
-                                          WithoutControl)
+                                          Multiplier, Prediction, Report, Rung, RungArm, RunReading, Saving, Trend,
+                                          WallclockSaving, WithoutControl)
 from mltrain.tools.compare.statistics import first_reach, interval, moving_average
 from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 
 __all__ = ["main", "run_compare", "compare_dirs", "compare_report", "CompareError", "first_reach", "interval",
            "moving_average", "markdown_safe", "render_markdown", "render_ladder", "params_text", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL",
            "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound", "BudgetReading", "LossInterval",
-           "Saving", "WallclockSaving", "RunReading", "WithoutControl", "Ladder", "Rung", "RungArm"]
+           "Saving", "WallclockSaving", "RunReading", "WithoutControl", "Ladder", "Rung", "RungArm",
+           "Trend", "Prediction"]

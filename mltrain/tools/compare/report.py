@@ -546,11 +546,11 @@ def _ladder_row(ladder: Ladder, rung: Rung, row: RungArm, first: bool, extra: bo
 def _ladder_trend_lines(ladder: Ladder) -> list[str]:
     lines = []
     for t in ladder.trends:
-        lines.append(f"- {t['sentence']}")
-        for p in t["predictions"]:
-            lines.append(f"  - Extrapolation, not a measurement: at {params_text(p['n_params'])} parameters "
-                         f"({p['beyond_largest']:.3g}x the largest scale) the fitted line gives M = {p['M']:.3f} "
-                         f"[{p['M_lo']:.3f}, {p['M_hi']:.3f}], if the trend held that far.")
+        lines.append(f"- {t.sentence}")
+        for p in t.predictions:
+            lines.append(f"  - Extrapolation, not a measurement: at {params_text(p.n_params)} parameters "
+                         f"({p.beyond_largest:.3g}x the largest scale) the fitted line gives M = {p.M:.3f} "
+                         f"[{p.M_lo:.3f}, {p.M_hi:.3f}], if the trend held that far.")
     return lines
 
 

@@ -9,7 +9,8 @@ consumer of it (the study's ladder, a script) reads, and what its Markdown is re
 `Report` holds the arms (`Arm`: the setting kept, the evaluation seeds, the final loss `LossInterval`, the
 compute multiplier `Multiplier` with its `Headline` and `Bound`, the savings read on the frontier's
 points `Saving`, one `RunReading` per run) and the frontier (`Frontier`: its fit's own error `FitError`).
-The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm.
+The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm, and
+one `Trend` per arm along the ladder's axis (with its `Prediction`s).
 
 JSON: each class writes its object with `to_json`, in comparison.json's (and ladder.json's) keys and key
 order; `from_json` reads one back, also one written by an earlier mltrain-compare (a key it lacks takes
@@ -542,9 +543,73 @@ class Rung:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """M at a larger size on a trend's fitted line, with its interval: an extrapolation beyond the ladder."""
+
+    n_params: float
+    M: float
+    M_lo: float
+    M_hi: float
+    beyond_largest: float  # n_params over the largest rung's
+
+    @classmethod
+    def from_json(cls, p: dict) -> "Prediction":
+        return cls(p.get("n_params"), p.get("M"), p.get("M_lo"), p.get("M_hi"), p.get("beyond_largest"))
+
+    def to_json(self) -> dict:
+        return {"n_params": self.n_params, "M": self.M, "M_lo": self.M_lo, "M_hi": self.M_hi,
+                "beyond_largest": self.beyond_largest}
+
+
+# A trend's fitted line: its keys, in ladder.json's order (only a trend with a slope has them)
+TREND_FIT_KEYS = ("slope", "slope_lo", "slope_hi", "intercept", "cov", "quantile", "method", "n_min", "n_max", "n_draws",
+                  "monotone")
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One arm's trend along the ladder's axis: the slope of log M against log x with its interval (none
+    where too few rungs tell: `why` says so), its word (`verdict`), its sentence and its predictions; the
+    rungs left out as points (`excluded`: x and why)."""
+
+    arm: str
+    verdict: str
+    sentence: str = ""
+    n_scales: int = 0
+    excluded: tuple[dict, ...] = ()
+    why: Optional[str] = None
+    slope: Optional[float] = None
+    slope_lo: Optional[float] = None
+    slope_hi: Optional[float] = None
+    intercept: Optional[float] = None
+    cov: Optional[list] = None
+    quantile: Optional[float] = None
+    method: Optional[str] = None
+    n_min: Optional[float] = None
+    n_max: Optional[float] = None
+    n_draws: Optional[int] = None
+    monotone: Optional[str] = None
+    predictions: tuple[Prediction, ...] = ()
+
+    @classmethod
+    def from_json(cls, t: dict) -> "Trend":
+        return cls(str(t.get("arm", "")), str(t.get("verdict", "")), t.get("sentence", ""), t.get("n_scales") or 0,
+                   tuple(t.get("excluded") or ()), t.get("why"), *(t.get(k) for k in TREND_FIT_KEYS),
+                   tuple(Prediction.from_json(p) for p in t.get("predictions") or ()))
+
+    def to_json(self) -> dict:
+        out = {"arm": self.arm, "n_scales": self.n_scales, "excluded": list(self.excluded)}
+        if self.slope is not None:
+            out.update({k: getattr(self, k) for k in TREND_FIT_KEYS})
+        out["verdict"] = self.verdict
+        if self.slope is None:
+            out["why"] = self.why
+        return {**out, "sentence": self.sentence, "predictions": _json(self.predictions)}
+
+
+@dataclass(frozen=True)
 class Ladder:
-    """The study's ladder report: per rung each arm's verdict, per arm its trend along the ladder's axis
-    (the study's `fit_trend` dicts, each with its sentence and predictions)."""
+    """The study's ladder report: per rung each arm's verdict, per arm its trend along the ladder's axis."""
 
     study: str
     axis: str
@@ -554,7 +619,7 @@ class Ladder:
     min_scales_for_trend: int
     min_seeds_for_trend: int
     rungs: tuple[Rung, ...] = ()
-    trends: tuple[dict, ...] = ()
+    trends: tuple[Trend, ...] = ()
     with_tuning: bool = False  # each rung's `tuning` is written (the study records it)
 
     @classmethod
@@ -562,11 +627,11 @@ class Ladder:
         scales = r.get("scales") or ()
         return cls(r.get("study", ""), r.get("axis", "params"), r.get("axis_label", ""), r.get("frontier_arm", ""),
                    r.get("flat_slope"), r.get("min_scales_for_trend"), r.get("min_seeds_for_trend"),
-                   tuple(Rung.from_json(s) for s in scales), tuple(r.get("trends") or ()),
+                   tuple(Rung.from_json(s) for s in scales), tuple(Trend.from_json(t) for t in r.get("trends") or ()),
                    any("tuning" in s for s in scales))
 
     def to_json(self) -> dict:
         return {"study": self.study, "axis": self.axis, "axis_label": self.axis_label, "frontier_arm": self.frontier_arm,
                 "flat_slope": self.flat_slope, "min_scales_for_trend": self.min_scales_for_trend,
                 "min_seeds_for_trend": self.min_seeds_for_trend,
-                "scales": [r.to_json(self.with_tuning) for r in self.rungs], "trends": list(self.trends)}
+                "scales": [r.to_json(self.with_tuning) for r in self.rungs], "trends": _json(self.trends)}

@@ -40,7 +40,7 @@ import numpy as np
 
 from mltrain import guarded
 from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, FitError, Ladder, Multiplier, Report, Rung, RungArm,
-                                   markdown_safe, params_text, render_ladder)
+                                   Trend, markdown_safe, params_text, render_ladder)
 from mltrain.tools.study.plan import label_parts
 
 FLAT_SLOPE = 0.05
@@ -254,9 +254,9 @@ def ladder_report(study: str, arms: list[str], frontier: str, results: list[Scal
         points = [(r.x, (a.multiplier or Multiplier(False)) if (a := r.arm(arm)) else Multiplier(False),
                    len(a.eval_seeds) if a else 0, r.fit_error) for r in results]
         trend = fit_trend(points)
-        trend["sentence"] = trend_sentence(arm, trend, axis)
-        trend["predictions"] = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
-        trends.append({"arm": arm, **trend})
+        predictions = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
+        trends.append(Trend.from_json({"arm": arm, **trend, "sentence": trend_sentence(arm, trend, axis),
+                                       "predictions": predictions}))
     rungs = tuple(rung(r, arms, (tuning or {}).get(r.name)) for r in results)
     return Ladder(study, axis, AXES[axis][1], frontier, FLAT_SLOPE, MIN_SCALES_FOR_TREND, MIN_SEEDS_FOR_TREND, rungs,
                   tuple(trends), with_tuning=tuning is not None)
@@ -282,7 +282,7 @@ def plot_ladder(report: Ladder, path: Path, dpi: int = 120, root: Optional[Path]
         color = colors[i % len(colors)]
         shift = 1.0 + 0.03 * (i - (len(report.trends) - 1) / 2)  # arms side by side, not on top
         for s in report.rungs:
-            row = next((r.result for r in s.arms if r.arm == trend["arm"]), None)
+            row = next((r.result for r in s.arms if r.arm == trend.arm), None)
             m = (row.multiplier if row is not None else None) or Multiplier(False)
             x = s.x * shift
             if m.bound is not None and m.bound.kind == "lower":  # only a bound: a caret at M > x, no point
@@ -293,10 +293,10 @@ def plot_ladder(report: Ladder, path: Path, dpi: int = 120, root: Optional[Path]
             lo, hi = m.M_lo or m.M, m.M_hi or m.M  # no interval (too few seeds): a bare point
             ax.errorbar([x], [m.M], yerr=[[m.M - lo], [hi - m.M]], fmt="o",
                         color=color, mfc="white" if m.extrapolated else color, capsize=3)
-        if "slope" in trend:
-            n = np.geomspace(trend["n_min"], trend["n_max"], 20)
-            ax.plot(n, np.exp(trend["intercept"] + trend["slope"] * np.log(n)), color=color, ls="--", lw=1)
-        ax.plot([], [], "o--", color=color, label=f"{trend['arm']} ({trend['verdict']})")
+        if trend.slope is not None:
+            n = np.geomspace(trend.n_min, trend.n_max, 20)
+            ax.plot(n, np.exp(trend.intercept + trend.slope * np.log(n)), color=color, ls="--", lw=1)
+        ax.plot([], [], "o--", color=color, label=f"{trend.arm} ({trend.verdict})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):

@@ -141,7 +141,7 @@ def run(study: Study, command: str) -> int:
         return 130
     out = study.out or sys.stdout
     for trend in report.trends:
-        print(trend["sentence"], file=out)
+        print(trend.sentence, file=out)
     if warning := repeated_data(cfg, layout):  # a run passed one epoch of its training split
         print(warning, file=out)
     incomplete = sum(len(r.missing_runs) for r in report.rungs)
