@@ -21,7 +21,7 @@ the one baseline, the control and the frontier's points; at fixed FLOPs) are car
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 UNBOUNDED_FIELDS = ("degenerate_share", "bootstrap_M")  # a multiplier's keys only an interval writes
@@ -301,13 +301,9 @@ class Saving:
     warnings: tuple[str, ...] = ()
 
     @classmethod
-    def fields_of(cls, e: dict) -> tuple:
-        return (bool(e.get("available")), e.get("why"), e.get("saving"), e.get("saving_lo"), e.get("saving_hi"),
-                e.get("n") or 0, e.get("n_outside"), e.get("n_unpaired") or 0, tuple(e.get("warnings") or ()))
-
-    @classmethod
-    def from_json(cls, entry: dict) -> "Saving":
-        return cls(*cls.fields_of(entry))
+    def from_json(cls, e: dict) -> "Saving":
+        return Saving(bool(e.get("available")), e.get("why"), e.get("saving"), e.get("saving_lo"), e.get("saving_hi"),
+                      e.get("n") or 0, e.get("n_outside"), e.get("n_unpaired") or 0, tuple(e.get("warnings") or ()))
 
     def to_json(self) -> dict:
         return {"available": self.available, "why": self.why, "saving": self.saving, "saving_lo": self.saving_lo,
@@ -323,7 +319,12 @@ class WallclockSaving(Saving):
 
     @classmethod
     def from_json(cls, entry: dict) -> "WallclockSaving":
-        return cls(*cls.fields_of(entry), entry.get("time_basis"))
+        return cls.reading(Saving.from_json(entry), entry.get("time_basis"))
+
+    @classmethod
+    def reading(cls, saving: Saving, time_basis: Optional[str]) -> "WallclockSaving":
+        """A saving read on a wall-clock axis, with the time it read."""
+        return cls(**{f.name: getattr(saving, f.name) for f in fields(saving)}, time_basis=time_basis)
 
     def to_json(self) -> dict:
         return {**super().to_json(), "time_basis": self.time_basis}

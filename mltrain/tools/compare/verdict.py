@@ -12,7 +12,7 @@ such multiset is fitted once.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -297,7 +297,7 @@ def wallclock_saving(clock: Frontier, runs: list[Run]) -> WallclockSaving:
         out = interpolated_saving(Frontier([], [], why=f"not every run of the arm recorded {key}"), runs, lambda r: None)
     else:
         out = interpolated_saving(clock, runs, lambda r: run_time(r, key))
-    return WallclockSaving(**{f.name: getattr(out, f.name) for f in fields(out)}, time_basis=what)
+    return WallclockSaving.reading(out, what)
 
 
 FRONTIER_VERDICT = "the frontier"  # the single-level arm is the reference, never judged against its own fit
