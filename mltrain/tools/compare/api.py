@@ -8,7 +8,7 @@ holds (`compare_dirs`).
 
 Bad input that stops everything (no such path, no run dirs, an unreadable summary) raises CompareError;
 everything else (a selection seed no run has, a --tune key no run varies, no single-level runs, a fit that
-does not converge) is a line in report["warnings"] and the rest of the report is still made.
+does not converge) is a line in the report's `warnings` and the rest of the report is still made.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from mltrain.method.kinds import RunKind
 from mltrain import guarded
