@@ -24,8 +24,6 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
-UNBOUNDED_FIELDS = ("degenerate_share", "bootstrap_M")  # a multiplier's keys only an interval writes
-
 
 def _json(value: Any) -> Any:
     """A result (or a list of them) as its JSON."""
