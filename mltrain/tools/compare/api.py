@@ -189,7 +189,7 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
         frontier=frontier,
         excluded=tuple({"run": r.source, "label": r.label, "run_kind": r.run_kind, "seed": r.seed,
                         "status": r.status, "reason": r.reason} for r in runs if not r.usable),
-        **tables,
+        **{section: tuple(rows) if isinstance(rows, list) else rows for section, rows in tables.items()},
         outputs={k: (str(out / f"comparison.{k}") if out and (k != "png" or plot) else None) for k in ("png", "md", "json")},
     )
     if out is not None:
@@ -274,7 +274,7 @@ def _arm_result(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, 
     m = headline(m, interpolated, interpolated_multiplier(frontier, runs), error)
     return ArmResult(
         name=arm.name, label=arm.label, run_kind=arm.run_kind, settings_tried=arm.settings_tried,
-        selection_seeds=arm.selection_seeds, eval_seeds=tuple(sorted({r.seed for r in runs}, key=str)),
+        selection_seeds=tuple(arm.selection_seeds), eval_seeds=tuple(sorted({r.seed for r in runs}, key=str)),
         optimistic=arm.optimistic, selected=arm.setting(arm.selected) if arm.selected is not None else {},
         selected_label=arm.selected.label if arm.selected is not None else None, final_val_loss=loss_interval(runs),
         multiplier=m, saving_interpolated=interpolated, saving_wallclock=wallclock_saving(clock, runs),
