@@ -1,10 +1,11 @@
 """Stage 4, the ladder report: does an arm's saving survive along the ladder's axis?
 
-From each rung's verdict (mltrain-compare's typed `Report`) it builds the `Ladder` of `Rung`s and writes `ladder.md`, `ladder.json` and
-`ladder.png`: per rung and arm the tuned settings, the compute multiplier M and the saving 1 - 1/M
-with their intervals, tokens per parameter; the multiplier against the study's `ladder_axis`
-(parameters, depth, width or tokens per parameter: each rung's value read from its composed config);
-and per arm the trend along that axis.
+From each rung's verdict (mltrain-compare's typed `Report`) it builds the `Ladder` of `Rung`s and
+`Trend`s (the compare package's results) and writes `ladder.md`, `ladder.json` and `ladder.png`: per
+rung and arm the tuned settings, the compute multiplier M and the saving 1 - 1/M with their intervals,
+tokens per parameter; the multiplier against the study's `ladder_axis` (parameters, depth, width or
+tokens per parameter: each rung's value read from its composed config); and per arm the trend along
+that axis.
 
 The trend is the slope b of log M = a + b log x over the rungs (x: the rung's value on the axis), from a
 hierarchical bootstrap (TREND_DRAWS draws, numpy seed TREND_SEED): per draw, each rung's log M is one of
