@@ -15,6 +15,7 @@ import pytest
 from helpers import made_once, run_main
 from omegaconf import OmegaConf
 
+from mltrain.tools.compare import Ladder, Report
 from mltrain.tools.study import compose, ladder, stages
 from mltrain.tools.study.axes import AXES
 from mltrain.tools.study.cli import compose_study
@@ -67,7 +68,7 @@ def smoke_study(tmp_path_factory):
     copy of its dir, exit status, its lines)."""
     def make(folder: Path) -> None:
         code, out = _run_smoke_study(folder / "study")
-        (folder / "result.json").write_text(json.dumps({"code": code, "out": out}))
+        (folder / "result.json").write_text(json.dumps({"code": code, "out": out, "root": str(folder / "study")}))
 
     made = made_once(tmp_path_factory, "smoke_study", make)
     result = json.loads((made / "result.json").read_text())
@@ -103,6 +104,33 @@ def test_a_second_invocation_starts_no_run_and_rewrites_the_reports(smoke_study,
     code, out, _ = run_main("study=smoke", f"dir={root}")
     assert code == 0 and launched == [] and "0 sweep(s) launched" in out
     assert summaries(root) == before and not any(line.startswith("[") for line in out.splitlines())
+
+
+def report_files(root: Path) -> dict[str, str]:
+    """Every report the study writes from its runs (the ladder's, each scale's verdict and selection), as text."""
+    found = [root / "ladder.json", root / "ladder.md", *root.glob("*/selection.json"),
+             *root.glob("*/verdict/comparison.json"), *root.glob("*/verdict/comparison.md")]
+    return {str(p.relative_to(root)): p.read_text() for p in found}
+
+
+def test_reports_regenerated_from_the_same_runs_are_byte_identical(smoke_study, verdict, tmp_path, monkeypatch):
+    """A second invocation on a copy of the smoke study launches no sweep and writes every report again,
+    byte for byte what the study wrote as its runs ended (the study's folder, which the reports name, replaced
+    by the copy's)."""
+    root = tmp_path / "study"
+    shutil.copytree(smoke_study[0], root, ignore=shutil.ignore_patterns(".mltrain.lock", "study.log"))
+    made = json.loads((smoke_study[0].parent / "result.json").read_text())["root"]
+    before = {name: text.replace(made, str(root)).replace(str(smoke_study[0]), str(root))
+              for name, text in report_files(root).items()}
+    launched = launches(monkeypatch)
+    code, out, _ = run_main("study=smoke", f"dir={root}")
+    assert code == 0 and launched == [] and "0 sweep(s) launched" in out
+    after = report_files(root)
+    assert len(after) == 8 and after == before
+    # and each file reads back into the typed results it was written from, every key and value as it was
+    for name in ("d16/verdict/comparison.json", "d32/verdict/comparison.json"):
+        assert Report.from_json(json.loads(after[name])).to_json() == json.loads(after[name])
+    assert Ladder.from_json(json.loads(after["ladder.json"])).to_json() == json.loads(after["ladder.json"])
 
 
 def test_a_study_with_runs_missing_or_cut_short_resumes_to_the_same_reports(smoke_study, verdict, tmp_path, monkeypatch):

@@ -200,7 +200,7 @@ def scale_result(name: str, n: int, m: dict | None, single_by_budget=None, seeds
 
 def trend_of(ms: list[float], spread: float = 0.02) -> dict:
     results = [scale_result(f"s{i}", n, multiplier(m, spread)) for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], ms))]
-    return ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
+    return ladder.ladder_report("t", ["single", "multilevel"], "single", results, []).trends[0].to_json()
 
 
 @pytest.mark.parametrize("ms, verdict", [
@@ -220,7 +220,7 @@ def test_trend_cannot_tell_with_wide_intervals_or_too_few_scales():
     assert wide["verdict"] == "cannot tell" and "cannot tell" in wide["sentence"] and wide["slope_lo"] < 0 < wide["slope_hi"]
     one = ladder.ladder_report("t", ["single", "multilevel"], "single",
                                [scale_result("a", 1e5, multiplier(1.2)), scale_result("b", 2e5, None)], [])
-    assert one["trends"][0]["verdict"] == "too few scales to tell" and "a multiplier at 1 scale(s)" in one["trends"][0]["sentence"]
+    assert one.trends[0].verdict == "too few scales to tell" and "a multiplier at 1 scale(s)" in one.trends[0].sentence
 
 
 def test_a_one_rung_study_is_titled_as_one_rung_not_a_ladder():
@@ -237,12 +237,12 @@ def test_two_scales_or_two_seeds_per_scale_are_too_few_for_a_trend():
     # Two scales with tight intervals: a line through two points always fits, so no word and no interval.
     two = ladder.ladder_report("t", ["single", "multilevel"], "single",
                                [scale_result("a", 1e5, multiplier(1.1, 0.001)), scale_result("b", 2e5, multiplier(1.3, 0.001))], [])
-    t = two["trends"][0]
+    t = two.trends[0].to_json()
     assert t["verdict"] == "too few scales to tell" and "slope" not in t and "growing" not in t["sentence"]
     # Four scales, two evaluation seeds each: their bootstrap intervals are no measurement.
     results = [scale_result(f"s{i}", n, multiplier(m), seeds=(1, 2))
                for i, (n, m) in enumerate(zip([1e5, 2e5, 4e5, 8e5], [1.1, 1.2, 1.3, 1.4]))]
-    few = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [])["trends"][0]
+    few = ladder.ladder_report("t", ["single", "multilevel"], "single", results, []).trends[0].to_json()
     assert few["verdict"] == "too few seeds to tell" and "fewer than 4 evaluation seeds" in few["sentence"]
 
 

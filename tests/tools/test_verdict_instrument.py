@@ -167,10 +167,30 @@ def test_the_ladder_report_shows_a_bound_and_an_unbounded_end_and_leaves_them_ou
         results.append(ladder.ScaleResult(f"L{x}", 10_000 * x, 100, 8.0, labels, comparison=Report.from_json({"arms": arms, "warnings": []}),
                                           axis_value=x))
     report = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [], "depth")
-    (trend,) = report["trends"]
-    assert trend["verdict"] == "too few scales to tell" and len(trend["excluded"]) == 2
+    (trend,) = report.trends
+    assert trend.verdict == "too few scales to tell" and len(trend.excluded) == 2
     ladder.write_ladder(report, tmp_path / "ladder")
     md = (tmp_path / "ladder.md").read_text()
     assert "| M > 1.450 | > 31.0% |" in md and "| 1.300 [1.261, ∞) |" in md
     assert "not used as points: 12: its interval's upper end is unbounded; 16: M only bounded" in md
     assert (tmp_path / "ladder.png").stat().st_size > 0
+
+
+def test_the_report_is_its_typed_results_written_as_json_and_reads_back_into_them(tmp_path):
+    """comparison.json is the typed report's to_json (compare_dirs' dict too), and from_json of it gives the
+    same results: every key and value, the bootstrap's draws and an arm beyond the data's bound included."""
+    import json
+
+    from mltrain.tools.compare import compare_report
+
+    lawful_frontier(tmp_path / "runs", range(4), noise=0.002, rng=np.random.default_rng(0))
+    for s in range(4):
+        multilevel(tmp_path / "runs", s, 3e13, law(4e13 * (1 + 0.05 * s)))
+    report = compare_report([tmp_path / "runs"], out=tmp_path / "out", plot=False)
+    saved = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert json.loads(json.dumps(report.to_json())) == saved
+    assert compare_dirs([tmp_path / "runs"], out=tmp_path / "out", plot=False) == report.to_json()
+    again = Report.from_json(saved)
+    assert again.to_json() == saved and again.arms == report.arms and again.frontier.fit_error == report.frontier.fit_error
+    (ml,) = [a for a in again.arms if a.run_kind == "multilevel"]
+    assert ml.multiplier.draws and ml.multiplier.headline is not None and ml.final_val_loss.n == 4

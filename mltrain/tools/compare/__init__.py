@@ -5,9 +5,9 @@ training with less compute? Reads run directories (or W&B runs); never the train
     mltrain-compare multirun/ --select-seeds 0 --tune optim.momentum --out report/
     mltrain-compare --wandb my-team/mltrain --group 'coarsening=evenodd'
 
-    from mltrain.tools.compare import compare_report        # the same report as typed results
+    from mltrain.tools.compare import compare_report        # the report as typed results
     report = compare_report(["multirun/"], out=None, select_seeds=[0], tune=(), plot=False)
-    report.arms[0].multiplier.M                             # compare_dirs: the dict comparison.json holds
+    report.arms[0].multiplier.M                             # compare_dirs: report.to_json(), comparison.json's dict
 
 This package's names are its public API (what the study and scripts use); its modules are its own.
 
@@ -19,8 +19,10 @@ the frontier's points and on a wall-clock axis.
 
 Modules, one way down: `cli` (arguments) → `api` (the pipeline, `compare_dirs`) → `verdict`,
 `analysis` (per-configuration tables) → `frontier`, `arms`, `powerlaw`, `statistics` (arrays) and
-`loading` (runs, their status and provenance); `names` makes readable names; `report` renders
-markdown (comparison.md, and the study's ladder.md) and `plot` the figure, both from the report dict; `results` is the report as typed results.
+`loading` (runs, their status and provenance); `names` makes readable names; `results` holds the
+typed results the pipeline builds (the report, its arms and frontier, the study's ladder rungs) and
+writes as JSON; `report` renders markdown (comparison.md, and the study's ladder.md) and `plot` the
+figure, both from those results.
 
 Trust: only runs that finished with finite losses count. A run without summary.json, one whose summary
 says interrupted or diverged, one with a non-finite loss, one whose files contradict themselves, and
@@ -34,10 +36,14 @@ from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.cli import main, run_compare
 from mltrain.tools.compare.loading import CompareError
 from mltrain.tools.compare.report import params_text, render_ladder, render_markdown
-from mltrain.tools.compare.results import Arm, Bound, FitError, Frontier, Headline, Multiplier, Report
+from mltrain.tools.compare.results import (Arm, Bound, BudgetReading, FitError, Frontier, Headline, Ladder, LossInterval,
+                                          Multiplier, Prediction, Report, Rung, RungArm, RunReading, Saving, Trend,
+                                          WallclockSaving, WithoutControl)
 from mltrain.tools.compare.statistics import first_reach, interval, moving_average
 from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 
 __all__ = ["main", "run_compare", "compare_dirs", "compare_report", "CompareError", "first_reach", "interval",
            "moving_average", "markdown_safe", "render_markdown", "render_ladder", "params_text", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL",
-           "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound"]
+           "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound", "BudgetReading", "LossInterval",
+           "Saving", "WallclockSaving", "RunReading", "WithoutControl", "Ladder", "Rung", "RungArm",
+           "Trend", "Prediction"]

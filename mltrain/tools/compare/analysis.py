@@ -408,5 +408,5 @@ def build_report(configs: list[Configuration], baseline: Optional[Configuration]
         "held_out": held_out(configs),
         "uncounted_costs": uncounted_costs(configs),
     }
-    report["verdict"] = verdicts(report)
+    report["verdicts"] = verdicts(report)
     return report

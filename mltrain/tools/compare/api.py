@@ -8,15 +8,16 @@ holds (`compare_dirs`).
 
 Bad input that stops everything (no such path, no run dirs, an unreadable summary) raises CompareError;
 everything else (a selection seed no run has, a --tune key no run varies, no single-level runs, a fit that
-does not converge) is a line in report["warnings"] and the rest of the report is still made.
+does not converge) is a line in the report's `warnings` and the rest of the report is still made.
 """
 
 from __future__ import annotations
 
 import logging
 import shlex
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from mltrain.method.kinds import RunKind
 from mltrain import guarded
@@ -43,13 +44,13 @@ from mltrain.tools.compare.loading import (
 )
 from mltrain.tools.compare.names import readable
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law
-from mltrain.tools.compare.results import Report
+from mltrain.tools.compare.results import Arm as ArmResult
+from mltrain.tools.compare.results import FitError, Frontier, Report, WithoutControl
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
 from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
                                            fit_error, headline, interpolated_multiplier, interpolated_saving,
-                                           loss_interval, multiplier, verdict_word, wallclock_saving,
-                                           within_fit_error)
+                                           loss_interval, multiplier, verdict_word, wallclock_saving)
 
 log = logging.getLogger("mltrain.tools.compare")
 
@@ -63,18 +64,19 @@ def load_dirs(paths: Sequence[str | Path]) -> list[Run]:
 
 def compare_dirs(paths: list, out: Path | None = None, select_seeds: list | None = None, tune: Sequence[str] = (),
                  plot: bool = True) -> dict:
-    """The report of the runs under `paths` (see the package docstring), written to `out` when given."""
+    """The report of the runs under `paths` (see the package docstring) as comparison.json's dict, written
+    to `out` when given."""
+    return compare_report(paths, out, select_seeds, tune, plot).to_json()
+
+
+def compare_report(paths: list, out: Path | None = None, select_seeds: list | None = None, tune: Sequence[str] = (),
+                   plot: bool = True) -> Report:
+    """The report of the runs under `paths` as typed results (compare_dirs: the same as comparison.json's dict)."""
     command = ["mltrain-compare", *map(str, paths)] + (["--out", str(out)] if out else [])
     command += (["--select-seeds", *map(str, select_seeds)] if select_seeds else [])
     command += [a for k in tune for a in ("--tune", k)]
     return compare_runs(load_dirs(paths), Path(out) if out else None, select_seeds=select_seeds, tune=tune,
                         plot=plot, command=" ".join(shlex.quote(a) for a in command))
-
-
-def compare_report(paths: list, out: Path | None = None, select_seeds: list | None = None, tune: Sequence[str] = (),
-                   plot: bool = True) -> Report:
-    """compare_dirs' report as typed results (its JSON kept in each result's `json`)."""
-    return Report.from_json(compare_dirs(paths, out, select_seeds, tune, plot))
 
 
 def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optional[str] = None
@@ -125,7 +127,7 @@ def _preferred_run(runs: list[Run], baseline_label: Optional[str], fallback: boo
 def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional[list] = None,
                  tune: Sequence[str] = (), plot: bool = True, smooth: int = 10, baseline_label: Optional[str] = None,
                  control_label: Optional[str] = None, logx: bool = False, dpi: int = 120, command: str = "",
-                 data_group: Optional[str] = None) -> dict:
+                 data_group: Optional[str] = None) -> Report:
     for r in runs:
         r.smoothed = moving_average(r.train.loss, smooth)
         vet(r)
@@ -163,50 +165,45 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     errors = {id(plain): fit_error(plain_fit, plain), id(flops_frontier): error}
     kept = [a.selected for a in arms if a.run_kind == RunKind.single and a.selected is not None]
     baseline = choose_baseline(configs, baseline_label, kept)
-    report = build_report(configs, baseline, flops_frontier, control_label, plain)
+    tables = build_report(configs, baseline, flops_frontier, control_label, plain)
     warnings += _report_warnings(runs, baseline, flops_frontier, fit, arms)
-    config_names = _name_configs(configs, tuned, report)
-    report = {
-        "command": command,
-        "smooth": smooth,
-        "smoothing": f"trailing moving average over the last {smooth} level-0 train rows",
-        "pairing": "by seed; a seed the reference lacks uses the reference's mean (and is left out of intervals)",
-        "interval_method": INTERVAL_METHOD,
-        "std": "sample std (ddof=1) over seeds that reached the target; null with fewer than 2",
-        "tuned_keys": list(tuned),
-        "select_seeds": select_seeds,
-        "optimistic": not select_seeds or any(a.optimistic for a in arms),
-        "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "refits": fitted,
-                      "what": "evaluation seeds drawn with replacement, the frontier refitted on each draw"},
-        "warnings": warnings,
-        "arms": [_arm_entry(a, readings[id(a)][1], draws.get(id(a), Draws()), fitted, readings[id(a)][0], clock,
-                            errors[id(readings[id(a)][0])], id(a) in control_ids) for a in arms],
-        "frontier": {**_frontier_json(flops_frontier, clock, fit, config_names, tuned, select_seeds, arms),
-                     "fit_error": error,
-                     "tried_per_budget": dimensions.tried_per_budget(flops_frontier, configs, arms, tuned, config_names,
-                                                                     select_seeds),
-                     "gains": dimensions.gains(flops_frontier, configs, arms, tuned, select_seeds,
-                                               [a for a in arms if a.run_kind != RunKind.single]),
-                     "without_control": ({"fit": plain_fit.as_dict(), "fit_error": errors[id(plain)],
-                                          "n_points": len(plain.points)} if controls else None)},
-        "excluded": [{"run": r.source, "label": r.label, "run_kind": r.run_kind, "seed": r.seed,
-                      "status": r.status, "reason": r.reason} for r in runs if not r.usable],
-        **report,
-        "outputs": {k: (str(out / f"comparison.{k}") if out and (k != "png" or plot) else None)
-                    for k in ("png", "md", "json")},
-    }
+    config_names = _name_configs(configs, tuned, tables)
+    arm_results = tuple(_arm_result(a, readings[id(a)][1], draws.get(id(a), Draws()), fitted, readings[id(a)][0], clock,
+                                    errors[id(readings[id(a)][0])], id(a) in control_ids) for a in arms)
+    frontier = replace(_frontier(flops_frontier, clock, fit, config_names, tuned, select_seeds, arms), fit_error=error,
+                       tried_per_budget=tuple(dimensions.tried_per_budget(flops_frontier, configs, arms, tuned,
+                                                                          config_names, select_seeds)),
+                       gains=tuple(dimensions.gains(flops_frontier, configs, arms, tuned, select_seeds,
+                                                    [a for a in arms if a.run_kind != RunKind.single])),
+                       without_control=(WithoutControl(plain_fit.as_dict(), errors[id(plain)], len(plain.points))
+                                        if controls else None))
+    report = Report(
+        command=command, smooth=smooth, smoothing=f"trailing moving average over the last {smooth} level-0 train rows",
+        pairing="by seed; a seed the reference lacks uses the reference's mean (and is left out of intervals)",
+        interval_method=INTERVAL_METHOD, std="sample std (ddof=1) over seeds that reached the target; null with fewer than 2",
+        tuned_keys=tuned, select_seeds=select_seeds, optimistic=not select_seeds or any(a.optimistic for a in arms),
+        bootstrap={"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "refits": fitted,
+                   "what": "evaluation seeds drawn with replacement, the frontier refitted on each draw"},
+        warnings=tuple(warnings),
+        arms=arm_results,
+        frontier=frontier,
+        excluded=tuple({"run": r.source, "label": r.label, "run_kind": r.run_kind, "seed": r.seed,
+                        "status": r.status, "reason": r.reason} for r in runs if not r.usable),
+        **{section: tuple(rows) if isinstance(rows, list) else rows for section, rows in tables.items()},
+        outputs={k: (str(out / f"comparison.{k}") if out and (k != "png" or plot) else None) for k in ("png", "md", "json")},
+    )
     if out is not None:
         _write(report, out, configs, baseline, plot, logx, dpi)
     return report
 
 
-def _write(report: dict, out: Path, configs: list[Configuration], baseline, plot: bool, logx: bool, dpi: int) -> None:
+def _write(report: Report, out: Path, configs: list[Configuration], baseline, plot: bool, logx: bool, dpi: int) -> None:
     from mltrain.tools.compare.plot import plot as draw
     from mltrain.tools.compare.report import render_markdown
 
     # never through a link: checked for all three before any is written (mltrain/guarded.py)
     guarded.refuse_linked([out / f"comparison.{ext}" for ext in ("png", "md", "json")], out)
-    guarded.write_json(out / "comparison.json", report, root=out, indent=2, default=json_default)
+    guarded.write_json(out / "comparison.json", report.to_json(), root=out, indent=2, default=json_default)
     guarded.write_text(out / "comparison.md", render_markdown(markdown_safe(report)), root=out)
     if plot:
         draw(configs, baseline, report, out / "comparison.png", logx, dpi=dpi)
@@ -257,7 +254,7 @@ def _name_configs(configs: list[Configuration], tuned: Sequence[str], report: di
     names, common = readable(items)
     by_key = {c.key: n for c, n in zip(configs, names)}
     report["common_settings"] = {k: str(v) for k, v in common.items()}
-    for section in ("configurations", "vs_baseline", "vs_control", "vs_frontier", "verdict", "uncounted_costs"):
+    for section in ("configurations", "vs_baseline", "vs_control", "vs_frontier", "verdicts", "uncounted_costs"):
         for e in report[section]:
             e["name"] = by_key[(e["run_kind"], e["label"])]
     for row in report["fixed_flops"]["rows"]:
@@ -265,40 +262,29 @@ def _name_configs(configs: list[Configuration], tuned: Sequence[str], report: di
     return by_key
 
 
-def _arm_entry(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, error: dict, control: bool) -> dict:
+def _arm_result(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, error: FitError,
+                control: bool) -> ArmResult:
     runs = arm.eval_runs
     m, per_run = multiplier(fit, runs, draws, fitted, frontier.points)
     if not runs and arm.selected is not None:
-        m["why"] = "no run of the kept setting on a seed apart from the selection seeds: nothing left to measure on"
+        m = replace(m, why="no run of the kept setting on a seed apart from the selection seeds: nothing left to measure on")
     interpolated = interpolated_saving(frontier, runs, lambda r: r.total_flops())
-    selected = arm.setting(arm.selected) if arm.selected is not None else {}
     is_frontier = arm.run_kind == RunKind.single  # its settings are the frontier: read on its own fit, M is the fit's error
-    within = None if is_frontier else within_fit_error(m, error)
-    m["headline"] = headline(m, interpolated, interpolated_multiplier(frontier, runs), error)
-    entry: dict[str, Any] = {
-        "arm": arm.name,
-        "label": arm.label,
-        "run_kind": arm.run_kind,
-        "settings_tried": arm.settings_tried,
-        "selection_seeds": arm.selection_seeds,
-        "eval_seeds": sorted({r.seed for r in runs}, key=str),
-        "optimistic": arm.optimistic,
-        "selected": selected,
-        "selected_label": arm.selected.label if arm.selected is not None else None,
-        "final_val_loss": loss_interval(runs),
-        "multiplier": m,
-        "saving_interpolated": interpolated,
-        "saving_wallclock": wallclock_saving(clock, runs),
-        "is_frontier": is_frontier,
-        "measured_against": ("the frontier without the schedule control's runs" if control
-                             else "the frontier with every single-level run"),
-        "within_fit_error": within,
-        "verdict": FRONTIER_VERDICT if is_frontier else verdict_word(m, interpolated, within),
-        "runs": per_run,
-    }
-    if arm.run_kind == RunKind.single:
-        entry["selected_by_budget"] = {str(float(b)): arm.setting(c) for b, c in arm.selected_by_budget.items()}
-    return entry
+    within = None if is_frontier else error.holds(m)
+    m = headline(m, interpolated, interpolated_multiplier(frontier, runs), error)
+    return ArmResult(
+        name=arm.name, label=arm.label, run_kind=arm.run_kind, settings_tried=arm.settings_tried,
+        selection_seeds=tuple(arm.selection_seeds), eval_seeds=tuple(sorted({r.seed for r in runs}, key=str)),
+        optimistic=arm.optimistic, selected=arm.setting(arm.selected) if arm.selected is not None else {},
+        selected_label=arm.selected.label if arm.selected is not None else None, final_val_loss=loss_interval(runs),
+        multiplier=m, saving_interpolated=interpolated, saving_wallclock=wallclock_saving(clock, runs),
+        is_frontier=is_frontier,
+        measured_against=("the frontier without the schedule control's runs" if control
+                          else "the frontier with every single-level run"),
+        within_fit_error=within, verdict=FRONTIER_VERDICT if is_frontier else verdict_word(m, interpolated, within),
+        runs=tuple(per_run),
+        selected_by_budget=({str(float(b)): arm.setting(c) for b, c in arm.selected_by_budget.items()}
+                            if arm.run_kind == RunKind.single else None))
 
 
 def _built_from(select_seeds, arms: list[Arm]) -> str:
@@ -313,7 +299,7 @@ def _built_from(select_seeds, arms: list[Arm]) -> str:
     return f"the single-level settings kept per budget on seeds {honest}"
 
 
-def _frontier_json(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str], select_seeds, arms: list[Arm]) -> dict:
+def _frontier(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str], select_seeds, arms: list[Arm]) -> Frontier:
     runs = {r.source: r for c in frontier.configs for r in c.runs}
     config_of = {r.source: c for c in frontier.configs for r in c.runs}
 
@@ -327,21 +313,16 @@ def _frontier_json(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str],
                        "settings": {**setting_of(r, tuned), "train.budget": r.budget},
                        "name": names[config_of[p.source].key], "run": r.source})
     on_mean = {(p.flops, p.loss) for p in frontier.mean}
-    return {
-        "available": frontier.why is None,
-        "why": frontier.why,
-        "built_from": _built_from(select_seeds, arms),
-        "seeds": frontier.seeds,
-        "points": points,
-        "fit": fit.as_dict(),
-        "budgets": sorted({c.budget for c in frontier.configs}),
-        "configurations": [_mean_of(c, frontier.seeds, names) for c in frontier.configs],
-        "mean_envelope": env(frontier.mean) if len(frontier.mean) >= 2 else None,
-        "per_seed_envelope": [{"seed": s, "points": env(p)} for s, p in frontier.per_seed.items()],
-        "dominated_budgets": [p.budget for p in frontier.means if (p.flops, p.loss) not in on_mean],
-        "wallclock": {"available": clock.why is None, "why": clock.why,
-                      "time_basis": clock.basis[1] if clock.basis else None},
-    }
+    return Frontier(
+        available=frontier.why is None, why=frontier.why, built_from=_built_from(select_seeds, arms),
+        seeds=tuple(frontier.seeds), points=tuple(points), fit=fit.as_dict(),
+        budgets=tuple(sorted({c.budget for c in frontier.configs})),
+        configurations=tuple(_mean_of(c, frontier.seeds, names) for c in frontier.configs),
+        mean_envelope=env(frontier.mean) if len(frontier.mean) >= 2 else None,
+        per_seed_envelope=tuple({"seed": s, "points": env(p)} for s, p in frontier.per_seed.items()),
+        dominated_budgets=tuple(p.budget for p in frontier.means if (p.flops, p.loss) not in on_mean),
+        wallclock={"available": clock.why is None, "why": clock.why, "time_basis": clock.basis[1] if clock.basis else None},
+    )
 
 
 def _mean_of(c: Configuration, seeds: list, names: dict) -> dict:

@@ -5,6 +5,7 @@ keeps the text as it is; only what is rendered as Markdown goes through here."""
 
 from __future__ import annotations
 
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 NEWLINE = " ⏎ "
@@ -15,7 +16,10 @@ def cell_text(text: str) -> str:
 
 
 def markdown_safe(obj: Any) -> Any:
-    """A copy of `obj` (dicts, lists, strings, numbers) with every string, keys included, as cell_text."""
+    """A copy of `obj` (results, dicts, lists, strings, numbers) with every string, keys included, as
+    cell_text."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return type(obj)(**{f.name: markdown_safe(getattr(obj, f.name)) for f in fields(obj) if f.init})
     if isinstance(obj, str):
         return cell_text(obj)
     if isinstance(obj, dict):

@@ -23,6 +23,7 @@ from mltrain.tools.compare.arms import TUNED_KEYS
 from mltrain.tools.compare.loading import METRICS, SUMMARY, CompareError, load_wandb_runs
 from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.report import render_markdown
+from mltrain.tools.compare.results import Report
 
 log = logging.getLogger("mltrain.tools.compare")
 DPI_RANGE = (10, 1000)
@@ -68,7 +69,7 @@ def _default_out(paths: list[str]) -> Path:
     return common
 
 
-def run_compare(args: argparse.Namespace, argv: Sequence[str]) -> dict:
+def run_compare(args: argparse.Namespace, argv: Sequence[str]) -> Report:
     if args.smooth < 1:
         raise CompareError(f"--smooth {args.smooth}: must be >= 1")
     if not DPI_RANGE[0] <= args.dpi <= DPI_RANGE[1]:
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CompareError as err:
         print(f"mltrain-compare: error: {err}", file=sys.stderr)
         return 1
-    for w in report["warnings"]:
+    for w in report.warnings:
         print(f"mltrain-compare: warning: {w}", file=sys.stderr)
     print(render_markdown(markdown_safe(report)))
     return 0

@@ -12,6 +12,7 @@ import numpy as np
 from mltrain.method.kinds import RunKind
 from mltrain import guarded
 from mltrain.tools.compare.loading import Configuration, Run
+from mltrain.tools.compare.results import Report
 
 TITLES = {"val": "validation loss (fine model)"}
 LEGEND_COLUMNS = 3
@@ -64,20 +65,20 @@ def _curves(ax, c: Configuration, metric: str, color: str, legend: str, logx: bo
             ax.plot(f, loss, color=color, lw=0.8, label=legend if j == 0 else None)
 
 
-def plot(configs: list[Configuration], baseline: Optional[Configuration], report: dict, path: Path, logx: bool,
+def plot(configs: list[Configuration], baseline: Optional[Configuration], report: Report, path: Path, logx: bool,
          dpi: int = 120) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    frontier = report["frontier"]
-    in_frontier = {(c["run_kind"], c["label"]) for c in report["configurations"] if c["in_frontier"]}
-    name = {(c["run_kind"], c["label"]): c["name"] for c in report["configurations"]}
-    panels = ["train", "val"] + (["frontier"] if frontier["points"] else [])
+    frontier = report.frontier
+    in_frontier = {(c["run_kind"], c["label"]) for c in report.configurations if c["in_frontier"]}
+    name = {(c["run_kind"], c["label"]): c["name"] for c in report.configurations}
+    panels = ["train", "val"] + (["frontier"] if frontier.points else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5.6), layout="constrained")
     color_of = _colors(configs, baseline, in_frontier, plt.rcParams["axes.prop_cycle"].by_key()["color"])
-    titles = {"train": f"train loss (fine model, moving average of {report['smooth']} rows)", **TITLES,
+    titles = {"train": f"train loss (fine model, moving average of {report.smooth} rows)", **TITLES,
               "frontier": "final val loss vs total FLOPs: tuned frontier and each arm's kept setting"}
     for c in configs:
         if c.run_kind == RunKind.single and c is not baseline:
@@ -94,7 +95,7 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
         if logx:
             ax.set_xscale("log")
         ax.grid(alpha=0.3)
-    if frontier["points"]:
+    if frontier.points:
         _frontier_panel(axes[2], report, color_of)
         axes[2].set_title(titles["frontier"], fontsize=9)
     handles, labels = {}, []
@@ -105,7 +106,7 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
                 labels.append(label)
     fig.legend([handles[k] for k in labels], labels, loc="outside lower center", fontsize=7,
                ncol=min(LEGEND_COLUMNS, max(1, len(labels))))
-    common = ", ".join(f"{k}={v}" for k, v in report["common_settings"].items())
+    common = ", ".join(f"{k}={v}" for k, v in report.common_settings.items())
     if common:
         fig.suptitle("all runs: " + (common if len(common) <= 160 else common[:157] + "..."), fontsize=8)
     try:
@@ -114,33 +115,33 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
         plt.close(fig)
 
 
-def _frontier_panel(ax, report: dict, color_of: dict) -> None:
-    frontier = report["frontier"]
+def _frontier_panel(ax, report: Report, color_of: dict) -> None:
+    frontier = report.frontier
     tried = [(np.mean([r["total_flops"] for r in c["runs"]]), np.mean([r["final_val_loss"] for r in c["runs"]]))
-             for c in report["configurations"] if c["run_kind"] == RunKind.single
+             for c in report.configurations if c["run_kind"] == RunKind.single
              and all(r["total_flops"] and r["final_val_loss"] is not None for r in c["runs"])]
     if tried:
         ax.plot(*zip(*tried), ".", color="0.6", ms=4, label="single-level settings tried (mean over seeds)")
-    pts = frontier["points"]
+    pts = frontier.points
     ax.plot([p["flops"] for p in pts], [p["loss"] for p in pts], "o", color="black", ms=3.5,
             label="tuned frontier (per seed)")
-    fit = frontier["fit"]
+    fit = frontier.fit
     xs = [p["flops"] for p in pts]
-    for a in report["arms"]:
-        xs += [r["flops"] for r in a["runs"] if r["flops"]] + [r["flops_eq"] for r in a["runs"] if r["flops_eq"]]
+    for a in report.arms:
+        xs += [r.flops for r in a.runs if r.flops] + [r.flops_eq for r in a.runs if r.flops_eq]
     if fit["available"]:
         grid = np.geomspace(min(xs) / 1.2, max(xs) * 1.2, 200)
         ax.plot(grid, fit["E"] + fit["A"] * grid ** -fit["alpha"], "--", color="black", lw=1,
                 label=f"fit E + A·C^−α (α={fit['alpha']:.3g})")
-    for a in report["arms"]:
-        runs = [r for r in a["runs"] if r["flops"] and r["final_val_loss"] is not None]
+    for a in report.arms:
+        runs = [r for r in a.runs if r.flops and r.final_val_loss is not None]
         if not runs:
             continue
-        x = [r["flops"] for r in runs]
-        y = [r["final_val_loss"] for r in runs]
+        x = [r.flops for r in runs]
+        y = [r.final_val_loss for r in runs]
         mx, my = float(np.mean(x)), float(np.mean(y))
         ax.errorbar([mx], [my], xerr=[[mx - min(x)], [max(x) - mx]], yerr=[[my - min(y)], [max(y) - my]],
-                    fmt="s", color=color_of.get((a["run_kind"], a["selected_label"]), "gray"), ms=5, capsize=2, lw=1, label=f"{a['arm']} (kept setting)")
+                    fmt="s", color=color_of.get((a.run_kind, a.selected_label), "gray"), ms=5, capsize=2, lw=1, label=f"{a.name} (kept setting)")
     ax.set_xscale("log")
     ax.set_xlabel("total training FLOPs")
     ax.set_ylabel("final val loss")

@@ -1,5 +1,5 @@
-"""Every Markdown report of the results tools: mltrain-compare's (printed and written to comparison.md,
-from the report dict of `analysis`) and the study's ladder (ladder.md, from its ladder.json dict:
+"""Every Markdown report of the results tools, from their typed results (results.py): mltrain-compare's
+`Report` (printed and written to comparison.md: `render_markdown`) and the study's `Ladder` (ladder.md:
 `render_ladder`), with one set of cells (numbers, intervals, savings, bounds) for both."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from mltrain.tools.compare.powerlaw import FIT_LOSS
-from mltrain.tools.compare.results import Arm, FitError, Multiplier
+from mltrain.tools.compare.results import Arm, FitError, Ladder, Multiplier, Report, Rung, RungArm, Saving
 from mltrain.tools.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
 
 
@@ -78,24 +78,30 @@ def _md_table(entries: list[dict]) -> list[str]:
     return lines
 
 
-def _warnings(report: dict) -> list[str]:
-    out = [f"- {w}" for w in report["warnings"]]
-    for a in report["arms"]:
-        for what in ("multiplier", "saving_interpolated", "saving_wallclock"):
-            out += [f"- `{a['arm']}`, {what.replace('_', ' ')}: {w}" for w in a[what].get("warnings", [])]
-    for v in report["verdict"]:
+def _measures(a: Arm) -> tuple[tuple[str, Multiplier | Saving], ...]:
+    """An arm's three readings of its saving, each with the name the report gives it."""
+    return (("multiplier", a.multiplier), ("saving interpolated", a.saving_interpolated),
+            ("saving wallclock", a.saving_wallclock))
+
+
+def _warnings(report: Report) -> list[str]:
+    out = [f"- {w}" for w in report.warnings]
+    for a in report.arms:
+        for what, measure in _measures(a):
+            out += [f"- `{a.name}`, {what}: {w}" for w in measure.warnings]
+    for v in report.verdicts:
         for what, iv in (("saving", v["saving"]), ("saving vs the one baseline", v["saving_vs_one_baseline"])):
             for w in (iv or {}).get("warnings", []):
                 out.append(f"- `{v['name']}`, {what}: {w}")
     return out
 
 
-def render_markdown(report: dict) -> str:
-    lines = ["# mltrain comparison: loss vs FLOPs", "", f"Command: `{report['command']}`", ""]
-    loud = [w for w in report["warnings"] if w.isupper() or w.startswith("THE BASELINE")]
+def render_markdown(report: Report) -> str:
+    lines = ["# mltrain comparison: loss vs FLOPs", "", f"Command: `{report.command}`", ""]
+    loud = [w for w in report.warnings if w.isupper() or w.startswith("THE BASELINE")]
     lines += [f"> **{w}**" for w in loud] + ([""] if loud else [])
-    if report["common_settings"]:
-        common = ", ".join(f"{k}={v}" for k, v in report["common_settings"].items())
+    if report.common_settings:
+        common = ", ".join(f"{k}={v}" for k, v in report.common_settings.items())
         lines += [f"Every configuration below also has: `{common}`.", ""]
     lines += [
         f"Intervals: {int(CONFIDENCE * 100)}% {INTERVAL_METHOD}, of per-seed values paired by seed "
@@ -111,12 +117,12 @@ def render_markdown(report: dict) -> str:
     lines += _frontier_section(report)
     lines += _tuning_space_section(report)
     lines += _fixed_flops_section(report)
-    b = report["baseline"]
+    b = report.baseline
     if b is not None:
         lines += [
             f"## vs the one full-length single-level baseline `{_config_name(report, b)}`",
             "",
-            f"Train loss: fine-model (level 0) rows, trailing moving average over the last {report['smooth']} rows. "
+            f"Train loss: fine-model (level 0) rows, trailing moving average over the last {report.smooth} rows. "
             "Val loss: as logged. Target = the baseline's final loss; FLOPs to target = first FLOPs at which "
             "a run reaches it (linear interpolation between logged rows); saving = 1 − F / F_ref, F_ref = FLOPs "
             "the baseline needed to reach its own final loss. This baseline's LR has decayed only at its end, "
@@ -125,10 +131,10 @@ def render_markdown(report: dict) -> str:
             "the baseline's mean target and mean F_ref, left out of the interval).",
             "",
         ]
-        lines += _md_table(report["vs_baseline"]) if report["vs_baseline"] else ["(no other configuration)"]
-    if report["vs_control"]:
+        lines += _md_table(report.vs_baseline) if report.vs_baseline else ["(no other configuration)"]
+    if report.vs_control:
         by_ref: dict[tuple, list] = {}
-        for e in report["vs_control"]:
+        for e in report.vs_control:
             by_ref.setdefault((e["reference"]["label"], e["reference"]["run_kind"]), []).append(e)
         for (label, kind), entries in by_ref.items():
             lines += ["", f"## vs schedule control `{_config_name(report, {'label': label, 'run_kind': kind})}`", ""]
@@ -140,26 +146,26 @@ def render_markdown(report: dict) -> str:
     warnings = _warnings(report)
     if warnings:
         lines += ["## Warnings", "", *warnings, ""]
-    if report["outputs"]["png"]:
-        lines += [f"Plot: `{report['outputs']['png']}`", ""]
+    if report.outputs["png"]:
+        lines += [f"Plot: `{report.outputs['png']}`", ""]
     return "\n".join(lines)
 
 
-def _config_name(report: dict, ref: dict) -> str:
-    for c in report["configurations"]:
+def _config_name(report: Report, ref: dict) -> str:
+    for c in report.configurations:
         if c["label"] == ref["label"] and c["run_kind"] == ref["run_kind"]:
             return c["name"]
     return f"{ref['label']} [{ref['run_kind']}]"
 
 
-def _configurations_section(report: dict) -> list[str]:
+def _configurations_section(report: Report) -> list[str]:
     lines = [
         "## Configurations",
         "",
         "| configuration | kind | train.budget | seeds | final train loss (smoothed) | final val loss | total FLOPs |",
         "|---|---|---|---|---|---|---|",
     ]
-    for c in report["configurations"]:
+    for c in report.configurations:
         mark = " **(baseline)**" if c["is_baseline"] else (" (frontier)" if c["in_frontier"] else "")
         seeds = ", ".join(map(str, c["seeds"]))
         runs = c["runs"]
@@ -181,53 +187,51 @@ def _span(lo: Optional[float], hi: Optional[float], unbounded: bool, fmt, top: s
     return f" [{fmt(lo)}, {top})" if unbounded else (f" [{fmt(lo)}, {fmt(hi)}]" if hi is not None else "")
 
 
-def _multiplier_cell(m: dict) -> str:
+def _multiplier_cell(m: Multiplier) -> str:
     """The headline M (a bound beyond the data; the interpolated M where the fit's own error is wide; else
     the joint fit's, else the per-run reading's), with the fitted per-run reading beside it."""
-    head = m.get("headline") or {}
-    if head.get("kind") == "bound":
-        return f"M > {m['bound']['value']:.3g} (n={m['n']}, beyond the frontier's data)" + (" !" if m["warnings"] else "")
-    if not m["available"]:
+    head = m.led_by()
+    if head.kind == "bound":
+        return f"M > {m.bound.value:.3g} (n={m.n}, beyond the frontier's data)" + (" !" if m.warnings else "")
+    if not m.available:
         return "—"
-    kind = head.get("kind", "per_run")
-    text = _times(head.get("M", m["M"])) + _span(head.get("M_lo", m["M_lo"]), head.get("M_hi", m["M_hi"]),
-                                                head.get("M_hi_unbounded", False), _times)
-    text += f" (n={m['n']}" + {"interpolated": ", read on the frontier's points", "joint": ", joint fit"}.get(kind, "") + ")"
-    if kind != "per_run":
-        text += f"; per run {_times(m['M'])}" + _span(m["M_lo"], m["M_hi"], m.get("M_hi_unbounded", False), _times)
-    if m["extrapolated"]:
-        text += f", extrapolated {m['beyond_data']:.3g}× beyond the frontier's FLOPs"
-    if m.get("fit_disagrees"):
+    text = _times(head.M) + _span(head.M_lo, head.M_hi, head.M_hi_unbounded if m.headline else False, _times)
+    text += f" (n={m.n}" + {"interpolated": ", read on the frontier's points", "joint": ", joint fit"}.get(head.kind, "") + ")"
+    if head.kind != "per_run":
+        text += f"; per run {_times(m.M)}" + _span(m.M_lo, m.M_hi, m.M_hi_unbounded, _times)
+    if m.extrapolated:
+        text += f", extrapolated {m.beyond_data:.3g}× beyond the frontier's FLOPs"
+    if m.fit_disagrees:
         text += ", fitted and interpolated disagree"
-    return text + (" !" if m["warnings"] else "")
+    return text + (" !" if m.warnings else "")
 
 
-def _multiplier_saving_cell(m: dict) -> str:
-    head = m.get("headline") or {}
-    if head.get("kind") == "bound":
-        return f"> {_fmt_pct(1 - 1 / m['bound']['value'])}"
-    if not m["available"] or head.get("M") is None:
+def _multiplier_saving_cell(m: Multiplier) -> str:
+    head = m.headline
+    if head is not None and head.kind == "bound":
+        return f"> {_fmt_pct(1 - 1 / m.bound.value)}"
+    if not m.available or head is None or head.M is None:
         return _saving_cell(m)
     saving = lambda v: _fmt_pct(1 - 1 / v)  # noqa: E731
-    return (saving(head["M"]) + _span(head["M_lo"], head["M_hi"], head["M_hi_unbounded"], saving, "unbounded")
-            + (" !" if m["warnings"] else ""))
+    return (saving(head.M) + _span(head.M_lo, head.M_hi, head.M_hi_unbounded, saving, "unbounded")
+            + (" !" if m.warnings else ""))
 
 
-def _saving_cell(s: dict, lo: str = "saving_lo", hi: str = "saving_hi") -> str:
-    if not s["available"]:
+def _saving_cell(s: Multiplier | Saving) -> str:
+    if not s.available:
         return "—"
-    text = _fmt_pct(s["saving"]) + (f" [{_fmt_pct(s[lo])}, {_fmt_pct(s[hi])}]" if s[lo] is not None else "")
-    return text + (f" (n={s['n']})" if "n" in s else "") + (" !" if s.get("warnings") else "")
+    text = _fmt_pct(s.saving) + (f" [{_fmt_pct(s.saving_lo)}, {_fmt_pct(s.saving_hi)}]" if s.saving_lo is not None else "")
+    return text + f" (n={s.n})" + (" !" if s.warnings else "")
 
 
 def _setting_text(setting: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in setting.items()) or "(no tuned key set)"
 
 
-def _verdict_section(report: dict) -> list[str]:
-    seeds = report["select_seeds"]
+def _verdict_section(report: Report) -> list[str]:
+    seeds = report.select_seeds
     lines = ["## Verdict: each arm at its best setting, against the tuned single-level frontier", ""]
-    if report["optimistic"]:
+    if report.optimistic:
         lines += ["**Optimistic**: " + ("some arm had no run on the selection seeds, so " if seeds else
                   "no selection seeds (`--select-seeds`): ") + "settings were chosen on the seeds that also "
                   "measure them (the winner's curse flatters every arm).", ""]
@@ -240,52 +244,46 @@ def _verdict_section(report: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     why = []
-    for a in report["arms"]:
-        m = a["multiplier"]
-        fl = a["final_val_loss"]
-        if a.get("is_frontier"):  # the reference itself: its M on its own fit is the fit's error (below)
-            m = {**m, "available": False}
-        loss = "—" if fl["mean"] is None else _fmt_loss(fl["mean"]) + (
-            f" [{_fmt_loss(fl['lo'])}, {_fmt_loss(fl['hi'])}]" if fl["lo"] is not None else "")
-        cell = "the frontier" if a.get("is_frontier") else _multiplier_cell(m) + (" ‡" if a.get("within_fit_error") else "")
-        savings = ("—", "—") if a.get("is_frontier") else (_saving_cell(a["saving_interpolated"]),
-                                                           _saving_cell(a["saving_wallclock"]))
+    for a in report.arms:
+        m, fl = a.multiplier, a.final_val_loss
+        loss = "—" if fl.mean is None else _fmt_loss(fl.mean) + (
+            f" [{_fmt_loss(fl.lo)}, {_fmt_loss(fl.hi)}]" if fl.lo is not None else "")
+        cell = "the frontier" if a.is_frontier else _multiplier_cell(m) + (" ‡" if a.within_fit_error else "")
+        savings = ("—", "—") if a.is_frontier else (_saving_cell(a.saving_interpolated), _saving_cell(a.saving_wallclock))
         lines.append(
-            f"| `{a['arm']}` | {a['settings_tried']} | {_setting_text(a['selected'])} "
-            f"| {', '.join(map(str, a['eval_seeds'])) or '—'} | {loss} | {cell} "
-            f"| {'—' if a.get('is_frontier') else _multiplier_saving_cell(m)} | {savings[0]} | {savings[1]} "
-            f"| {a['verdict']} |")
-        for what in ("multiplier", "saving_interpolated", "saving_wallclock"):
-            if a.get("is_frontier"):
-                continue
-            if not a[what]["available"] and a[what]["why"]:
-                why.append(f"- `{a['arm']}`, {what.replace('_', ' ')} unavailable: {a[what]['why']}")
+            f"| `{a.name}` | {a.settings_tried} | {_setting_text(a.kept)} "
+            f"| {', '.join(map(str, a.eval_seeds)) or '—'} | {loss} | {cell} "
+            f"| {'—' if a.is_frontier else _multiplier_saving_cell(m)} | {savings[0]} | {savings[1]} "
+            f"| {a.verdict} |")
+        for what, measure in () if a.is_frontier else _measures(a):
+            if not measure.available and measure.why:
+                why.append(f"- `{a.name}`, {what} unavailable: {measure.why}")
     lines += [""] + _fit_lines(report) + _fit_error_lines(report) + why + ([""] if why else [])
     return lines
 
 
-def _fit_error_lines(report: dict) -> list[str]:
-    error = report["frontier"].get("fit_error") or {}
-    if not error.get("available"):
+def _fit_error_lines(report: Report) -> list[str]:
+    error = report.frontier.fit_error
+    if not error.available:
         return []
-    per = ", ".join(f"{_times(e['M'])} at budget {float(e['budget']):g}" for e in error["per_budget"])
-    within = [f"`{a['arm']}`" for a in report["arms"] if a.get("within_fit_error")]
+    per = ", ".join(f"{_times(e.M)} at budget {float(e.budget):g}" for e in error.per_budget)
+    within = [f"`{a.name}`" for a in report.arms if a.within_fit_error]
     return [
         f"The fit's own error: read on its own fit, the frontier's points give M = {per} (a perfect fit: 1 at "
-        f"every budget). An arm's M between {_times(error['M_lo'])} and {_times(error['M_hi'])} is within the "
+        f"every budget). An arm's M between {_times(error.M_lo)} and {_times(error.M_hi)} is within the "
         "fit's error, not a saving or a cost (‡); the single-level arm is the frontier, not judged against it."
         + (f" Within it here: {', '.join(within)}." if within else ""),
         "",
     ]
 
 
-def _fit_lines(report: dict) -> list[str]:
-    fit = report["frontier"]["fit"]
+def _fit_lines(report: Report) -> list[str]:
+    fit = report.frontier.fit
     if not fit["available"]:
         return [f"Compute multiplier unavailable: {fit['why']}.", ""]
-    b = report["bootstrap"]
+    b = report.bootstrap
     lo, hi = fit["flop_range"]
-    clock = report["frontier"]["wallclock"]
+    clock = report.frontier.wallclock
     return [
         f"Compute multiplier: L(C) = E + A·C^−α fitted to the frontier's {fit['n_points']} points "
         f"({_fmt_flops(lo)} to {_fmt_flops(hi)} FLOPs): E = {fit['E']:.4g}, A = {fit['A']:.4g}, α = {fit['alpha']:.4g} "
@@ -301,10 +299,10 @@ def _fit_lines(report: dict) -> list[str]:
     ]
 
 
-def _per_configuration_section(report: dict) -> list[str]:
-    if not report["verdict"]:
+def _per_configuration_section(report: Report) -> list[str]:
+    if not report.verdicts:
         return []
-    has_frontier = report["frontier"]["available"]
+    has_frontier = report.frontier.available
     lines = [
         "## Every configuration, every seed (no selection)",
         "",
@@ -316,7 +314,7 @@ def _per_configuration_section(report: dict) -> list[str]:
         "saving vs the one baseline | val loss − frontier at equal FLOPs | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
-    for v in report["verdict"]:
+    for v in report.verdicts:
         outside = ""
         if v["n_outside"] and any(v["n_outside"].values()):
             outside = f"; outside the frontier: {v['n_outside']['below']} below, {v['n_outside']['above']} above"
@@ -335,17 +333,17 @@ def _per_configuration_section(report: dict) -> list[str]:
     return lines
 
 
-def _excluded_section(report: dict) -> list[str]:
-    if not report["excluded"]:
+def _excluded_section(report: Report) -> list[str]:
+    if not report.excluded:
         return []
     lines = ["## Left out (not in any statistic)", "", "| run | configuration | seed | status | why |", "|---|---|---|---|---|"]
-    for e in report["excluded"]:
+    for e in report.excluded:
         lines.append(f"| `{e['run']}` | `{e['label']}` ({e['run_kind']}) | {e['seed']} | **{e['status']}** | {e['reason']} |")
     return lines + [""]
 
 
-def _held_out_section(report: dict) -> list[str]:
-    h = report["held_out"]
+def _held_out_section(report: Report) -> list[str]:
+    h = report.held_out
     if h["se_median"] is None:
         return ["Held-out set: the runs did not record the standard error of their val loss.", ""]
     size = f"{h['tokens']:,} tokens ({h['sequences']:,} sequences)" if h["tokens"] else "size not recorded"
@@ -357,42 +355,42 @@ def _held_out_section(report: dict) -> list[str]:
     ]
 
 
-def _frontier_section(report: dict) -> list[str]:
-    f = report["frontier"]
-    if not f["available"]:
+def _frontier_section(report: Report) -> list[str]:
+    f = report.frontier
+    if not f.available:
         return [
             "## The tuned single-level frontier",
             "",
-            f"No budget frontier: {f['why']}. Run single-level baselines at several LRs and budgets "
+            f"No budget frontier: {f.why}. Run single-level baselines at several LRs and budgets "
             "(`optim.lr=...` × `train.budget=0.3,0.45,0.6,0.8,1.0,1.3`) for the fair reference.",
             "",
         ]
     lines = [
         "## The tuned single-level frontier",
         "",
-        f"Built from {f['built_from']}, on seed(s) {', '.join(map(str, f['seeds']))}: per seed, the lower envelope "
+        f"Built from {f.built_from}, on seed(s) {', '.join(map(str, f.seeds))}: per seed, the lower envelope "
         "of (total FLOPs, final val loss), whatever each run's settings.",
         "",
         "| seed | total FLOPs | final val loss | from |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {p['seed']} | {_fmt_flops(p['flops'])} | {_fmt_loss(p['loss'])} | `{p['name']}` |" for p in f["points"]]
+    lines += [f"| {p['seed']} | {_fmt_flops(p['flops'])} | {_fmt_loss(p['loss'])} | `{p['name']}` |" for p in f.points]
     lines += ["", "| train.budget | configuration | seeds | mean total FLOPs | mean final val loss |", "|---|---|---|---|---|"]
-    for c in f["configurations"]:
+    for c in f.configurations:
         lines.append(f"| {c['budget']:g} | `{c['name']}` | {len(c['seeds'])} | {_fmt_flops(c['mean_flops'])} "
                      f"| {_fmt_loss(c['mean_final_val_loss'])} |")
     lines += [
         "",
         "Read on the frontier: linear in log FLOPs between its points, per seed (the envelope of the means over "
         "seeds for a seed without its own)"
-        + (f"; dominated budgets dropped from the mean envelope: {f['dominated_budgets']}" if f["dominated_budgets"] else "")
+        + (f"; dominated budgets dropped from the mean envelope: {list(f.dominated_budgets)}" if f.dominated_budgets else "")
         + ". A run lower than the longest budget or higher than the shortest is *outside the frontier*: only a "
         "bound on its saving is known, and it is left out of the interval.",
         "",
         "| configuration | seed | total FLOPs | final val loss | single-level FLOPs on the frontier | saving | saving, blocks-only | val loss − frontier at equal FLOPs |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for e in report["vs_frontier"]:
+    for e in report.vs_frontier:
         for i, s in enumerate(e["per_seed"]):
             name = f"`{e['name']}`" if i == 0 else ""
             seed = f"{s['seed']}" + ("" if s["paired"] else "*")
@@ -410,28 +408,28 @@ def _frontier_section(report: dict) -> list[str]:
     return lines + [""]
 
 
-def _tuning_space_section(report: dict) -> list[str]:
+def _tuning_space_section(report: Report) -> list[str]:
     """Per budget the single-level settings tried (✓ kept by its arm, ★ on the frontier's envelope), and
     what each dimension beyond the plain LR grid gained."""
-    f = report["frontier"]
-    if not f["available"] or not f.get("tried_per_budget"):
+    f = report.frontier
+    if not f.available or not f.tried_per_budget:
         return []
     lines = ["## The frontier's tuning space", "",
              "Every single-level run is a candidate, the schedule control's included (the control's own M is read "
              "on the frontier without its runs, every other arm's on the frontier with them). ✓ kept at that "
              "budget on the selection seeds; ★ on the frontier's envelope.", "",
              "| train.budget | schedule | settings | selection loss | |", "|---|---|---|---|---|"]
-    for b in f["tried_per_budget"]:
+    for b in f.tried_per_budget:
         for i, e in enumerate(b["settings"]):
             mark = ("✓" if e["kept"] else "") + ("★" if e["on_frontier"] else "")
             budget = f"{b['budget']:g}" if i == 0 else ""
             lines.append(f"| {budget} | {e['family']} | {_setting_text(e['settings'])} "
                          f"| {_fmt_loss(e['selection_loss'])} | {mark} |")
-    if f.get("gains"):
+    if f.gains:
         lines += ["", "What each dimension added: the frontier rebuilt without it; gain = the full frontier's points "
                   "read on that frontier's fit (M > 1: the dimension saves that factor of compute), and each arm's M "
                   "against it.", "", "| without | keeps | gain | arms' M against it |", "|---|---|---|---|"]
-        for g in f["gains"]:
+        for g in f.gains:
             arms = "; ".join(f"`{name}` " + (f"M > {r['bound']:.3g}" if r["bound"] else _times(r["M"]))
                              for name, r in g["arms"].items()) or "—"
             gain = _times(g["gain_M"]) if g["fit_available"] else f"no fit ({g['why']})"
@@ -439,8 +437,8 @@ def _tuning_space_section(report: dict) -> list[str]:
     return lines + [""]
 
 
-def _fixed_flops_section(report: dict) -> list[str]:
-    fb = report["fixed_flops"]
+def _fixed_flops_section(report: Report) -> list[str]:
+    fb = report.fixed_flops
     if not fb["rows"]:
         return []
     head = " | ".join(f"{fr:g} × baseline ({_fmt_flops(f)})" for fr, f in zip(fb["flop_fractions"], fb["flops"]))
@@ -466,8 +464,8 @@ def _fixed_flops_section(report: dict) -> list[str]:
     return lines + [""]
 
 
-def _costs_section(report: dict) -> list[str]:
-    costs = report["uncounted_costs"]
+def _costs_section(report: Report) -> list[str]:
+    costs = report.uncounted_costs
     if not costs:
         return []
     lines = [
@@ -496,10 +494,10 @@ def params_text(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _ladder_multiplier(m: Multiplier) -> tuple[str, str]:
+def _ladder_multiplier(m: Optional[Multiplier]) -> tuple[str, str]:
     """The rung's headline M and saving (compare's `headline`: a bound, the interpolated, the joint fit's or
     the per-run M), with its interval."""
-    if not m.json:
+    if m is None:
         return "—", "—"
     if m.bound is not None and m.bound.kind == "lower":
         return f"M > {m.bound.value:.3f}", f"> {_fmt_pct(1 - 1 / m.bound.value)}"
@@ -516,71 +514,82 @@ def _ladder_multiplier(m: Multiplier) -> tuple[str, str]:
     return f"{mid:.3f}{span(lambda v: f'{v:.3f}')}{mark}", f"{saving(mid)}{span(saving)}"
 
 
-def _ladder_settings(arm: Arm) -> str:
-    if arm.selected_by_budget:
+def _ladder_settings(arm: Optional[Arm]) -> str:
+    if arm is not None and arm.kept_by_budget:
         return "; ".join(f"budget {b}: " + ", ".join(f"{k}={v}" for k, v in s.items())
-                         for b, s in sorted(arm.selected_by_budget.items(), key=lambda kv: float(kv[0])))
-    return ", ".join(f"{k}={v}" for k, v in arm.selected.items()) or "—"
+                         for b, s in sorted(arm.kept_by_budget.items(), key=lambda kv: float(kv[0])))
+    return ", ".join(f"{k}={v}" for k, v in (arm.kept if arm is not None else {}).items()) or "—"
 
 
-def _ladder_fit_error(fit_error: FitError) -> str:
-    if not fit_error.available:
+def _ladder_fit_error(fit_error: Optional[FitError]) -> str:
+    if fit_error is None or not fit_error.available:
         return "—"
     return f"{fit_error.M_lo:.3f} to {fit_error.M_hi:.3f}"
 
 
-def render_ladder(report: dict, word: str) -> str:
-    """ladder.md from the study's ladder report (ladder.json's dict); `word` names its axis in a sentence
-    ("depth", "width", "N")."""
-    axis = report.get("axis", "params")
-    along = "scale" if axis == "params" else word
+def _ladder_row(ladder: Ladder, rung: Rung, row: RungArm, first: bool, extra: bool) -> str:
+    """One study arm at one rung: the rung's size and fit error on its first row, the arm's settings and M."""
+    x = f" {rung.x:g} |" if extra else ""
+    head = (f"{rung.scale} |{x} {rung.n_params:,} | {rung.tokens_per_param:.1f} | {rung.max_steps:,} "
+            f"| {_ladder_fit_error(rung.fit_error)}" if first else " |" + (" |" if extra else "") + " | | |")
+    result = row.result
+    m, saving = (_ladder_multiplier(result.multiplier if result else None) if row.arm != ladder.frontier_arm
+                 else ("the frontier", "—"))
+    if result is not None and result.within_fit_error:
+        m += " ‡"
+    if not row.found:
+        m, saving = "no result", "—"
+    seeds = len(result.eval_seeds) if result is not None else 0
+    return f"| {head} | {row.arm} | {_ladder_settings(result)} | {m} | {saving} | {seeds or '—'} |"
+
+
+def _ladder_trend_lines(ladder: Ladder) -> list[str]:
+    lines = []
+    for t in ladder.trends:
+        lines.append(f"- {t.sentence}")
+        for p in t.predictions:
+            lines.append(f"  - Extrapolation, not a measurement: at {params_text(p.n_params)} parameters "
+                         f"({p.beyond_largest:.3g}x the largest scale) the fitted line gives M = {p.M:.3f} "
+                         f"[{p.M_lo:.3f}, {p.M_hi:.3f}], if the trend held that far.")
+    return lines
+
+
+def _ladder_missing(ladder: Ladder) -> list[str]:
+    missing = [f"- {r.scale}: no verdict ({r.why_no_verdict})" for r in ladder.rungs if r.why_no_verdict]
+    missing += [f"- {r.scale}/{row.arm}: not in the verdict" for r in ladder.rungs
+                for row in r.arms if not row.found and not r.why_no_verdict]
+    missing += [f"- {m}" for r in ladder.rungs for m in r.missing_runs]
+    return missing or ["Nothing: every run ended and every scale has its verdict."]
+
+
+def render_ladder(ladder: Ladder, word: str) -> str:
+    """ladder.md from the study's ladder report; `word` names its axis in a sentence ("depth", "width", "N")."""
+    along = "scale" if ladder.axis == "params" else word
     # One rung is a check at one setting (adamw_check), not a ladder: its title says so.
-    one = len(report["scales"]) == 1
-    title = (f"the verdict at one rung ({report['scales'][0]['scale']})" if one
-             else f"does the saving survive along {along}?")
-    lines = [f"# Study {report['study']}: {title}", "",
+    one = len(ladder.rungs) == 1
+    title = f"the verdict at one rung ({ladder.rungs[0].scale})" if one else f"does the saving survive along {along}?"
+    lines = [f"# Study {ladder.study}: {title}", "",
              f"Per rung, each arm tuned on the selection seeds and measured on the evaluation seeds against "
-             f"the tuned single-level frontier (arm `{report['frontier_arm']}`); the numbers are "
+             f"the tuned single-level frontier (arm `{ladder.frontier_arm}`); the numbers are "
              "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
              "FLOPs for the same held-out loss over the run's FLOPs); saving = 1 - 1/M; 95% intervals. "
              "The fit's own error: M read at the frontier's own points (each budget's, over the evaluation "
              "seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) is "
              "within the fit's error, not a saving.", "",
              f"## Trend along {along}" + (" (one rung: none to tell)" if one else ""), ""]
-    for t in report["trends"]:
-        lines.append(f"- {t['sentence']}")
-        for p in t["predictions"]:
-            lines.append(f"  - Extrapolation, not a measurement: at {params_text(p['n_params'])} parameters "
-                         f"({p['beyond_largest']:.3g}x the largest scale) the fitted line gives M = {p['M']:.3f} "
-                         f"[{p['M_lo']:.3f}, {p['M_hi']:.3f}], if the trend held that far.")
-    extra = axis not in ("params", "tokens_per_param")
+    lines += _ladder_trend_lines(ladder)
+    extra = ladder.axis not in ("params", "tokens_per_param")
     lines += ["", "## Per rung", "",
               f"| scale |{f' {word} |' if extra else ''} parameters | tokens/param | steps | fit's own error (M) "
               "| arm | tuned settings | M [95%] | saving [95%] | eval seeds |",
               "|---|" + ("---|" if extra else "") + "---|---|---|---|---|---|---|---|---|"]
-    for s in report["scales"]:
-        for i, row in enumerate(s["arms"]):
-            x = f" {s['x']:g} |" if extra else ""
-            head = (f"{s['scale']} |{x} {s['n_params']:,} | {s['tokens_per_param']:.1f} | {s['max_steps']:,} "
-                    f"| {_ladder_fit_error(FitError.from_json(s.get('fit_error')))}" if i == 0 else " |" + (" |" if extra else "") + " | | |")
-            m, saving = (_ladder_multiplier(Multiplier.from_json(row.get("multiplier"))) if row["arm"] != report["frontier_arm"]
-                         else ("the frontier", "—"))
-            if row.get("within_fit_error"):
-                m += " ‡"
-            if not row["found"]:
-                m, saving = "no result", "—"
-            seeds = len(row.get("eval_seeds") or [])
-            lines.append(f"| {head} | {row['arm']} | {_ladder_settings(Arm.from_json(row))} | {m} | {saving} | {seeds or '—'} |")
+    lines += [_ladder_row(ladder, r, row, i == 0, extra) for r in ladder.rungs for i, row in enumerate(r.arms)]
     lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md). "
               "‡ within the fit's own error at that rung: not a saving. M > x: the arm's equal-loss point lies past "
               "the frontier's largest budget, only a bound (no point for the trend). [lo, ∞): too many degenerate "
               "bootstrap draws for an upper end (no point for the trend either)."]
-    notes = [(s["scale"], w) for s in report["scales"] for w in s["warnings"]]
+    notes = [(r.scale, w) for r in ladder.rungs for w in r.warnings]
     if notes:
         lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]
-    missing = [f"- {s['scale']}: no verdict ({s['why_no_verdict']})" for s in report["scales"] if s["why_no_verdict"]]
-    missing += [f"- {s['scale']}/{row['arm']}: not in the verdict" for s in report["scales"]
-                for row in s["arms"] if not row["found"] and not s["why_no_verdict"]]
-    missing += [f"- {m}" for s in report["scales"] for m in s["missing_runs"]]
-    lines += ["", "## Missing", ""] + (missing or ["Nothing: every run ended and every scale has its verdict."])
+    lines += ["", "## Missing", ""] + _ladder_missing(ladder)
     return "\n".join(lines) + "\n"

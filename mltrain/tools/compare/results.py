@@ -1,24 +1,41 @@
-"""The verdict as typed results: what a consumer of mltrain-compare (the study's ladder, a script) reads.
+"""The verdict as typed results: what mltrain-compare computes, what it writes (comparison.json), what a
+consumer of it (the study's ladder, a script) reads, and what its Markdown is rendered from.
 
-    from mltrain.tools.compare import compare
-    report = compare(["multirun/"], select_seeds=[0])         # a Report
+    from mltrain.tools.compare import compare_report
+    report = compare_report(["multirun/"], select_seeds=[0])   # a Report
     for arm in report.arms:
         print(arm.label, arm.multiplier.M, arm.multiplier.bound)
 
-`Report` holds the arms (`Arm`: the setting kept, the evaluation seeds, the compute multiplier `Multiplier`
-with its `Headline` and `Bound`) and the frontier (`Frontier`: its fit's own error, `FitError`). Each
-result keeps the JSON object it was read from (`json`), exactly as comparison.json holds it, so a report
-that passes an entry on (ladder.json) writes the same keys and values; the typed fields are the ones
-read to decide something. `from_json` reads comparison.json's objects, also one written by an earlier
-mltrain-compare (a key it lacks takes its neutral value: no bound, no headline, no draws).
+`Report` holds the arms (`Arm`: the setting kept, the evaluation seeds, the final loss `LossInterval`, the
+compute multiplier `Multiplier` with its `Headline` and `Bound`, the savings read on the frontier's
+points `Saving`, one `RunReading` per run) and the frontier (`Frontier`: its fit's own error `FitError`).
+The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm, and
+one `Trend` per arm along the ladder's axis (with its `Prediction`s).
+
+JSON: each class writes its object with `to_json`, in comparison.json's (and ladder.json's) keys and key
+order; `from_json` reads one back, also one written by an earlier mltrain-compare (a key it lacks takes
+its neutral value: no bound, no headline, no draws). The per-configuration tables of `analysis` (against
+the one baseline, the control and the frontier's points; at fixed FLOPs) are carried as the JSON they are.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
+
+def _json(value: Any) -> Any:
+    """A result (or a list of them) as its JSON."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    return value
+
+
+def _or_none(entry: Optional[dict], cls) -> Any:
+    return cls.from_json(entry) if entry else None
 
 
 @dataclass(frozen=True)
@@ -27,12 +44,16 @@ class Bound:
 
     kind: str  # "lower"
     value: Optional[float]
+    what: Optional[str] = None
 
     @classmethod
     def from_json(cls, entry: Optional[dict]) -> Optional["Bound"]:
         if not entry or not entry.get("kind"):
             return None
-        return cls(str(entry["kind"]), entry.get("value"))
+        return cls(str(entry["kind"]), entry.get("value"), entry.get("what"))
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "value": self.value, "what": self.what}
 
 
 @dataclass(frozen=True)
@@ -50,32 +71,71 @@ class Headline:
         return cls(str(entry["kind"]), entry.get("M"), entry.get("M_lo"), entry.get("M_hi"),
                    bool(entry.get("M_hi_unbounded")))
 
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "M": self.M, "M_lo": self.M_lo, "M_hi": self.M_hi,
+                "M_hi_unbounded": self.M_hi_unbounded}
+
 
 @dataclass(frozen=True)
 class Multiplier:
-    """An arm's compute multiplier M (the frontier's FLOPs for the same held-out loss over the arm's)."""
+    """An arm's compute multiplier M (the frontier's FLOPs for the same held-out loss over the arm's): the
+    per-run reading's with its bootstrap interval, the joint fit's, the one read on the frontier's points,
+    a bound beyond the data, and the M the report leads with (`headline`)."""
 
     available: bool
     why: Optional[str] = None
     M: Optional[float] = None
     M_lo: Optional[float] = None
     M_hi: Optional[float] = None
-    M_hi_unbounded: bool = False
-    bound: Optional[Bound] = None
-    headline: Optional[Headline] = None
+    saving: Optional[float] = None
+    saving_lo: Optional[float] = None
+    saving_hi: Optional[float] = None
     extrapolated: bool = False
     beyond_data: Optional[float] = None  # how far past the frontier's FLOPs the fitted curve was read
-    draws: tuple[float, ...] = ()  # the bootstrap's M per draw (bootstrap_M)
-    json: dict = field(default_factory=dict, repr=False, compare=False)
+    n: int = 0
+    n_resamples: int = 0
+    warnings: tuple[str, ...] = ()
+    bound: Optional[Bound] = None
+    M_hi_unbounded: bool = False
+    n_degenerate: int = 0
+    M_joint: Optional[float] = None
+    M_joint_lo: Optional[float] = None
+    M_joint_hi: Optional[float] = None
+    M_joint_hi_unbounded: bool = False
+    degenerate_share: Optional[float] = None  # with `draws`: only when the bootstrap gave an interval
+    draws: Optional[tuple[float, ...]] = None  # the bootstrap's M per draw (bootstrap_M)
+    M_interpolated: Optional[float] = None
+    fit_disagrees: bool = False
+    headline: Optional[Headline] = None
+
+    @classmethod
+    def unavailable(cls, why: str) -> "Multiplier":
+        return cls(False, why)
 
     @classmethod
     def from_json(cls, entry: Optional[dict]) -> "Multiplier":
-        entry = entry or {}
-        head = entry.get("headline")
-        return cls(bool(entry.get("available")), entry.get("why"), entry.get("M"), entry.get("M_lo"), entry.get("M_hi"),
-                   bool(entry.get("M_hi_unbounded")), Bound.from_json(entry.get("bound")),
-                   Headline.from_json(head) if head else None, bool(entry.get("extrapolated")),
-                   entry.get("beyond_data"), tuple(entry.get("bootstrap_M") or ()), entry)
+        e = entry or {}
+        draws = e.get("bootstrap_M")
+        return cls(bool(e.get("available")), e.get("why"), e.get("M"), e.get("M_lo"), e.get("M_hi"), e.get("saving"),
+                   e.get("saving_lo"), e.get("saving_hi"), bool(e.get("extrapolated")), e.get("beyond_data"),
+                   e.get("n") or 0, e.get("n_resamples") or 0, tuple(e.get("warnings") or ()),
+                   Bound.from_json(e.get("bound")), bool(e.get("M_hi_unbounded")), e.get("n_degenerate") or 0,
+                   e.get("M_joint"), e.get("M_joint_lo"), e.get("M_joint_hi"), bool(e.get("M_joint_hi_unbounded")),
+                   e.get("degenerate_share"), tuple(draws) if draws is not None else None, e.get("M_interpolated"),
+                   bool(e.get("fit_disagrees")), _or_none(e.get("headline"), Headline))
+
+    def to_json(self) -> dict:
+        out = {"available": self.available, "why": self.why, "M": self.M, "M_lo": self.M_lo, "M_hi": self.M_hi,
+               "saving": self.saving, "saving_lo": self.saving_lo, "saving_hi": self.saving_hi,
+               "extrapolated": self.extrapolated, "beyond_data": self.beyond_data, "n": self.n,
+               "n_resamples": self.n_resamples, "warnings": list(self.warnings), "bound": _json(self.bound),
+               "M_hi_unbounded": self.M_hi_unbounded, "n_degenerate": self.n_degenerate, "M_joint": self.M_joint,
+               "M_joint_lo": self.M_joint_lo, "M_joint_hi": self.M_joint_hi,
+               "M_joint_hi_unbounded": self.M_joint_hi_unbounded}
+        if self.draws is not None:
+            out.update(degenerate_share=self.degenerate_share, bootstrap_M=list(self.draws))
+        out.update(M_interpolated=self.M_interpolated, fit_disagrees=self.fit_disagrees, headline=_json(self.headline))
+        return out
 
     @property
     def measured(self) -> bool:
@@ -94,18 +154,45 @@ class Multiplier:
 
 
 @dataclass(frozen=True)
+class BudgetReading:
+    """The fitted frontier read at one budget's own points: M there (geometric mean over `n` seeds)."""
+
+    budget: Any
+    M: float
+    n: int
+
+    @classmethod
+    def from_json(cls, entry: dict) -> "BudgetReading":
+        return cls(entry.get("budget"), entry.get("M"), entry.get("n") or 0)
+
+    def to_json(self) -> dict:
+        return {"budget": self.budget, "M": self.M, "n": self.n}
+
+
+FIT_ERROR_WHAT = ("M of the frontier's own points on its fit, per budget (geometric mean over the evaluation seeds); "
+                  "1 everywhere for a perfect fit")
+
+
+@dataclass(frozen=True)
 class FitError:
     """The fitted frontier read at its own points: M there, which a perfect fit puts at 1 everywhere."""
 
     available: bool
+    why: Optional[str] = None
+    per_budget: tuple[BudgetReading, ...] = ()
     M_lo: Optional[float] = None
     M_hi: Optional[float] = None
-    json: dict = field(default_factory=dict, repr=False, compare=False)
+    what: str = FIT_ERROR_WHAT
 
     @classmethod
     def from_json(cls, entry: Optional[dict]) -> "FitError":
-        entry = entry or {}
-        return cls(bool(entry.get("available")), entry.get("M_lo"), entry.get("M_hi"), entry)
+        e = entry or {}
+        return cls(bool(e.get("available")), e.get("why"), tuple(BudgetReading.from_json(b) for b in e.get("per_budget") or ()),
+                   e.get("M_lo"), e.get("M_hi"), e.get("what", FIT_ERROR_WHAT))
+
+    def to_json(self) -> dict:
+        return {"available": self.available, "why": self.why, "per_budget": _json(self.per_budget),
+                "M_lo": self.M_lo, "M_hi": self.M_hi, "what": self.what}
 
     @property
     def band(self) -> Optional[float]:
@@ -114,53 +201,436 @@ class FitError:
             return None
         return max(abs(math.log(self.M_lo)), abs(math.log(self.M_hi)))
 
+    def holds(self, m: "Multiplier") -> Optional[bool]:
+        """Whether an arm's M lies inside this error (None: no M or no error)."""
+        if not m.available or not self.available:
+            return None
+        return bool(self.M_lo <= m.M <= self.M_hi)
+
+
+@dataclass(frozen=True)
+class WithoutControl:
+    """The frontier built without the schedule control's runs (the control's own M is read on it)."""
+
+    fit: dict
+    fit_error: FitError
+    n_points: int
+
+    @classmethod
+    def from_json(cls, entry: dict) -> "WithoutControl":
+        return cls(dict(entry.get("fit") or {}), FitError.from_json(entry.get("fit_error")), entry.get("n_points") or 0)
+
+    def to_json(self) -> dict:
+        return {"fit": self.fit, "fit_error": self.fit_error.to_json(), "n_points": self.n_points}
+
 
 @dataclass(frozen=True)
 class Frontier:
-    """The tuned single-level frontier, as far as its consumers read it."""
+    """The tuned single-level frontier: its points (per seed, whatever each run's settings), the power law
+    fitted to them (`fit`, powerlaw.Fit.as_dict), its own error, and the tuning space it was built from."""
 
-    fit_error: FitError
-    json: dict = field(default_factory=dict, repr=False, compare=False)
+    available: bool = False
+    why: Optional[str] = None
+    built_from: str = ""
+    seeds: tuple = ()
+    points: tuple[dict, ...] = ()  # seed, flops, loss, run_kind, settings, name, run
+    fit: Optional[dict] = None
+    budgets: tuple = ()
+    configurations: tuple[dict, ...] = ()  # per single-level configuration: its mean FLOPs and final loss
+    mean_envelope: Optional[list] = None
+    per_seed_envelope: tuple[dict, ...] = ()
+    dominated_budgets: tuple = ()
+    wallclock: Optional[dict] = None  # available, why, time_basis
+    fit_error: FitError = FitError(False)
+    tried_per_budget: tuple[dict, ...] = ()
+    gains: tuple[dict, ...] = ()
+    without_control: Optional[WithoutControl] = None
 
     @classmethod
     def from_json(cls, entry: Optional[dict]) -> "Frontier":
-        entry = entry or {}
-        return cls(FitError.from_json(entry.get("fit_error")), entry)
+        e = entry or {}
+        return cls(bool(e.get("available")), e.get("why"), e.get("built_from", ""), tuple(e.get("seeds") or ()),
+                   tuple(e.get("points") or ()), e.get("fit"), tuple(e.get("budgets") or ()),
+                   tuple(e.get("configurations") or ()), e.get("mean_envelope"), tuple(e.get("per_seed_envelope") or ()),
+                   tuple(e.get("dominated_budgets") or ()), e.get("wallclock"), FitError.from_json(e.get("fit_error")),
+                   tuple(e.get("tried_per_budget") or ()), tuple(e.get("gains") or ()),
+                   _or_none(e.get("without_control"), WithoutControl))
+
+    def to_json(self) -> dict:
+        return {"available": self.available, "why": self.why, "built_from": self.built_from, "seeds": list(self.seeds),
+                "points": list(self.points), "fit": self.fit, "budgets": list(self.budgets),
+                "configurations": list(self.configurations), "mean_envelope": self.mean_envelope,
+                "per_seed_envelope": list(self.per_seed_envelope), "dominated_budgets": list(self.dominated_budgets),
+                "wallclock": self.wallclock, "fit_error": self.fit_error.to_json(),
+                "tried_per_budget": list(self.tried_per_budget), "gains": list(self.gains),
+                "without_control": _json(self.without_control)}
+
+
+@dataclass(frozen=True)
+class LossInterval:
+    """An arm's final held-out loss over its evaluation seeds: the mean and its interval."""
+
+    mean: Optional[float]
+    lo: Optional[float]
+    hi: Optional[float]
+    n: int
+
+    @classmethod
+    def from_json(cls, entry: dict) -> "LossInterval":
+        return cls(entry.get("mean"), entry.get("lo"), entry.get("hi"), entry.get("n") or 0)
+
+    def to_json(self) -> dict:
+        return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "n": self.n}
+
+
+@dataclass(frozen=True)
+class Saving:
+    """A saving read on the frontier's points, no curve: 1 − x_run / x*, with its interval over the runs
+    inside the frontier (those outside its ends counted in `n_outside`, below and above)."""
+
+    available: bool
+    why: Optional[str] = None
+    saving: Optional[float] = None
+    saving_lo: Optional[float] = None
+    saving_hi: Optional[float] = None
+    n: int = 0
+    n_outside: Optional[dict] = None
+    n_unpaired: int = 0
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, e: dict) -> "Saving":
+        return Saving(bool(e.get("available")), e.get("why"), e.get("saving"), e.get("saving_lo"), e.get("saving_hi"),
+                      e.get("n") or 0, e.get("n_outside"), e.get("n_unpaired") or 0, tuple(e.get("warnings") or ()))
+
+    def to_json(self) -> dict:
+        return {"available": self.available, "why": self.why, "saving": self.saving, "saving_lo": self.saving_lo,
+                "saving_hi": self.saving_hi, "n": self.n, "n_outside": self.n_outside, "n_unpaired": self.n_unpaired,
+                "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class WallclockSaving(Saving):
+    """The same saving on a wall-clock axis, with what time it read (`time_basis`)."""
+
+    time_basis: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, entry: dict) -> "WallclockSaving":
+        return cls.reading(Saving.from_json(entry), entry.get("time_basis"))
+
+    @classmethod
+    def reading(cls, saving: Saving, time_basis: Optional[str]) -> "WallclockSaving":
+        """A saving read on a wall-clock axis, with the time it read."""
+        return cls(**{f.name: getattr(saving, f.name) for f in fields(saving)}, time_basis=time_basis)
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "time_basis": self.time_basis}
+
+
+@dataclass(frozen=True)
+class RunReading:
+    """One evaluation run of an arm read on the fitted frontier: the FLOPs there for its final loss, its M."""
+
+    seed: Any
+    run: str
+    flops: Optional[float]
+    final_val_loss: Optional[float]
+    flops_eq: Optional[float] = None
+    M: Optional[float] = None
+    extrapolated: bool = False
+    beyond_data: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "RunReading":
+        return cls(e.get("seed"), e.get("run", ""), e.get("flops"), e.get("final_val_loss"), e.get("flops_eq"),
+                   e.get("M"), bool(e.get("extrapolated")), e.get("beyond_data"))
+
+    def to_json(self) -> dict:
+        return {"seed": self.seed, "run": self.run, "flops": self.flops, "final_val_loss": self.final_val_loss,
+                "flops_eq": self.flops_eq, "M": self.M, "extrapolated": self.extrapolated,
+                "beyond_data": self.beyond_data}
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm of the verdict: a method with its tuned keys left free, at the setting kept for it."""
+    """One arm of the verdict: a method with its tuned keys left free, at the setting kept for it, measured on
+    the evaluation seeds. `name` is its readable name (JSON "arm"), `label` the runs' label."""
 
-    label: str
-    run_kind: str
-    selected: dict[str, Any]
-    selected_by_budget: dict[str, dict[str, Any]]  # the single-level arm's setting per budget
-    eval_seeds: tuple
-    multiplier: Multiplier
+    name: str = ""
+    label: str = ""
+    run_kind: str = ""
+    settings_tried: int = 0
+    selection_seeds: tuple = ()
+    eval_seeds: tuple = ()
+    optimistic: bool = False
+    selected: Optional[dict[str, Any]] = None
+    selected_label: Optional[str] = None
+    final_val_loss: Optional[LossInterval] = None
+    multiplier: Optional[Multiplier] = None
+    saving_interpolated: Optional[Saving] = None
+    saving_wallclock: Optional[WallclockSaving] = None
     is_frontier: bool = False  # the single-level arm: its settings are the frontier
-    json: dict = field(default_factory=dict, repr=False, compare=False)
+    measured_against: str = ""
+    within_fit_error: Optional[bool] = None
+    verdict: str = ""
+    runs: tuple[RunReading, ...] = ()
+    selected_by_budget: Optional[dict[str, dict[str, Any]]] = None  # the single-level arm's setting per budget
 
     @classmethod
-    def from_json(cls, entry: dict) -> "Arm":
-        return cls(str(entry.get("label", "")), str(entry.get("run_kind", "")), dict(entry.get("selected") or {}),
-                   {str(b): dict(s) for b, s in (entry.get("selected_by_budget") or {}).items()},
-                   tuple(entry.get("eval_seeds") or ()), Multiplier.from_json(entry.get("multiplier")),
-                   bool(entry.get("is_frontier")), entry)
+    def from_json(cls, e: dict) -> "Arm":
+        by_budget = e.get("selected_by_budget")
+        return cls(str(e.get("arm", "")), str(e.get("label", "")), str(e.get("run_kind") or ""), e.get("settings_tried") or 0,
+                   tuple(e.get("selection_seeds") or ()), tuple(e.get("eval_seeds") or ()), bool(e.get("optimistic")),
+                   e.get("selected"), e.get("selected_label"), _or_none(e.get("final_val_loss"), LossInterval),
+                   _or_none(e.get("multiplier"), Multiplier), _or_none(e.get("saving_interpolated"), Saving),
+                   _or_none(e.get("saving_wallclock"), WallclockSaving), bool(e.get("is_frontier")),
+                   e.get("measured_against", ""), e.get("within_fit_error"), e.get("verdict", ""),
+                   tuple(RunReading.from_json(r) for r in e.get("runs") or ()),
+                   {str(b): dict(s) for b, s in by_budget.items()} if by_budget is not None else None)
+
+    def to_json(self) -> dict:
+        out = {"arm": self.name, "label": self.label, "run_kind": self.run_kind, "settings_tried": self.settings_tried,
+               "selection_seeds": list(self.selection_seeds), "eval_seeds": list(self.eval_seeds),
+               "optimistic": self.optimistic, "selected": self.selected, "selected_label": self.selected_label,
+               "final_val_loss": _json(self.final_val_loss), "multiplier": _json(self.multiplier),
+               "saving_interpolated": _json(self.saving_interpolated), "saving_wallclock": _json(self.saving_wallclock),
+               "is_frontier": self.is_frontier, "measured_against": self.measured_against,
+               "within_fit_error": self.within_fit_error, "verdict": self.verdict, "runs": _json(self.runs)}
+        if self.selected_by_budget is not None:
+            out["selected_by_budget"] = self.selected_by_budget
+        return out
+
+    @property
+    def kept(self) -> dict[str, Any]:
+        """The setting kept (empty when none was)."""
+        return dict(self.selected or {})
+
+    @property
+    def kept_by_budget(self) -> dict[str, dict[str, Any]]:
+        """The single-level arm's setting per budget (empty for any other arm)."""
+        return dict(self.selected_by_budget or {})
+
+
+# The report's top-level keys, in comparison.json's order, with the field each is held in.
+_REPORT_KEYS = (("command", "command"), ("smooth", "smooth"), ("smoothing", "smoothing"), ("pairing", "pairing"),
+                ("interval_method", "interval_method"), ("std", "std"), ("tuned_keys", "tuned_keys"),
+                ("select_seeds", "select_seeds"), ("optimistic", "optimistic"), ("bootstrap", "bootstrap"),
+                ("warnings", "warnings"), ("arms", "arms"), ("frontier", "frontier"), ("excluded", "excluded"),
+                ("baseline", "baseline"), ("configurations", "configurations"), ("vs_baseline", "vs_baseline"),
+                ("vs_control", "vs_control"), ("vs_frontier", "vs_frontier"), ("fixed_flops", "fixed_flops"),
+                ("held_out", "held_out"), ("uncounted_costs", "uncounted_costs"), ("verdict", "verdicts"),
+                ("common_settings", "common_settings"), ("outputs", "outputs"))
 
 
 @dataclass(frozen=True)
 class Report:
     """mltrain-compare's verdict: its arms, its frontier, what it warns of, and whether it is optimistic
-    (a setting chosen on the seeds that measure it)."""
+    (a setting chosen on the seeds that measure it); beside them how it was made and analysis's
+    per-configuration tables (`configurations`, `vs_baseline`, ..., `verdicts`: the JSON "verdict")."""
 
-    arms: tuple[Arm, ...]
-    frontier: Frontier
+    arms: tuple[Arm, ...] = ()
+    frontier: Frontier = Frontier()
     warnings: tuple[str, ...] = ()
     optimistic: Optional[bool] = None
-    json: dict = field(default_factory=dict, repr=False, compare=False)
+    command: str = ""
+    smooth: Optional[int] = None
+    smoothing: str = ""
+    pairing: str = ""
+    interval_method: str = ""
+    std: str = ""
+    tuned_keys: tuple[str, ...] = ()
+    select_seeds: Optional[list] = None
+    bootstrap: Optional[dict] = None
+    excluded: tuple[dict, ...] = ()
+    baseline: Optional[dict] = None
+    configurations: tuple[dict, ...] = ()
+    vs_baseline: tuple[dict, ...] = ()
+    vs_control: tuple[dict, ...] = ()
+    vs_frontier: tuple[dict, ...] = ()
+    fixed_flops: Optional[dict] = None
+    held_out: Optional[dict] = None
+    uncounted_costs: tuple[dict, ...] = ()
+    verdicts: tuple[dict, ...] = ()
+    common_settings: Optional[dict] = None
+    outputs: Optional[dict] = None
 
     @classmethod
     def from_json(cls, report: dict) -> "Report":
-        return cls(tuple(Arm.from_json(a) for a in report.get("arms") or ()), Frontier.from_json(report.get("frontier")),
-                   tuple(report.get("warnings") or ()), report.get("optimistic"), report)
+        r = report
+        listed = {k: tuple(r.get(k) or ()) for k in ("tuned_keys", "excluded", "configurations", "vs_baseline",
+                                                     "vs_control", "vs_frontier", "uncounted_costs")}
+        return cls(tuple(Arm.from_json(a) for a in r.get("arms") or ()), Frontier.from_json(r.get("frontier")),
+                   tuple(r.get("warnings") or ()), r.get("optimistic"), r.get("command", ""), r.get("smooth"),
+                   r.get("smoothing", ""), r.get("pairing", ""), r.get("interval_method", ""), r.get("std", ""),
+                   select_seeds=r.get("select_seeds"), bootstrap=r.get("bootstrap"), baseline=r.get("baseline"),
+                   fixed_flops=r.get("fixed_flops"), held_out=r.get("held_out"), verdicts=tuple(r.get("verdict") or ()),
+                   common_settings=r.get("common_settings"), outputs=r.get("outputs"), **listed)
+
+    def to_json(self) -> dict:
+        return {key: _json(getattr(self, name)) for key, name in _REPORT_KEYS}
+
+
+# ---------------------------------------------------------------------------------------------
+# The study's ladder (ladder.json)
+
+# What a ladder keeps of each arm's verdict (the keys and values of comparison.json)
+ROW_KEYS = ("settings_tried", "selected", "selected_by_budget", "final_val_loss", "multiplier", "saving_interpolated",
+            "saving_wallclock", "eval_seeds", "within_fit_error", "verdict")
+
+
+@dataclass(frozen=True)
+class RungArm:
+    """One study arm at one rung: its label in the verdict and the verdict's arm found for it (None: not
+    in the verdict). `result` holds only what the ladder keeps of it (ROW_KEYS)."""
+
+    arm: str
+    label: Optional[str]
+    result: Optional[Arm] = None
+
+    @property
+    def found(self) -> bool:
+        return self.result is not None
+
+    @classmethod
+    def from_json(cls, row: dict) -> "RungArm":
+        kept = {k: row[k] for k in ROW_KEYS if k in row}
+        return cls(str(row.get("arm", "")), row.get("label"), Arm.from_json(kept) if row.get("found") else None)
+
+    def to_json(self) -> dict:
+        verdict = self.result.to_json() if self.result is not None else None
+        return {"arm": self.arm, "label": self.label, "found": self.found,
+                **({k: verdict.get(k) for k in ROW_KEYS} if verdict is not None else {})}
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One scale of the ladder: its size, each study arm's verdict there, the verdict's warnings and fit error,
+    the runs that did not end; `tuning` (what stage 1 tried and chose) when the study records it."""
+
+    scale: str
+    x: float
+    n_params: int
+    max_steps: int
+    tokens_per_param: float
+    arms: tuple[RungArm, ...] = ()
+    has_verdict: bool = False
+    why_no_verdict: Optional[str] = None
+    warnings: tuple[str, ...] = ()
+    fit_error: Optional[FitError] = None
+    optimistic: Optional[bool] = None
+    missing_runs: tuple[str, ...] = ()
+    tuning: Optional[dict] = None
+
+    @classmethod
+    def from_json(cls, s: dict) -> "Rung":
+        return cls(str(s.get("scale", "")), s.get("x", s.get("n_params")), s.get("n_params"), s.get("max_steps"),
+                   s.get("tokens_per_param"), tuple(RungArm.from_json(a) for a in s.get("arms") or ()),
+                   s.get("verdict") is not None, s.get("why_no_verdict"), tuple(s.get("warnings") or ()),
+                   _or_none(s.get("fit_error"), FitError), s.get("optimistic"), tuple(s.get("missing_runs") or ()),
+                   s.get("tuning"))
+
+    def to_json(self, with_tuning: bool = False) -> dict:
+        out = {"scale": self.scale, "x": self.x, "n_params": self.n_params, "max_steps": self.max_steps,
+               "tokens_per_param": self.tokens_per_param, "arms": _json(self.arms),
+               "verdict": "comparison.json" if self.has_verdict else None, "why_no_verdict": self.why_no_verdict,
+               "warnings": list(self.warnings), "fit_error": _json(self.fit_error), "optimistic": self.optimistic,
+               "missing_runs": list(self.missing_runs)}
+        if with_tuning:
+            out["tuning"] = self.tuning
+        return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """M at a larger size on a trend's fitted line, with its interval: an extrapolation beyond the ladder."""
+
+    n_params: float
+    M: float
+    M_lo: float
+    M_hi: float
+    beyond_largest: float  # n_params over the largest rung's
+
+    @classmethod
+    def from_json(cls, p: dict) -> "Prediction":
+        return cls(p.get("n_params"), p.get("M"), p.get("M_lo"), p.get("M_hi"), p.get("beyond_largest"))
+
+    def to_json(self) -> dict:
+        return {"n_params": self.n_params, "M": self.M, "M_lo": self.M_lo, "M_hi": self.M_hi,
+                "beyond_largest": self.beyond_largest}
+
+
+# A trend's fitted line: its keys, in ladder.json's order (only a trend with a slope has them)
+TREND_FIT_KEYS = ("slope", "slope_lo", "slope_hi", "intercept", "cov", "quantile", "method", "n_min", "n_max", "n_draws",
+                  "monotone")
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One arm's trend along the ladder's axis: the slope of log M against log x with its interval (none
+    where too few rungs tell: `why` says so), its word (`verdict`), its sentence and its predictions; the
+    rungs left out as points (`excluded`: x and why)."""
+
+    arm: str
+    verdict: str
+    sentence: str = ""
+    n_scales: int = 0
+    excluded: tuple[dict, ...] = ()
+    why: Optional[str] = None
+    slope: Optional[float] = None
+    slope_lo: Optional[float] = None
+    slope_hi: Optional[float] = None
+    intercept: Optional[float] = None
+    cov: Optional[list] = None
+    quantile: Optional[float] = None
+    method: Optional[str] = None
+    n_min: Optional[float] = None
+    n_max: Optional[float] = None
+    n_draws: Optional[int] = None
+    monotone: Optional[str] = None
+    predictions: tuple[Prediction, ...] = ()
+
+    @classmethod
+    def from_json(cls, t: dict) -> "Trend":
+        return cls(str(t.get("arm", "")), str(t.get("verdict", "")), t.get("sentence", ""), t.get("n_scales") or 0,
+                   tuple(t.get("excluded") or ()), t.get("why"), *(t.get(k) for k in TREND_FIT_KEYS),
+                   tuple(Prediction.from_json(p) for p in t.get("predictions") or ()))
+
+    def to_json(self) -> dict:
+        out = {"arm": self.arm, "n_scales": self.n_scales, "excluded": list(self.excluded)}
+        if self.slope is not None:
+            out.update({k: getattr(self, k) for k in TREND_FIT_KEYS})
+        out["verdict"] = self.verdict
+        if self.slope is None:
+            out["why"] = self.why
+        return {**out, "sentence": self.sentence, "predictions": _json(self.predictions)}
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """The study's ladder report: per rung each arm's verdict, per arm its trend along the ladder's axis."""
+
+    study: str
+    axis: str
+    axis_label: str
+    frontier_arm: str
+    flat_slope: float
+    min_scales_for_trend: int
+    min_seeds_for_trend: int
+    rungs: tuple[Rung, ...] = ()
+    trends: tuple[Trend, ...] = ()
+    with_tuning: bool = False  # each rung's `tuning` is written (the study records it)
+
+    @classmethod
+    def from_json(cls, r: dict) -> "Ladder":
+        scales = r.get("scales") or ()
+        return cls(r.get("study", ""), r.get("axis", "params"), r.get("axis_label", ""), r.get("frontier_arm", ""),
+                   r.get("flat_slope"), r.get("min_scales_for_trend"), r.get("min_seeds_for_trend"),
+                   tuple(Rung.from_json(s) for s in scales), tuple(Trend.from_json(t) for t in r.get("trends") or ()),
+                   any("tuning" in s for s in scales))
+
+    def to_json(self) -> dict:
+        return {"study": self.study, "axis": self.axis, "axis_label": self.axis_label, "frontier_arm": self.frontier_arm,
+                "flat_slope": self.flat_slope, "min_scales_for_trend": self.min_scales_for_trend,
+                "min_seeds_for_trend": self.min_seeds_for_trend,
+                "scales": [r.to_json(self.with_tuning) for r in self.rungs], "trends": _json(self.trends)}

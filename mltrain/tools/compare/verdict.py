@@ -12,7 +12,7 @@ such multiset is fitted once.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -21,6 +21,8 @@ from mltrain.tools.compare.arms import Arm
 from mltrain.tools.compare.frontier import Frontier, run_time
 from mltrain.tools.compare.loading import Run
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law, fit_shift, read
+from mltrain.tools.compare.results import (Bound, BudgetReading, FitError, Headline, LossInterval, Multiplier,
+                                          RunReading, Saving, WallclockSaving)
 from mltrain.tools.compare.statistics import CONFIDENCE, FrontierPoint, frontier_flops, interval
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -33,9 +35,9 @@ DEGENERATE_SHARE = (1 - CONFIDENCE) / 2
 FIT_BAND_LIMIT = 0.05  # a fit whose own error is wider than ±5% in M: the frontier's points lead, not its curve
 
 
-def loss_interval(runs: list[Run]) -> dict:
+def loss_interval(runs: list[Run]) -> LossInterval:
     iv = interval([r.final("val") for r in runs])
-    return {"mean": iv.mean, "lo": iv.low, "hi": iv.high, "n": iv.n}
+    return LossInterval(iv.mean, iv.low, iv.high, iv.n)
 
 
 def log_mean_multiplier(fit: Fit, runs: list[Run]) -> tuple[Optional[float], bool]:
@@ -120,22 +122,13 @@ def bootstrap(frontier: Frontier, fit: Fit, arms: list[Arm]) -> tuple[dict[int, 
     return samples, fitted
 
 
-def _unavailable(why: str) -> dict:
-    return {"available": False, "why": why, "M": None, "M_lo": None, "M_hi": None, "saving": None,
-            "saving_lo": None, "saving_hi": None, "extrapolated": False, "beyond_data": None, "n": 0,
-            "n_resamples": 0, "warnings": [], "bound": None, "M_hi_unbounded": False, "n_degenerate": 0,
-            "M_joint": None, "M_joint_lo": None, "M_joint_hi": None, "M_joint_hi_unbounded": False}
-
-
-def _per_run(fit: Fit, runs: list[Run]) -> list[dict]:
+def _per_run(fit: Fit, runs: list[Run]) -> list[RunReading]:
     per_run = []
     for r in runs:
         reading = read(fit, r.total_flops(), r.final("val")) if fit.available else None
-        per_run.append({"seed": r.seed, "run": r.source, "flops": r.total_flops(), "final_val_loss": r.final("val"),
-                        "flops_eq": reading.flops_eq if reading else None,
-                        "M": reading.multiplier if reading else None,
-                        "extrapolated": bool(reading and reading.extrapolated),
-                        "beyond_data": reading.beyond_data if reading else None})
+        per_run.append(RunReading(r.seed, r.source, r.total_flops(), r.final("val"),
+                                  reading.flops_eq if reading else None, reading.multiplier if reading else None,
+                                  bool(reading and reading.extrapolated), reading.beyond_data if reading else None))
     return per_run
 
 
@@ -144,13 +137,13 @@ def bound_value(fit: Fit, runs: list[Run]) -> float:
     return fit.flop_range[1] / math.exp(float(np.mean([math.log(r.total_flops()) for r in runs])))
 
 
-def _bound(fit: Fit, runs: list[Run]) -> Optional[dict]:
+def _bound(fit: Fit, runs: list[Run]) -> Optional[Bound]:
     """M > C_max / C_run when the arm's equal-loss point lies past the frontier's largest FLOPs."""
     _, beyond = log_mean_multiplier(fit, runs)
     if not beyond:
         return None
-    return {"kind": "lower", "value": bound_value(fit, runs),
-            "what": "the arm's equal-loss point lies beyond the frontier's largest FLOPs C_max: M > C_max / C_run"}
+    return Bound("lower", bound_value(fit, runs),
+                 "the arm's equal-loss point lies beyond the frontier's largest FLOPs C_max: M > C_max / C_run")
 
 
 def _percentiles(values: list) -> tuple[float, float]:
@@ -159,100 +152,88 @@ def _percentiles(values: list) -> tuple[float, float]:
     return lo, hi
 
 
-def _intervals(out: dict, draws: Draws, fitted: int) -> None:
+def _intervals(m: Multiplier, draws: Draws, fitted: int) -> Multiplier:
     """M's (and the joint fit's) bootstrap interval; the upper end unbounded when too many draws are
     degenerate (DEGENERATE_SHARE)."""
     share = draws.degenerate / draws.total if draws.total else 0.0
     unbounded = share > DEGENERATE_SHARE
-    out.update(n_degenerate=draws.degenerate, degenerate_share=share,
-               bootstrap_M=[float(f"{v:.6g}") for v in draws.values])  # the draws, for the ladder's trend
+    warnings = list(m.warnings)
+    m = replace(m, n_degenerate=draws.degenerate, degenerate_share=share,
+                draws=tuple(float(f"{v:.6g}") for v in draws.values))  # the draws, for the ladder's trend
     if len(draws.values) < BOOTSTRAP_RESAMPLES / 2:
-        out["warnings"].append(f"only {len(draws.values)} of {BOOTSTRAP_RESAMPLES} resamples gave a multiplier: "
-                               "no interval")
-        return
+        warnings.append(f"only {len(draws.values)} of {BOOTSTRAP_RESAMPLES} resamples gave a multiplier: no interval")
+        return replace(m, warnings=tuple(warnings))
     lo, hi = _percentiles(draws.values)
-    out.update(M_lo=lo, M_hi=None if unbounded else hi, saving_lo=1 - 1 / lo,
-               saving_hi=None if unbounded else 1 - 1 / hi, M_hi_unbounded=unbounded)
-    if len(draws.joint) >= BOOTSTRAP_RESAMPLES / 2 and out["M_joint"] is not None:
+    m = replace(m, M_lo=lo, M_hi=None if unbounded else hi, saving_lo=1 - 1 / lo,
+                saving_hi=None if unbounded else 1 - 1 / hi, M_hi_unbounded=unbounded)
+    if len(draws.joint) >= BOOTSTRAP_RESAMPLES / 2 and m.M_joint is not None:
         jlo, jhi = _percentiles(draws.joint)
-        out.update(M_joint_lo=jlo, M_joint_hi=None if unbounded else jhi, M_joint_hi_unbounded=unbounded)
+        m = replace(m, M_joint_lo=jlo, M_joint_hi=None if unbounded else jhi, M_joint_hi_unbounded=unbounded)
     if unbounded:
-        out["warnings"].append(f"{draws.degenerate} of {draws.total} resamples degenerate (a fit at its bounds, "
-                               f"or the arm beyond the draw's frontier data): the interval's upper end is unbounded")
+        warnings.append(f"{draws.degenerate} of {draws.total} resamples degenerate (a fit at its bounds, "
+                        f"or the arm beyond the draw's frontier data): the interval's upper end is unbounded")
     if fitted < BOOTSTRAP_RESAMPLES:
-        out["warnings"].append(f"{BOOTSTRAP_RESAMPLES - fitted} of {BOOTSTRAP_RESAMPLES} resamples gave no fit")
+        warnings.append(f"{BOOTSTRAP_RESAMPLES - fitted} of {BOOTSTRAP_RESAMPLES} resamples gave no fit")
+    return replace(m, warnings=tuple(warnings))
 
 
 def multiplier(fit: Fit, runs: list[Run], draws: Draws, fitted: int,
-               frontier_pts: Sequence[FrontierPoint] = ()) -> tuple[dict, list[dict]]:
+               frontier_pts: Sequence[FrontierPoint] = ()) -> tuple[Multiplier, list[RunReading]]:
     """(the arm's multiplier with its interval, a bound beyond the data, the joint fit; one reading per run)."""
     per_run = _per_run(fit, runs)
     if not fit.available:
-        return _unavailable(f"no fit of the frontier: {fit.why}"), per_run
+        return Multiplier.unavailable(f"no fit of the frontier: {fit.why}"), per_run
     if not runs:
-        return _unavailable("no run on an evaluation seed"), per_run
+        return Multiplier.unavailable("no run on an evaluation seed"), per_run
     bound = _bound(fit, runs)
-    reached = [e for e in per_run if e["M"]]
+    reached = [e for e in per_run if e.M]
     if not reached:
-        return {**_unavailable(f"every final loss is at or below the fitted floor E = {fit.law.E:.4g}: "
-                               "no single-level compute reaches it"), "bound": bound}, per_run
-    m = math.exp(float(np.mean([math.log(e["M"]) for e in reached])))
-    out = {**_unavailable(""), "available": True, "why": None, "M": m, "saving": 1 - 1 / m, "n": len(reached),
-           "n_resamples": len(draws.values), "bound": bound}
-    if frontier_pts:
-        out["M_joint"] = _joint(fit, list(frontier_pts), runs, math.log(m))
-    beyond = [e["beyond_data"] for e in reached if e["extrapolated"]]
-    out["extrapolated"], out["beyond_data"] = bool(beyond), (max(beyond) if beyond else None)
+        return replace(Multiplier.unavailable(f"every final loss is at or below the fitted floor E = {fit.law.E:.4g}: "
+                                              "no single-level compute reaches it"), bound=bound), per_run
+    m = math.exp(float(np.mean([math.log(e.M) for e in reached])))
+    beyond = [e.beyond_data for e in reached if e.extrapolated]
+    warnings = []
     if len(reached) < len(per_run):
-        out["warnings"].append(f"{len(per_run) - len(reached)} run(s) at or below the fitted floor E "
-                               f"({fit.law.E:.4g}) left out: the multiplier understates them")
-    if len({e['seed'] for e in reached}) < MIN_SEEDS_FOR_INTERVAL:
-        out["warnings"].append(f"fewer than {MIN_SEEDS_FOR_INTERVAL} evaluation seeds: no interval")
+        warnings.append(f"{len(per_run) - len(reached)} run(s) at or below the fitted floor E "
+                        f"({fit.law.E:.4g}) left out: the multiplier understates them")
+    out = Multiplier(True, None, m, saving=1 - 1 / m, n=len(reached), n_resamples=len(draws.values), bound=bound,
+                     M_joint=_joint(fit, list(frontier_pts), runs, math.log(m)) if frontier_pts else None,
+                     extrapolated=bool(beyond), beyond_data=max(beyond) if beyond else None)
+    if len({e.seed for e in reached}) < MIN_SEEDS_FOR_INTERVAL:
+        out = replace(out, warnings=(*warnings, f"fewer than {MIN_SEEDS_FOR_INTERVAL} evaluation seeds: no interval"))
     else:
-        _intervals(out, draws, fitted)
+        out = _intervals(replace(out, warnings=tuple(warnings)), draws, fitted)
     if bound is not None:
-        out.update(M_hi=None, saving_hi=None, M_hi_unbounded=True, M_joint_hi=None, M_joint_hi_unbounded=True)
+        out = replace(out, M_hi=None, saving_hi=None, M_hi_unbounded=True, M_joint_hi=None, M_joint_hi_unbounded=True)
     return out, per_run
 
 
-def fit_error(fit: Fit, frontier: Frontier) -> dict:
+def fit_error(fit: Fit, frontier: Frontier) -> FitError:
     """The fitted frontier read at its own points: per budget, M = C_eq / C of the frontier's points
     (geometric mean over the evaluation seeds, as an arm's M is). A perfect fit gives 1 at every budget;
     the range is the fit's own error at its data, and an arm's M inside it is no saving or cost."""
-    out: dict[str, Any] = {"available": False, "why": None, "per_budget": [], "M_lo": None, "M_hi": None,
-                           "what": "M of the frontier's own points on its fit, per budget (geometric mean over "
-                                   "the evaluation seeds); 1 everywhere for a perfect fit"}
     if not fit.available:
-        return {**out, "why": f"no fit of the frontier: {fit.why}"}
+        return FitError(False, f"no fit of the frontier: {fit.why}")
     by_budget: dict[Any, list[float]] = {}
     for p in frontier.points:
         reading = read(fit, p.flops, p.loss)
         if reading.multiplier:
             by_budget.setdefault(p.budget, []).append(math.log(reading.multiplier))
-    per = [{"budget": b, "M": math.exp(float(np.mean(v))), "n": len(v)}
-           for b, v in sorted(by_budget.items(), key=lambda kv: float(kv[0]))]
+    per = tuple(BudgetReading(b, math.exp(float(np.mean(v))), len(v))
+                for b, v in sorted(by_budget.items(), key=lambda kv: float(kv[0])))
     if not per:
-        return {**out, "why": "no frontier point reads on its fit (every one at or below the fitted floor)"}
-    ms = [e["M"] for e in per]
-    return {**out, "available": True, "per_budget": per, "M_lo": min(ms), "M_hi": max(ms)}
+        return FitError(False, "no frontier point reads on its fit (every one at or below the fitted floor)")
+    ms = [e.M for e in per]
+    return FitError(True, None, per, min(ms), max(ms))
 
 
-def within_fit_error(m: dict, error: dict) -> Optional[bool]:
-    """Whether an arm's M lies inside the fit's own error at the frontier's points (None: no M or no error)."""
-    if not m.get("available") or not error.get("available"):
-        return None
-    return bool(error["M_lo"] <= m["M"] <= error["M_hi"])
-
-
-def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], Optional[float]]) -> dict:
+def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], Optional[float]]) -> Saving:
     """The saving 1 − x_run / x*, x* read on the frontier's points (linear in log x between them), over
     the runs; a run beyond the frontier's ends has only a bound and is left out (counted)."""
-    out: dict[str, Any] = {"available": False, "why": frontier.why, "saving": None, "saving_lo": None,
-                           "saving_hi": None, "n": 0, "n_outside": {"below": 0, "above": 0}, "n_unpaired": 0,
-                           "warnings": []}
+    outside = {"below": 0, "above": 0}
     if frontier.why is not None:
-        return out
-    values = []
+        return Saving(False, frontier.why, n_outside=outside)
+    values, unpaired = [], 0
     for r in runs:
         env, paired = frontier.envelope_for(r.seed)
         cost, loss = x(r), r.final("val")
@@ -260,19 +241,16 @@ def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], 
             continue
         reading = frontier_flops(env, loss)
         if reading.flops is None:
-            out["n_outside"][reading.side] += 1
+            outside[reading.side] += 1
             continue
         values.append(1 - cost / reading.flops)
-        out["n_unpaired"] += not paired
+        unpaired += not paired
     iv = interval(values, "no saving")
-    out["warnings"] = list(iv.warnings)
     if iv.n == 0:
-        outside = sum(out["n_outside"].values())
-        out["why"] = (f"every run is outside the frontier ({out['n_outside']['below']} below its longest budget, "
-                      f"{out['n_outside']['above']} above its shortest)" if outside else "no run to read")
-        return out
-    out.update(available=True, why=None, saving=iv.mean, saving_lo=iv.low, saving_hi=iv.high, n=iv.n)
-    return out
+        why = (f"every run is outside the frontier ({outside['below']} below its longest budget, "
+               f"{outside['above']} above its shortest)" if sum(outside.values()) else "no run to read")
+        return Saving(False, why, n_outside=outside, n_unpaired=unpaired, warnings=tuple(iv.warnings))
+    return Saving(True, None, iv.mean, iv.low, iv.high, iv.n, outside, unpaired, tuple(iv.warnings))
 
 
 def interpolated_multiplier(frontier: Frontier, runs: list[Run]) -> Optional[float]:
@@ -289,68 +267,60 @@ def interpolated_multiplier(frontier: Frontier, runs: list[Run]) -> Optional[flo
     return math.exp(float(np.mean(logs))) if logs else None
 
 
-def fit_band(error: dict) -> Optional[float]:
-    """The fit's own error as a half-width in log M (the widest of its per-budget readings), or None."""
-    if not error.get("available"):
-        return None
-    return max(abs(math.log(error["M_lo"])), abs(math.log(error["M_hi"])))
-
-
-def headline(m: dict, interpolated: dict, m_interp: Optional[float], error: dict) -> dict:
-    """Which M the report leads with, and whether the fitted and interpolated readings disagree: a
-    bound beyond the data; else the interpolated M where the fit's own error is wider than ±FIT_BAND_LIMIT;
-    else the joint fit's M when it converged, else the per-run reading's (see docs/outputs.md)."""
-    band = fit_band(error)
-    m["M_interpolated"] = m_interp
-    fitted = m["M_joint"] if m.get("M_joint") is not None else m["M"]
-    m["fit_disagrees"] = bool(band is not None and fitted and m_interp
-                              and abs(math.log(fitted) - math.log(m_interp)) > band)
-    if m["fit_disagrees"]:
-        m["warnings"].append(f"the fitted M ({fitted:.3g}) and the one read on the frontier's points ({m_interp:.3g}) "
-                             f"differ by more than the fit's own error (±{100 * (math.exp(band) - 1):.1f}%)")
-    if m.get("bound"):
-        return {"kind": "bound", "M": None, "M_lo": m["bound"]["value"], "M_hi": None, "M_hi_unbounded": True}
+def headline(m: Multiplier, interpolated: Saving, m_interp: Optional[float], error: FitError) -> Multiplier:
+    """The multiplier with the M the report leads with, and whether the fitted and interpolated readings
+    disagree: a bound beyond the data; else the interpolated M where the fit's own error is wider than
+    ±FIT_BAND_LIMIT; else the joint fit's M when it converged, else the per-run reading's (see
+    docs/outputs.md)."""
+    band = error.band
+    fitted = m.M_joint if m.M_joint is not None else m.M
+    disagrees = bool(band is not None and fitted and m_interp and abs(math.log(fitted) - math.log(m_interp)) > band)
+    warnings = m.warnings
+    if disagrees:
+        warnings += (f"the fitted M ({fitted:.3g}) and the one read on the frontier's points ({m_interp:.3g}) "
+                     f"differ by more than the fit's own error (±{100 * (math.exp(band) - 1):.1f}%)",)
+    m = replace(m, M_interpolated=m_interp, fit_disagrees=disagrees, warnings=warnings)
+    if m.bound:
+        return replace(m, headline=Headline("bound", None, m.bound.value, None, True))
     if band is not None and band > math.log(1 + FIT_BAND_LIMIT) and m_interp is not None:
-        lo, hi = interpolated.get("saving_lo"), interpolated.get("saving_hi")
-        return {"kind": "interpolated", "M": m_interp, "M_lo": 1 / (1 - lo) if lo is not None else None,
-                "M_hi": 1 / (1 - hi) if hi is not None and hi < 1 else None, "M_hi_unbounded": False}
-    joint = m.get("M_joint") is not None
-    key = "M_joint" if joint else "M"
-    return {"kind": "joint" if joint else "per_run", "M": m[key], "M_lo": m[f"{key}_lo"], "M_hi": m[f"{key}_hi"],
-            "M_hi_unbounded": m[f"{key}_hi_unbounded"]}
+        lo, hi = interpolated.saving_lo, interpolated.saving_hi
+        return replace(m, headline=Headline("interpolated", m_interp, 1 / (1 - lo) if lo is not None else None,
+                                            1 / (1 - hi) if hi is not None and hi < 1 else None, False))
+    if m.M_joint is not None:
+        return replace(m, headline=Headline("joint", m.M_joint, m.M_joint_lo, m.M_joint_hi, m.M_joint_hi_unbounded))
+    return replace(m, headline=Headline("per_run", m.M, m.M_lo, m.M_hi, m.M_hi_unbounded))
 
 
-def wallclock_saving(clock: Frontier, runs: list[Run]) -> dict:
+def wallclock_saving(clock: Frontier, runs: list[Run]) -> WallclockSaving:
     key, what = clock.basis if clock.basis else (None, None)
     if key is not None and not all(run_time(r, key) is not None for r in runs):
         out = interpolated_saving(Frontier([], [], why=f"not every run of the arm recorded {key}"), runs, lambda r: None)
     else:
         out = interpolated_saving(clock, runs, lambda r: run_time(r, key))
-    out["time_basis"] = what
-    return out
+    return WallclockSaving.reading(out, what)
 
 
 FRONTIER_VERDICT = "the frontier"  # the single-level arm is the reference, never judged against its own fit
 WITHIN_FIT_ERROR = "within the fit's own error"
 
 
-def verdict_word(m: dict, interpolated: dict, within: Optional[bool] = None) -> str:
+def verdict_word(m: Multiplier, interpolated: Saving, within: Optional[bool] = None) -> str:
     """From the headline M's interval (a bound: from its value); from the interpolated saving's when there
     is no multiplier. An M inside the fit's own error (`within`) is no saving or cost, however tight its
     interval."""
-    head = m.get("headline") or {}
-    if head.get("kind") == "bound":
-        return "saves FLOPs (M only bounded)" if head["M_lo"] > 1 else "no evidence either way"
-    if m["available"]:
-        lo, hi = head.get("M_lo", m["M_lo"]), head.get("M_hi", m["M_hi"])
+    head = m.headline
+    if head is not None and head.kind == "bound":
+        return "saves FLOPs (M only bounded)" if head.M_lo > 1 else "no evidence either way"
+    if m.available:
+        lo, hi = (head.M_lo, head.M_hi) if head is not None else (m.M_lo, m.M_hi)
         if lo is None:
-            return f"too few seeds (n={m['n']})"
+            return f"too few seeds (n={m.n})"
         word = "saves FLOPs" if lo > 1 else ("costs FLOPs" if hi is not None and hi < 1 else "no evidence either way")
         return WITHIN_FIT_ERROR if within and word != "no evidence either way" else word
-    if not interpolated["available"]:
+    if not interpolated.available:
         return "no verdict"
-    if interpolated["saving_lo"] is None:
-        return f"too few seeds (n={interpolated['n']})"
-    if interpolated["saving_lo"] > 0:
+    if interpolated.saving_lo is None:
+        return f"too few seeds (n={interpolated.n})"
+    if interpolated.saving_lo > 0:
         return "saves FLOPs"
-    return "costs FLOPs" if interpolated["saving_hi"] < 0 else "no evidence either way"
+    return "costs FLOPs" if interpolated.saving_hi < 0 else "no evidence either way"

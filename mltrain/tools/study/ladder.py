@@ -1,10 +1,11 @@
 """Stage 4, the ladder report: does an arm's saving survive along the ladder's axis?
 
-From each rung's verdict (mltrain-compare's comparison dict) it writes `ladder.md`, `ladder.json` and
-`ladder.png`: per rung and arm the tuned settings, the compute multiplier M and the saving 1 - 1/M
-with their intervals, tokens per parameter; the multiplier against the study's `ladder_axis`
-(parameters, depth, width or tokens per parameter: each rung's value read from its composed config);
-and per arm the trend along that axis.
+From each rung's verdict (mltrain-compare's typed `Report`) it builds the `Ladder` of `Rung`s and
+`Trend`s (the compare package's results) and writes `ladder.md`, `ladder.json` and `ladder.png`: per
+rung and arm the tuned settings, the compute multiplier M and the saving 1 - 1/M with their intervals,
+tokens per parameter; the multiplier against the study's `ladder_axis` (parameters, depth, width or
+tokens per parameter: each rung's value read from its composed config); and per arm the trend along
+that axis.
 
 The trend is the slope b of log M = a + b log x over the rungs (x: the rung's value on the axis), from a
 hierarchical bootstrap (TREND_DRAWS draws, numpy seed TREND_SEED): per draw, each rung's log M is one of
@@ -39,8 +40,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from mltrain import guarded
-from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, FitError, Multiplier, Report, markdown_safe,
-                                   params_text, render_ladder)
+from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, FitError, Ladder, Multiplier, Report, Rung, RungArm,
+                                   Trend, markdown_safe, params_text, render_ladder)
 from mltrain.tools.study.axes import AXES  # how the report and the plot name each axis
 from mltrain.tools.study.plan import label_parts
 
@@ -50,9 +51,6 @@ MIN_SCALES_FOR_TREND = 3
 MIN_SEEDS_FOR_TREND = MIN_SEEDS_FOR_INTERVAL
 TREND_DRAWS = 2000
 TREND_SEED = 0
-# What ladder.json keeps of each arm's verdict (the keys and values of comparison.json)
-ROW_KEYS = ("settings_tried", "selected", "selected_by_budget", "final_val_loss", "multiplier", "saving_interpolated",
-            "saving_wallclock", "eval_seeds", "within_fit_error", "verdict")
 
 
 @dataclass
@@ -122,7 +120,7 @@ def _rung_draws(m: Multiplier, fit_error: Optional[FitError], rng: np.random.Gen
     """TREND_DRAWS draws of one rung's log M: its own bootstrap draws (compare's, every draw a refit of the
     rung's frontier on resampled evaluation seeds) or, without them, a normal of its interval's width;
     plus a per-draw offset uniform within the rung's fit-error band (a systematic)."""
-    own = [v for v in m.draws if v and v > 0]
+    own = [v for v in m.draws or () if v and v > 0]
     if own:
         y = np.log(rng.choice(own, TREND_DRAWS))
     elif _sigma(m) is not None:
@@ -233,44 +231,40 @@ def axis_text(x: float, axis: str) -> str:
 # The report
 
 
+def rung(result: ScaleResult, arms: list[str], tuning: Optional[dict] = None) -> Rung:
+    """One scale of the ladder from what stage 3 left: each study arm's verdict there."""
+    verdict = result.comparison
+    return Rung(result.name, result.x, result.n_params, result.max_steps, result.tokens_per_param,
+                tuple(RungArm(arm, result.labels.get(arm), result.arm(arm)) for arm in arms), verdict is not None,
+                result.why_no_verdict, verdict.warnings if verdict else (), result.fit_error,
+                verdict.optimistic if verdict else None, tuple(result.missing), tuning)
+
+
 def ladder_report(study: str, arms: list[str], frontier: str, results: list[ScaleResult],
-                  predict_params: list[float], axis: str = "params") -> dict:
-    """The ladder's numbers (what ladder.json holds)."""
-    scales = []
-    for r in results:
-        rows = []
-        for arm in arms:
-            entry = r.arm(arm)
-            rows.append({"arm": arm, "label": r.labels.get(arm), "found": entry is not None,
-                         **({k: entry.json.get(k) for k in ROW_KEYS} if entry else {})})
-        verdict = r.comparison
-        scales.append({"scale": r.name, "x": r.x, "n_params": r.n_params, "max_steps": r.max_steps,
-                       "tokens_per_param": r.tokens_per_param, "arms": rows,
-                       "verdict": None if verdict is None else "comparison.json",
-                       "why_no_verdict": r.why_no_verdict, "warnings": list(verdict.warnings) if verdict else [],
-                       "fit_error": (r.fit_error.json or None) if r.fit_error else None,
-                       "optimistic": verdict.optimistic if verdict else None, "missing_runs": r.missing})
+                  predict_params: list[float], axis: str = "params", tuning: Optional[dict] = None) -> Ladder:
+    """The ladder's numbers (what ladder.json holds); `tuning` (scale -> stage 1's record) when the study
+    records one per rung."""
     trends = []
     for arm in arms:
         if arm == frontier:
             continue
-        points = [(r.x, a.multiplier if (a := r.arm(arm)) else Multiplier(False), len(a.eval_seeds) if a else 0,
-                   r.fit_error) for r in results]
+        points = [(r.x, (a.multiplier or Multiplier(False)) if (a := r.arm(arm)) else Multiplier(False),
+                   len(a.eval_seeds) if a else 0, r.fit_error) for r in results]
         trend = fit_trend(points)
-        trend["sentence"] = trend_sentence(arm, trend, axis)
-        trend["predictions"] = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
-        trends.append({"arm": arm, **trend})
-    return {"study": study, "axis": axis, "axis_label": AXES[axis].title, "frontier_arm": frontier,
-            "flat_slope": FLAT_SLOPE, "min_scales_for_trend": MIN_SCALES_FOR_TREND,
-            "min_seeds_for_trend": MIN_SEEDS_FOR_TREND, "scales": scales, "trends": trends}
+        predictions = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
+        trends.append(Trend.from_json({"arm": arm, **trend, "sentence": trend_sentence(arm, trend, axis),
+                                       "predictions": predictions}))
+    rungs = tuple(rung(r, arms, (tuning or {}).get(r.name)) for r in results)
+    return Ladder(study, axis, AXES[axis].title, frontier, FLAT_SLOPE, MIN_SCALES_FOR_TREND, MIN_SEEDS_FOR_TREND, rungs,
+                  tuple(trends), with_tuning=tuning is not None)
 
 
-def render_markdown(report: dict) -> str:
-    """ladder.md from the ladder's numbers, by mltrain-compare's renderer (the one comparison.md has)."""
-    return render_ladder(report, AXES[report.get("axis", "params")].symbol)
+def render_markdown(report: Ladder) -> str:
+    """ladder.md from the ladder, by mltrain-compare's renderer (the one comparison.md has)."""
+    return render_ladder(report, AXES[report.axis].symbol)
 
 
-def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] = None, kept: str = "") -> None:
+def plot_ladder(report: Ladder, path: Path, dpi: int = 120, root: Optional[Path] = None, kept: str = "") -> None:
     """The multiplier against the ladder's axis, per arm, with intervals and the fitted trend."""
     import matplotlib
 
@@ -281,12 +275,13 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.axhline(1.0, color="0.6", lw=1, ls=":", label="M = 1 (no saving)")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, trend in enumerate(report["trends"]):
+    for i, trend in enumerate(report.trends):
         color = colors[i % len(colors)]
-        shift = 1.0 + 0.03 * (i - (len(report["trends"]) - 1) / 2)  # arms side by side, not on top
-        for s in report["scales"]:
-            m = Multiplier.from_json(next((r.get("multiplier") for r in s["arms"] if r["arm"] == trend["arm"]), None))
-            x = s.get("x", s["n_params"]) * shift
+        shift = 1.0 + 0.03 * (i - (len(report.trends) - 1) / 2)  # arms side by side, not on top
+        for s in report.rungs:
+            row = next((r.result for r in s.arms if r.arm == trend.arm), None)
+            m = (row.multiplier if row is not None else None) or Multiplier(False)
+            x = s.x * shift
             if m.bound is not None and m.bound.kind == "lower":  # only a bound: a caret at M > x, no point
                 ax.plot([x], [m.bound.value], marker="^", color=color, mfc="white", ls="none")
                 continue
@@ -295,22 +290,22 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
             lo, hi = m.M_lo or m.M, m.M_hi or m.M  # no interval (too few seeds): a bare point
             ax.errorbar([x], [m.M], yerr=[[m.M - lo], [hi - m.M]], fmt="o",
                         color=color, mfc="white" if m.extrapolated else color, capsize=3)
-        if "slope" in trend:
-            n = np.geomspace(trend["n_min"], trend["n_max"], 20)
-            ax.plot(n, np.exp(trend["intercept"] + trend["slope"] * np.log(n)), color=color, ls="--", lw=1)
-        ax.plot([], [], "o--", color=color, label=f"{trend['arm']} ({trend['verdict']})")
+        if trend.slope is not None:
+            n = np.geomspace(trend.n_min, trend.n_max, 20)
+            ax.plot(n, np.exp(trend.intercept + trend.slope * np.log(n)), color=color, ls="--", lw=1)
+        ax.plot([], [], "o--", color=color, label=f"{trend.arm} ({trend.verdict})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
         axis(ScalarFormatter())  # 1.2, not 1.2 x 10^0
-    if report.get("axis", "params") != "params":  # the rungs' own values as the ticks: 4, 8, 12 blocks
-        ax.set_xticks([s["x"] for s in report["scales"]], [f"{s['x']:g}" for s in report["scales"]])
+    if report.axis != "params":  # the rungs' own values as the ticks: 4, 8, 12 blocks
+        ax.set_xticks([s.x for s in report.rungs], [f"{s.x:g}" for s in report.rungs])
         ax.xaxis.set_minor_formatter(ScalarFormatter())
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    axis = report.get("axis", "params")
+    axis = report.axis
     ax.set_xlabel(AXES[axis].title + " (log scale)")
     ax.set_ylabel("compute multiplier M (95% interval)")
-    ax.set_title(f"{report['study']}: multiplier vs {AXES[axis].symbol} (hollow: beyond the frontier's data; ^: M only "
+    ax.set_title(f"{report.study}: multiplier vs {AXES[axis].symbol} (hollow: beyond the frontier's data; ^: M only "
                  "bounded below)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -320,13 +315,13 @@ def plot_ladder(report: dict, path: Path, dpi: int = 120, root: Optional[Path] =
         plt.close(fig)
 
 
-def write_ladder(report: dict, base: Path, root: Optional[Path] = None) -> None:
+def write_ladder(report: Ladder, base: Path, root: Optional[Path] = None) -> None:
     """ladder.json, ladder.md and ladder.png next to each other (`base` without a suffix), never
     through a link below `root` (the study's folder; mltrain/guarded.py); the plot last, so a full disk
     there leaves the numbers and the report written."""
     root = root if root is not None else base.parent
     paths = [base.with_suffix(s) for s in (".json", ".md", ".png")]
     guarded.refuse_linked(paths, root)
-    guarded.write_json(paths[0], report, root=root)
+    guarded.write_json(paths[0], report.to_json(), root=root)
     guarded.write_text(paths[1], render_markdown(markdown_safe(report)), root=root)  # labels cannot break its tables
     plot_ladder(report, paths[2], root=root, kept=f"{paths[0].name} and {paths[1].name} were written")

@@ -133,21 +133,19 @@ def run(study: Study, command: str) -> int:
             study.progress = _progress(study, study.out or console)
             results = [_scale(study, scale) for scale in cfg.ladder]
             report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
-                                          cfg.ladder_axis)
-            for entry in report["scales"]:
-                entry["tuning"] = study.tuning.get(entry["scale"])
+                                          cfg.ladder_axis, tuning=study.tuning)
             ladder.write_ladder(report, layout.ladder, root=layout.root)
     except KeyboardInterrupt:
         print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
               f"the same command: {command}", file=study.out or sys.stdout, flush=True)
         return 130
     out = study.out or sys.stdout
-    for trend in report["trends"]:
-        print(trend["sentence"], file=out)
+    for trend in report.trends:
+        print(trend.sentence, file=out)
     if warning := repeated_data(cfg, layout):  # a run passed one epoch of its training split
         print(warning, file=out)
-    incomplete = sum(len(s["missing_runs"]) for s in report["scales"])
-    no_verdict = [s["scale"] for s in report["scales"] if s["why_no_verdict"]]
+    incomplete = sum(len(r.missing_runs) for r in report.rungs)
+    no_verdict = [r.scale for r in report.rungs if r.why_no_verdict]
     print(f"mltrain-study: ladder report {layout.ladder.with_suffix('.md')}; {study.launched} sweep(s) launched"
           + (f"; {incomplete} run(s) did not finish" if incomplete else "")
           + (f"; no verdict at {', '.join(no_verdict)}" if no_verdict else ""), file=out, flush=True)
@@ -402,8 +400,8 @@ def _choose_arm(study: Study, scale: str, name: str, runs: list[Run]) -> Choice:
     if entry is None:
         raise ConfigError(f"no arm labelled {label!r} among {[a.label for a in arms]}")
     by_budget = {_on_values(tried[BUDGET], BUDGET, b): {k: _on_values(tried[k], k, v) for k, v in s.items() if k in keys}
-                 for b, s in entry.selected_by_budget.items()} if name == frontier_arm(cfg) else {}
-    setting = {k: _on_values(tried[k], k, v) for k, v in entry.selected.items() if k in keys}
+                 for b, s in entry.kept_by_budget.items()} if name == frontier_arm(cfg) else {}
+    setting = {k: _on_values(tried[k], k, v) for k, v in entry.kept.items() if k in keys}
     choice = Choice(setting, by_budget)
     if name != frontier_arm(cfg) and setting and cfg.extra_selection_seeds:
         table = tuning.losses(runs)
@@ -534,7 +532,7 @@ def _runner_up_multiplier(study: Study, scale: str, sweeps: list[Sweep], arm: st
         study.progress.say(f"mltrain-study: {scale}/{arm}: no M at the runner-up setting: {err}")
         return None
     entry = ladder.find_arm(found.arms, study.labels[scale][arm], study.kinds[(scale, arm)])
-    return (entry.multiplier.json or None) if entry else None
+    return entry.multiplier.to_json() if entry and entry.multiplier else None
 
 
 def _tuning_record(study: Study, scale: str, budgets: list[str], sweeps: list[Sweep], choices: dict[str, Choice]) -> dict:
