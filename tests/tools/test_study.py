@@ -270,8 +270,8 @@ def test_an_axis_registered_from_outside_is_accepted_checked_and_named_from_the_
         for r, x in zip(results, (16, 32)):
             r.axis_value = x
         report = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [], "context")
-        assert report["axis_label"] == "context: model.block_size" and [s["x"] for s in report["scales"]] == [16, 32]
-        assert "changes with context" in report["trends"][0]["sentence"]
+        assert report.axis_label == "context: model.block_size" and [s.x for s in report.rungs] == [16, 32]
+        assert "changes with context" in report.trends[0].sentence
     finally:
         AXES.clear()
         AXES.update(shipped)
