@@ -70,7 +70,8 @@ def fine_view(model: GPT) -> ModelView:
 
 def path_view(model: GPT, sub: SubPath) -> ModelView:
     """A view running the blocks of `sub` of `model` between its embeddings and head (no copies)."""
-    return ModelView(model, [model.blocks[i] for i in sub.blocks], step_size=sub.scales or 1.0)
+    blocks = list(model.blocks)  # a list's indexing, not the ModuleList's (a sub-path method makes a view per step)
+    return ModelView(model, [blocks[i] for i in sub.blocks], step_size=sub.scales or 1.0)
 
 
 class Hierarchy:

@@ -14,19 +14,20 @@ branches separately, so its MLP reads x + a/p where ours reads x + a (the same a
 from __future__ import annotations
 
 import math
+from itertools import compress
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from mltrain.choice import Choice
 from mltrain.errors import ConfigError
-from mltrain.method.paths import PathPolicy, Stage, SubPath, step_rng
+from mltrain.method.paths import PathPolicy, Stage, SubPath, step_uniforms
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival
 from mltrain.method.settings import RunSettings
 
-STREAM = 1  # keeps layer dropping's draws apart from other methods' (paths.step_rng)
+STREAM = 1  # keeps layer dropping's draws apart from other methods' (paths.step_uniforms)
 
 
 class DropProfile(Choice):
@@ -60,9 +61,15 @@ def theta(step: int, theta_bar: float, gamma: float) -> float:
 def keep_probabilities(step: int, n_layer: int, theta_bar: float, gamma: float,
                        profile: DropProfile | str = DropProfile.linear) -> np.ndarray:
     """p_l(t) for blocks l = 1 … n_layer (index 0 is block 1, the one nearest the embeddings)."""
-    th = theta(step, theta_bar, gamma)
+    return keep_table([step], n_layer, theta_bar, gamma, profile)[0]
+
+
+def keep_table(steps: Sequence[int], n_layer: int, theta_bar: float, gamma: float,
+               profile: DropProfile | str = DropProfile.linear) -> np.ndarray:
+    """`keep_probabilities` of each of `steps`, one row each (the same numbers, computed together)."""
+    th = np.array([theta(step, theta_bar, gamma) for step in steps])[:, None]
     if DropProfile(profile) == DropProfile.uniform:
-        return np.full(n_layer, th)
+        return np.repeat(th, n_layer, axis=1)
     return 1.0 - np.arange(1, n_layer + 1) / n_layer * (1.0 - th)
 
 
@@ -76,10 +83,17 @@ class LayerDrop(PathPolicy):
     seed: int
 
     def path(self, step: int) -> SubPath:
-        keep = keep_probabilities(step, self.n_layer, self.theta_bar, self.gamma, self.profile)
-        kept = np.flatnonzero(step_rng(self.seed, STREAM, step).random(self.n_layer) < keep)
-        scales = tuple(float(1.0 / keep[i]) for i in kept) if self.rescale else None
-        return SubPath(tuple(int(i) for i in kept), scales)
+        return self.paths(step, 1)[0]
+
+    def paths(self, start: int, count: int) -> list[SubPath]:
+        """Block l runs at step t when its uniform of the step (paths.step_uniforms) is below p_l(t)."""
+        keep = keep_table(range(start, start + count), self.n_layer, self.theta_bar, self.gamma, self.profile)
+        kept = step_uniforms(self.seed, STREAM, start, count, self.n_layer) < keep
+        positions = range(self.n_layer)
+        if not self.rescale:
+            return [SubPath(tuple(compress(positions, row))) for row in kept.tolist()]
+        return [SubPath(tuple(compress(positions, row)), tuple(compress(scales, row)))
+                for scales, row in zip((1.0 / keep).tolist(), kept.tolist())]
 
 
 @register_method

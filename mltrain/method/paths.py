@@ -7,13 +7,16 @@ a block that stands for the ones skipped around it takes a longer step). The pla
 policy; the runner asks it at every step and trains the view it names (mltrain/views.py path_view) with
 the one step function.
 
-A random policy draws from a generator seeded by (run seed, stream, step) alone, never from a global
-RNG state, so every rank of a data-parallel job draws the same blocks at the same step, and a resumed
-run draws what the uninterrupted run would have.
+A random policy's draws at a step are a pure function of (run seed, stream, step) alone, never of a
+global RNG state, so every rank of a data-parallel job draws the same blocks at the same step, and a
+resumed run draws what the uninterrupted run would have. The steps are drawn in blocks (`step_uniforms`:
+one generator per DRAW_BLOCK steps, not one per step, whose set-up costs more than the draw), and the
+runner asks for the paths of the steps ahead in one call (`PathPolicy.paths`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from typing import Any, Optional, Sequence
 
@@ -38,15 +41,39 @@ class PathPolicy:
         """The sub-path fine step `step` (0-based, counted over the whole run) trains."""
         raise NotImplementedError
 
+    def paths(self, start: int, count: int) -> list[SubPath]:
+        """`path(s)` for s in start … start + count − 1, each exactly that: the runner's call for the steps
+        ahead (a random policy draws them together, for the cost of about one draw)."""
+        return [self.path(s) for s in range(start, start + count)]
+
     def eval_path(self) -> Optional[SubPath]:
         """The model the phase's held-out loss is measured on; None: the whole fine model."""
         return None
 
 
-def step_rng(seed: int, stream: int, step: int) -> np.random.Generator:
-    """The generator of one step's draw: numpy's SeedSequence of (seed, stream, step). `stream` keeps
-    the draws of different methods apart."""
-    return np.random.default_rng([seed, stream, step])
+DRAW_BLOCK = 64  # steps whose uniforms come from one generator
+
+
+def step_uniforms(seed: int, stream: int, start: int, count: int, width: int) -> np.ndarray:
+    """`width` uniforms in [0, 1) per step for the steps start … start + count − 1, one row each: row
+    `s - start` is a pure function of (seed, stream, s, width), whatever `start` and `count`. Step s's
+    row is row s mod DRAW_BLOCK of its block's draw, one generator seeded by numpy's SeedSequence of
+    (seed, stream, s // DRAW_BLOCK). `stream` keeps the draws of different methods apart."""
+    first, last = start // DRAW_BLOCK, (start + count - 1) // DRAW_BLOCK
+    rows = _block_uniforms(seed, stream, first, width)
+    if last > first:
+        rows = np.concatenate([rows, *(_block_uniforms(seed, stream, b, width) for b in range(first + 1, last + 1))])
+    offset = start - first * DRAW_BLOCK
+    return rows[offset:offset + count]
+
+
+@functools.lru_cache(maxsize=16)
+def _block_uniforms(seed: int, stream: int, block: int, width: int) -> np.ndarray:
+    """The uniforms of one block of DRAW_BLOCK steps (read-only: cached, so that asking step by step
+    draws each block once)."""
+    rows = np.random.default_rng([seed, stream, block]).random((DRAW_BLOCK, width))
+    rows.flags.writeable = False
+    return rows
 
 
 class BlockCopies:

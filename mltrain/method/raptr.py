@@ -20,12 +20,12 @@ from typing import List, Optional, Protocol
 import numpy as np
 
 from mltrain.errors import ConfigError
-from mltrain.method.paths import PathPolicy, Stage, SubPath, stage_lengths, step_rng
+from mltrain.method.paths import PathPolicy, Stage, SubPath, stage_lengths, step_uniforms
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival
 from mltrain.method.settings import RunSettings
 
-STREAM = 2  # keeps RaPTr's draws apart from other methods' (paths.step_rng)
+STREAM = 2  # keeps RaPTr's draws apart from other methods' (paths.step_uniforms)
 STAGES = 4  # stages of the paper's schedules
 
 
@@ -56,14 +56,21 @@ class RandomPaths(PathPolicy):
     seed: int
 
     def path(self, step: int) -> SubPath:
-        free = [i for i in range(self.n_layer) if i not in self.fixed]
+        return self.paths(step, 1)[0]
+
+    def paths(self, start: int, count: int) -> list[SubPath]:
+        """Each step draws the free blocks of its `drawn` smallest uniforms (paths.step_uniforms, one per
+        free block): `drawn` of them uniformly without replacement."""
+        free = np.array([i for i in range(self.n_layer) if i not in self.fixed], dtype=np.int64)
         drawn = self.length - len(self.fixed)
-        chosen = step_rng(self.seed, STREAM, step).choice(free, size=drawn, replace=False)
-        blocks = tuple(sorted({*self.fixed, *(int(i) for i in chosen)}))
-        if not self.rescale:
-            return SubPath(blocks)
+        order = np.argsort(step_uniforms(self.seed, STREAM, start, count, len(free)), axis=1, kind="stable")
         scale = len(free) / drawn if drawn else 1.0
-        return SubPath(blocks, tuple(1.0 if i in self.fixed else scale for i in blocks))
+        step_of = [1.0 if i in self.fixed else scale for i in range(self.n_layer)].__getitem__  # of each block
+        out = []
+        for chosen in free[order[:, :drawn]].tolist():
+            blocks = tuple(sorted({*self.fixed, *chosen}))
+            out.append(SubPath(blocks, tuple(map(step_of, blocks)) if self.rescale else None))
+        return out
 
 
 @register_method

@@ -26,7 +26,8 @@ class DeviceBatches:
     def __init__(self, sampler: Any, device: torch.device, prefetch: bool = True):
         self.sampler, self.device, self.enabled = sampler, device, prefetch
         self._ready: Optional[tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor]]] = None
-        self._block: Optional[tuple[tuple[int, int], torch.Tensor]] = None  # (seed, first index), batches
+        # (seed, first index), then each batch of the block as a view of it (split once per block)
+        self._block: Optional[tuple[tuple[int, int], tuple[torch.Tensor, ...]]] = None
         per_batch = 2 * getattr(sampler, "local_batch_size", 1) * getattr(sampler, "block_size", 1) * 8
         self.ahead = max(1, min(64, AHEAD_BYTES // per_batch))
 
@@ -58,7 +59,7 @@ class DeviceBatches:
         together (sampler.stacked_range: the same batches, drawn in one loop)."""
         seed, block = self.sampler.seed, self._block
         if block is None or block[0][0] != seed or not 0 <= index - block[0][1] < len(block[1]):
-            block = self._block = ((seed, index), self.sampler.stacked_range(index, self.ahead))
+            block = self._block = ((seed, index), self.sampler.stacked_range(index, self.ahead).unbind(0))
         return block[1][index - block[0][1]]
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -71,8 +71,8 @@ def phase_handler(kind: str) -> Callable[[PhaseHandler], PhaseHandler]:
 
 class ViewsAhead:
     """The views a sub-path policy names for the steps of a phase, made for the next AHEAD steps at once:
-    each is the view of `policy.path(step)`, drawn in one tight loop (one draw right after a step's work,
-    its caches cold, costs several times more)."""
+    the policy's `paths` of those steps in one call (drawn together), and one view for a run of steps with
+    the same sub-path (a fixed prefix, say, is one view for all its steps)."""
 
     AHEAD = 64
 
@@ -84,7 +84,11 @@ class ViewsAhead:
         i = step - self._start
         if not 0 <= i < len(self._views):
             self._start, i = step, 0
-            self._views = [path_view(self.model, self.policy.path(s)) for s in range(step, step + self.AHEAD)]
+            self._views, last, view = [], None, None
+            for sub in self.policy.paths(step, self.AHEAD):
+                if sub != last:
+                    last, view = sub, path_view(self.model, sub)
+                self._views.append(view)
         return self._views[i]
 
 

@@ -31,6 +31,9 @@ from mltrain.training.optim import set_lr
 from mltrain.training.rows import ROW_METRICS, NonFiniteLoss, PendingRow, SteadyRate, Step, nonfinite_error, step_name
 
 log = logging.getLogger("mltrain")
+# The TrainState counter of each step kind, by the kind or its plain name (a lookup, not a format per step).
+STEP_COUNTERS = {str(kind): f"{kind}_steps" for kind in StepKind}
+NO_CONTEXT = contextlib.nullcontext()  # reusable: the step enters it where there is nothing to enter
 
 
 @dataclass
@@ -54,7 +57,7 @@ class TrainState:
 
     @property
     def optimizer_steps(self) -> int:
-        return sum(getattr(self, f"{kind.value}_steps") for kind in StepKind)
+        return sum(getattr(self, counter) for counter in STEP_COUNTERS.values())
 
     def state_dict(self) -> dict:
         return asdict(self)
@@ -155,7 +158,7 @@ class Trainer:
 
     def autocast(self):
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return NO_CONTEXT
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
     def to_device(self, batch):
@@ -191,7 +194,7 @@ class Trainer:
         loss: Any = None if accum == 1 else torch.zeros((), device=self.device)
         with self.compiles:  # dynamo's recompile limit reached: one line (CompileLimitError)
             for i, (xs, ys) in enumerate(micro):
-                with self._ddp.no_sync() if self.replica is not None and i < accum - 1 else contextlib.nullcontext():
+                with self._ddp.no_sync() if self.replica is not None and i < accum - 1 else NO_CONTEXT:
                     with self.autocast():
                         _, part = self._forward(view, xs, ys, idle)
                     (part if accum == 1 else part / accum).backward()
@@ -283,7 +286,7 @@ class Trainer:
         s.tokens += n_tokens
         s.flops += flops
         s.flops_blocks += self.flops_per_token(n_layer) * n_tokens * view.n_blocks / n_layer
-        counter = f"{kind}_steps"  # a StepKind, or its plain name
+        counter = STEP_COUNTERS[kind]  # a StepKind, or its plain name
         setattr(s, counter, getattr(s, counter) + 1)
         if kind == StepKind.coarse:
             s.coarse_flops += flops
