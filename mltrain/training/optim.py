@@ -61,15 +61,16 @@ class ScheduleConfig:
     min_lr: float = 0.0  # cosine floor, reached at train.max_steps
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any, device: torch.device) -> torch.optim.Optimizer:
-    """SGD or AdamW over `params`. Weight decay only on matrices (not norms, biases)."""
+def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: OptimConfig, device: torch.device) -> torch.optim.Optimizer:
+    """SGD or AdamW over `params`, as the optimizer section `cfg` says (the fine `optim`, or a phase's own
+    resolved settings). Weight decay only on matrices (not norms, biases)."""
     params = [p for p in params if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}]
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0})
-    fused = cfg.fused if cfg.get("fused") is not None else device.type == "cuda"
+    fused = cfg.fused if getattr(cfg, "fused", None) is not None else device.type == "cuda"
     return _OPTIMIZERS[OptimName(cfg.name)](groups, cfg, fused or None)
 
 
