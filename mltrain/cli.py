@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mltrain.config import register_configs, resuming, validate
+from mltrain.config import Config, register_configs, resuming, typed, validate_composed
 from mltrain.errors import ConfigError, MltrainError, hydra_one_line, os_error_line, report
 from mltrain.run import Checked, RunDiverged, RunInterrupted, preflight, run
 from mltrain.runs import rundir
@@ -37,14 +37,22 @@ CONFIG_PATH = "pkg://mltrain.conf"
 
 register_configs()
 
-# What RunGuard.on_run_start checked (run.preflight) for the single run that follows it in this process,
-# handed to the task so that the checks are made once.
-_checked: Optional[Checked] = None
+# The typed config and what RunGuard.on_run_start checked (run.preflight) for the single run that
+# follows it in this process, handed to the task so that the conversion and the checks are made once.
+_checked: Optional[tuple[Config, Checked]] = None
 
 
 def _fail(message: str) -> None:
     report("mltrain", message)
     sys.exit(2)
+
+
+def _typed_and_checked(config: DictConfig, run_dir: str | Path) -> tuple[Config, Checked]:
+    """Where the composed config becomes the typed `Config` the run takes (config.typed: its keys
+    checked, then converted once) and is checked for `run_dir` (run.preflight; the resume check
+    compares the config as composed, interpolations as written)."""
+    cfg = typed(config)
+    return cfg, preflight(cfg, run_dir, as_written=config)
 
 
 class RunGuard(Callback):
@@ -68,7 +76,7 @@ class RunGuard(Callback):
         global _checked
         run_dir = Path(config.hydra.run.dir)
         try:
-            checked = preflight(config, run_dir)  # reads only; another config when resuming: ConfigError
+            cfg, checked = _typed_and_checked(config, run_dir)  # reads only; another config when resuming: ConfigError
             previous = checked.previous
             if previous is not None and previous.ended:
                 say(f"{previous.describe()}: nothing to resume, left untouched")
@@ -79,13 +87,13 @@ class RunGuard(Callback):
             _fail(str(err))
         except OSError as err:  # a run dir whose name is too long, a full disk: Hydra would only warn
             _fail(f"hydra.run.dir: {os_error_line(err)}")
-        _checked = checked
+        _checked = (cfg, checked)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         try:
             # every point valid, one job dir each, n_jobs bounded: before any write
-            sweeps.check_sweep(config, validate)
+            sweeps.check_sweep(config, validate_composed)
             sweeps.mark_sweep_process()
             rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs",
                          allow_earlier=resuming(config.train.resume))
@@ -120,14 +128,16 @@ class RunGuard(Callback):
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def hydra_task(cfg: DictConfig) -> float | None:
-    """The task Hydra runs for `mltrain` (each job of `mltrain -m`): one run, its errors in one line."""
+    """The task Hydra runs for `mltrain` (each job of `mltrain -m`): one run, its errors in one line. The
+    run takes the typed config (made once, with the checks, here or by RunGuard before a single run)."""
     global _checked
-    checked, _checked = _checked, None
+    ready, _checked = _checked, None
     if HydraConfig.get().mode != RunMode.RUN:
-        checked = None  # each job of a multirun is checked by its own run
+        ready = None  # each job of a multirun is typed and checked by itself
     try:
         with distributed.one_line_when_a_rank_is_lost():
-            return run(cfg, checked=checked)
+            typed_cfg, checked = ready or _typed_and_checked(cfg, HydraConfig.get().runtime.output_dir)
+            return run(typed_cfg, checked=checked)
     except (MltrainError, RunDiverged) as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on

@@ -12,8 +12,11 @@ The dataclasses are registered in Hydra's ConfigStore as `mltrain_schema`; `conf
 first in its defaults, so a misspelt key (`train.max_step=...`) or a wrong type (`train.max_steps=abc`)
 fails at start-up with Hydra's own message, before any data is read or any model is built.
 
-Checks that need more than a type (δ in [0, 1], the depth divisible by the coarsening, batch size
-divisible by gradient accumulation, ...) live in `validate()`, which `run` calls before any compute.
+`typed()` turns the composed config into a `Config` instance once, where Hydra hands it over (the CLI's
+task and run-dir guard, a sweep's check of its jobs): code below the CLI takes that typed object and
+its sections, never the DictConfig. Checks that need more than a type (δ in [0, 1], the depth divisible
+by the coarsening, batch size divisible by gradient accumulation, ...) live in `validate()`, which
+`run` calls before any compute.
 """
 
 from __future__ import annotations
@@ -30,12 +33,13 @@ from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from mltrain.checks import check_optim, check_schedule, positive
 from mltrain.choice import Choice
 from mltrain.data.config import DataConfig, Source
-from mltrain.errors import ConfigError
+from mltrain.errors import ConfigError, first_line
 from mltrain.method.coarsening import CoarseningConfig, scheme_class
 from mltrain.method.layer_drop import LayerDropConfig
 from mltrain.method.multilevel import Control, MultilevelConfig
@@ -55,7 +59,7 @@ from mltrain.training.settings import TrainConfig
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 
-__all__ = ["Config", "ConfigError", "DataConfig", "ModelConfig", "register_configs", "validate"]
+__all__ = ["Config", "ConfigError", "DataConfig", "ModelConfig", "register_configs", "typed", "validate", "validate_composed"]
 
 
 class Device(Choice):
@@ -180,12 +184,19 @@ def _numbers(hint: Any) -> tuple[type, ...]:
     return tuple(t for t in inner if t in (float, int))
 
 
-def _check_tree(node: Any, schema: type, prefix: str = "") -> Iterator[str]:
-    """Every problem of `node` against its schema class, as a message: keys the schema does not
-    have (Hydra adds them with `+key=...` even to a typed config, and nothing would read them) and
-    numbers that are not finite or do not fit in 64 bits."""
+def _entries(node: Any) -> list[tuple[str, Any]]:
+    """(key, value) of a config node: a composed DictConfig's keys as given, a typed section's fields."""
+    if dataclasses.is_dataclass(node):
+        return [(f.name, getattr(node, f.name)) for f in dataclasses.fields(node)]
+    return [(key, node[key]) for key in node.keys()]
+
+
+def _check_tree(node: DictConfig | Config, schema: type, prefix: str = "") -> Iterator[str]:
+    """Every problem of `node` (composed or typed) against its schema class, as a message: keys the
+    schema does not have (Hydra adds them with `+key=...` even to a typed config, and nothing would read
+    them) and numbers that are not finite or do not fit in 64 bits."""
     hints = typing.get_type_hints(schema)
-    for key in node.keys():
+    for key, value in _entries(node):
         name = f"{prefix}{key}"
         if not prefix and key in _NOT_OURS:
             continue
@@ -195,22 +206,45 @@ def _check_tree(node: Any, schema: type, prefix: str = "") -> Iterator[str]:
                     else f"the keys of {prefix.rstrip('.') or 'the config'} are {', '.join(hints)}")
             yield f"{name} is not an mltrain key ({hint}); a key added with + would be ignored, so it is refused"
             continue
-        value = node[key]
         sub = _schema_class(hints[key])
-        if sub is not None and OmegaConf.is_dict(value):
+        if sub is not None and (OmegaConf.is_dict(value) or dataclasses.is_dataclass(value)):
             yield from _check_tree(value, sub, f"{name}.")
             continue
         if not _numbers(hints[key]) or value is None:
             continue
-        for v in value if OmegaConf.is_list(value) else [value]:
+        for v in value if OmegaConf.is_list(value) or isinstance(value, list) else [value]:
             if isinstance(v, float) and not math.isfinite(v):
                 yield f"{name}={value} must be a finite number"
             elif isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT64_MAX:
                 yield f"{name}={value} is out of range (it must fit in 64 bits)"
 
 
-def validate(cfg: Any) -> None:
-    """Raise ConfigError with one clear message for the first problem found. Touches no data.
+def typed(cfg: DictConfig) -> Config:
+    """The composed config as a `Config` instance, made once where Hydra hands the config over: the
+    keys checked first (a key added with `+` has no field to go to, so it is refused by name), then
+    OmegaConf.to_object (interpolations resolved, fixed-choice values kept as their Choice enums).
+    Hydra's own node, present in its callbacks, is left out. ConfigError in one line."""
+    problem = next(_check_tree(cfg, Config), None)
+    if problem is not None:
+        raise ConfigError(problem)
+    if "hydra" in cfg:
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as err:  # an interpolation that does not resolve (${oc.env:...})
+        raise ConfigError(first_line(err)) from None
+
+
+def validate_composed(cfg: DictConfig) -> Config:
+    """The composed `cfg` typed and validated (ConfigError for its first problem): how a sweep checks
+    each of its jobs before any starts."""
+    config = typed(cfg)
+    validate(config)
+    return config
+
+
+def validate(cfg: Config) -> None:
+    """Raise ConfigError with one clear message for the first problem found in the typed `cfg`. Touches no data.
 
     Keys with a fixed set of values are Choice enums, refused by Hydra while composing; this checks
     what a type cannot say: first that every key is the schema's and every number finite (so
@@ -223,7 +257,7 @@ def validate(cfg: Any) -> None:
     if not 0 <= cfg.seed < 2**32:
         raise ConfigError(f"seed={cfg.seed} must be in [0, 2**32)")
     for key in ("n_layer", "n_head", "n_embd", "block_size"):
-        positive(m[key], f"model.{key}")
+        positive(getattr(m, key), f"model.{key}")
     if m.n_embd % m.n_head:
         raise ConfigError(f"model.n_embd={m.n_embd} must be divisible by model.n_head={m.n_head}")
     if not 0.0 <= m.dropout < 1.0:
@@ -240,7 +274,7 @@ def validate(cfg: Any) -> None:
     if not 0.0 < cfg.data.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction} must be in (0, 1)")
     for key in ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval"):
-        positive(t[key], f"train.{key}")
+        positive(getattr(t, key), f"train.{key}")
     positive(t.grad_clip, "train.grad_clip", zero_ok=True)
     if not 0.0 < t.budget <= 10.0 or math.isnan(t.budget):
         raise ConfigError(f"train.budget={t.budget} must be in (0, 10] (a fraction of train.max_steps)")
@@ -262,7 +296,7 @@ def validate(cfg: Any) -> None:
     method_for(cfg).check_config(budget_steps(t))
 
 
-def _validate_coarsening(cfg: Any) -> None:
+def _validate_coarsening(cfg: Config) -> None:
     c = cfg.coarsening
     scheme = scheme_class(c.scheme)  # ConfigError naming the registered schemes
     if c.seed is not None and not 0 <= c.seed < 2**32:

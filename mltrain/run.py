@@ -16,18 +16,19 @@ all of this; rank 0 alone owns the directory and writes into it (mltrain/trainin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import OmegaConf
 
-from mltrain.config import resuming, validate
+from mltrain.config import Config, resuming, validate
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
 from mltrain.flops import FLOPS_FORMULA, train_flops_per_step
@@ -37,6 +38,7 @@ from mltrain.method.cost import plan_cost
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.plan import planned_steps
 from mltrain.model import GPT, GPTConfig
+from mltrain.plain import plain
 from mltrain.runs import rundir
 from mltrain.runs.keys import config_digest
 from mltrain.runs.names import run_label, run_name, sweep_run_name, swept_keys
@@ -78,16 +80,15 @@ class RunDiverged(RuntimeError):
     """A non-finite loss stopped the run (train.on_nonfinite=stop); the message names where."""
 
 
-def model_config(cfg: DictConfig, vocab_size: int) -> GPTConfig:
-    """The model's config with the vocabulary resolved from the tokenizer (nothing is allocated)."""
-    m = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
-    if m["vocab_size"] is None:
-        m["vocab_size"] = vocab_size
-    elif m["vocab_size"] < vocab_size:
+def model_config(model: GPTConfig, vocab_size: int) -> GPTConfig:
+    """The `model` section with the vocabulary resolved from the tokenizer (nothing is allocated)."""
+    if model.vocab_size is None:
+        return dataclasses.replace(model, vocab_size=vocab_size)
+    if model.vocab_size < vocab_size:
         raise ConfigError(
-            f"model.vocab_size={m['vocab_size']} is smaller than the tokenizer's vocabulary ({vocab_size})"
+            f"model.vocab_size={model.vocab_size} is smaller than the tokenizer's vocabulary ({vocab_size})"
         )
-    return GPTConfig(**m)
+    return model
 
 
 def _overrides() -> list[str]:
@@ -124,7 +125,7 @@ def tracker_name(overrides: list[str], run_kind: str, seed: int) -> str:
 class Session:
     """Everything a run is made of, built from the config: what `run` drives and a checkpoint captures."""
 
-    cfg: DictConfig
+    cfg: Config  # model.vocab_size resolved from the tokenizer
     model: GPT
     trainer: Trainer
     evaluator: Evaluator
@@ -154,12 +155,13 @@ def data_record(data) -> dict:
     }
 
 
-def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
+def build(cfg: Config, emit: Callable[[dict], None]) -> Session:
     """Data, model, samplers, optimizer, hierarchy, trainer, evaluator and runner for a validated `cfg`;
     every metrics row goes to `emit`.
 
     Deterministic in cfg.seed: two sessions built from one config train identically (what resume relies
-    on). Resolves model.vocab_size into cfg from the tokenizer; changes nothing else in it."""
+    on). The session's config is `cfg` with model.vocab_size resolved from the tokenizer (a copy: `cfg`
+    itself is left as it is)."""
     # Cheap before expensive: what needs only the config and the data's size (the samplers refuse a
     # split shorter than one context window; the memory bound) is checked before the device or the
     # model is touched, so an impossible run stops in seconds with one line, not after a huge allocation.
@@ -176,18 +178,19 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
     coarse = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **shared)
     diag = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **shared)
     val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **shared)
-    gpt_config = model_config(cfg, data.vocab_size)
+    gpt_config = model_config(cfg.model, data.vocab_size)
+    cfg = dataclasses.replace(cfg, model=gpt_config)  # resolved: recorded in W&B and used by the plan
 
     device = resolve_device(cfg.device, world)
     dtype = resolve_dtype(t.dtype, device)
     check_fits(gpt_config, cfg.optim, max(B, coarse_B) // world.size // t.grad_accum, device)
-    check_duration(cfg, gpt_config, device, world)  # said first when long; refused beyond a day without consent
+    check_duration(cfg, device, world)  # said first when long; refused beyond a day without consent
     enable_tf32(device)  # the process group is joined already (run, or prepare_launch under the CLI)
     # the training steps' batches come prefetched, on the device (training/batches.py)
     samplers = Samplers(fine=DeviceBatches(fine, device, t.prefetch), coarse=DeviceBatches(coarse, device, t.prefetch),
                         diag=diag)
     compiled = compiles(t.compile, device)
-    model = _model(cfg, gpt_config, device, compiled)
+    model = _model(cfg.seed, gpt_config, device, compiled)
     hierarchy, c = None, cfg.coarsening
     scheme = build_scheme(c)
     if scheme.coarsens:  # multilevel training and its schedule control
@@ -206,14 +209,15 @@ def build(cfg: DictConfig, emit: Callable[[dict], None]) -> Session:
     return Session(cfg, model, trainer, evaluator, runner, data.description, data_record(data))
 
 
-def check_duration(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, world=None) -> None:
+def check_duration(cfg: Config, device: torch.device, world=None) -> None:
     """How long the run takes at least on this machine (mltrain/runs/sanity.py): one line before its
     first step when that is more than an hour; ConfigError when it is more than a day, unless
-    train.allow_long=true. Every phase of the plan counted (mltrain/method/cost.py), at a nominal rate."""
+    train.allow_long=true. Every phase of the plan counted (mltrain/method/cost.py), at a nominal rate;
+    `cfg` has its model.vocab_size resolved."""
     from mltrain.runs import sanity
 
     world = world or distributed.world_from_env()
-    cost = plan_cost(cfg, gpt_config.vocab_size)
+    cost = plan_cost(cfg, cfg.model.vocab_size)
     if device.type == "cpu":
         threads = torch.get_num_threads() * world.size
         where, flop_rate = f"cpu ({threads} thread{'s' if threads > 1 else ''})", sanity.rate("cpu", threads)
@@ -221,18 +225,16 @@ def check_duration(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device,
         where = f"{world.size} {device.type.upper()} device{'s' if world.size > 1 else ''}"
         flop_rate = world.size * sanity.rate(device.type, peak=peak_flops(device))
     line = sanity.duration_check("this run", cost.total, flop_rate, where, "train.allow_long",
-                                 bool(cfg.train.allow_long), steps=cost.steps)
+                                 cfg.train.allow_long, steps=cost.steps)
     if line and world.is_main:
         log.info("%s", line)
 
 
-def _model(cfg: DictConfig, gpt_config: GPTConfig, device: torch.device, compiled: bool) -> GPT:
+def _model(seed: int, gpt_config: GPTConfig, device: torch.device, compiled: bool) -> GPT:
     """The fine model, seeded, on `device`, compiled when `compiled` (train.compile resolved for the
-    device); its vocabulary recorded in cfg."""
-    torch.manual_seed(cfg.seed)  # weights and dropout; every numpy draw has its own seeded generator
+    device)."""
+    torch.manual_seed(seed)  # weights and dropout; every numpy draw has its own seeded generator
     model = GPT(gpt_config)
-    with open_dict(cfg):
-        cfg.model.vocab_size = model.config.vocab_size  # resolved: recorded in W&B and used by the plan
     model.to(device)
     if compiled:
         # The whole model, once: dynamo guards on the number of blocks a call runs, not on which
@@ -254,18 +256,21 @@ class Checked:
     previous: Optional[PreviousRun]
 
 
-def preflight(cfg: DictConfig, run_dir: str | Path) -> Checked:
+def preflight(cfg: Config, run_dir: str | Path, as_written: Optional[Mapping[str, Any]] = None) -> Checked:
     """The checks before a run touches anything, in one place (the CLI's RunGuard and `run` both use
     it): the config (validate), and with train.resume=true the dir's earlier run (check_resume: one made
-    with another config is refused, naming the keys). Reads only; ConfigError for the first problem."""
+    with another config is refused, naming the keys). `as_written`: the config as composed, before its
+    interpolations were resolved (the CLI hands it over, so that `${oc.env:...}` compares as written);
+    None: `cfg`'s own values. Reads only; ConfigError for the first problem."""
     validate(cfg)
     if not resuming(cfg.train.resume):
         return Checked(None)
-    return Checked(check_resume(run_dir, cfg))
+    asked = as_written if as_written is not None else OmegaConf.structured(cfg)
+    return Checked(check_resume(run_dir, asked, type(cfg)))
 
 
-def run(cfg: DictConfig, run_dir: Optional[str | Path] = None, checked: Optional[Checked] = None) -> Optional[float]:
-    """Train as `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise).
+def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Checked] = None) -> Optional[float]:
+    """Train as the typed `cfg` says; returns the final held-out loss (what a Hydra sweeper would minimise).
     `checked`: what `preflight` found for this config and dir already (the CLI checks before Hydra
     writes into it); None: check here.
 
@@ -288,6 +293,7 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None, checked: Optional
     distributed.init(world)
     with _claimed(run_dir, world, resuming(cfg.train.resume)):
         session = build(cfg, _no_tracker_yet)
+        cfg = session.cfg
         trainer, runner = session.trainer, session.runner
         checkpoints = CheckpointFolder(run_dir, keep=cfg.train.keep_checkpoints)
         resumed = restore(session, checkpoints, run_dir) if previous is not None else {}
@@ -305,7 +311,7 @@ def run(cfg: DictConfig, run_dir: Optional[str | Path] = None, checked: Optional
             # The plan from where the run stands to its end, checkpointed on its cadence; a signal stops it
             # after the current step (with a checkpoint), a non-finite loss (train.on_nonfinite=stop) too.
             with _training(session, outcome, checkpoints):
-                stop = _stop_rule(outcome.signals, trainer.state, int(cfg.train.stop_check_interval))
+                stop = _stop_rule(outcome.signals, trainer.state, cfg.train.stop_check_interval)
                 completed = runner.run(should_stop=stop, after_step=saver.after_step)
                 path = saver.save()  # at the end, or where the signal stopped the run
                 if not completed:
@@ -399,14 +405,14 @@ def run_record(session: Session, overrides: list[str]) -> dict:
     cfg, kind = session.cfg, session.kind
     return {"run_kind": kind.value, "label": run_label(overrides, kind), "seed": cfg.seed,
             "budget": float(cfg.train.budget), "budget_steps": session.runner.last_fine_step, "preset": cfg.preset,
-            "config_digest": config_digest(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))}
+            "config_digest": config_digest(plain(cfg))}
 
 
 def open_tracker(session: Session, run_dir: Path, record: dict, origin: dict, resumed: dict) -> Tracker:
     """metrics.jsonl (cut back to the checkpoint's position when resuming), run.json, and W&B with the
     config as the run was given it (plus its provenance)."""
     cfg = session.cfg
-    config = {**OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "provenance": origin}
+    config = {**plain(cfg), "provenance": origin}
     return Tracker(run_dir, cfg.logger, config, name=tracker_name(_overrides(), record["run_kind"], cfg.seed),
                    group=record["label"], job_type=cfg.logger.job_type or record["run_kind"], resume=resumed or None,
                    record=record)

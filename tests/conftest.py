@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import GPT2_CACHE_NAMES, GPT2_FIXTURES, compose_config, read_rows  # noqa: F401
+from helpers import GPT2_CACHE_NAMES, GPT2_FIXTURES, compose_config, read_rows, typed  # noqa: F401
 
 from mltrain.config import register_configs
 from mltrain.data import load_tokens
@@ -64,7 +64,7 @@ def train_run(tmp_path: Path):
 
     def train(*overrides: str, name: str = "run", tiny: bool = True):
         run_dir = tmp_path / name
-        run(compose_config(*overrides, tiny=tiny), run_dir=run_dir)
+        run(typed(compose_config(*overrides, tiny=tiny)), run_dir=run_dir)
         return read_rows(run_dir), json.loads((run_dir / "summary.json").read_text())
 
     return train

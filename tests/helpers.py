@@ -25,7 +25,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from mltrain.config import register_configs
+from mltrain.config import Config, register_configs
+from mltrain.config import typed as typed_config
 from mltrain.model import GPT, GPTConfig
 from mltrain.runs.files import METRICS, read_metrics
 from mltrain.runs.keys import BUDGET_KEY, SEED_KEY, override_key, override_value
@@ -59,6 +60,12 @@ def compose_config(*overrides: str, tiny: bool = True, hydra: bool = False):
     register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
         return compose("config", overrides=[*(TINY if tiny else []), *overrides], return_hydra_config=hydra)
+
+
+def typed(cfg) -> Config:
+    """A composed config as the typed `Config` the code below the CLI takes, made as the CLI makes it
+    (mltrain.config.typed: its keys checked, then OmegaConf.to_object)."""
+    return typed_config(cfg)
 
 
 def read_rows(run_dir: Path) -> list[dict]:

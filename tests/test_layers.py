@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mltrain"
 
 # Bottom up; a module belongs to the layer of the longest prefix that names it (docs/architecture.md).
 LAYERS = [
-    ("core", ["mltrain", "mltrain.errors", "mltrain.choice", "mltrain.interrupts", "mltrain.atomic",
+    ("core", ["mltrain", "mltrain.errors", "mltrain.choice", "mltrain.plain", "mltrain.interrupts", "mltrain.atomic",
               "mltrain.guarded",
               "mltrain.checks", "mltrain.flops", "mltrain.optim_settings"]),
     ("method", ["mltrain.method"]),

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 
-from mltrain.config import register_configs
+from mltrain.config import register_configs, typed
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.plan import Phase
 from mltrain.method.registry import DepthMethod, register_method
@@ -62,7 +62,7 @@ with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
     cfg = compose("config", overrides=["depth_method=redraw_last", *tiny])
 with tempfile.TemporaryDirectory() as tmp:
     run_dir = Path(tmp) / "run"
-    run(cfg, run_dir=run_dir)
+    run(typed(cfg), run_dir=run_dir)  # the composed config typed once, as the CLI does
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((run_dir / "summary.json").read_text())
 assert summary["run_kind"] == "redraw_last" and summary["status"] == "finished"

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 
-from mltrain.config import register_configs
+from mltrain.config import register_configs, typed
 from mltrain.run import run
 from mltrain.training.rows import Step, row_metric
 
@@ -46,7 +46,7 @@ def main() -> None:
         cfg = compose("config", overrides=TINY)
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        run(cfg, run_dir)
+        run(typed(cfg), run_dir)  # the composed config typed once, as the CLI does
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train_rows = [row for row in rows if "train/loss" in row]
     assert train_rows and all("train/grad_norm" in row for row in train_rows), "the new key is missing"

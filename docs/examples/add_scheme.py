@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_module
 
-from mltrain.config import register_configs
+from mltrain.config import register_configs, typed
 from mltrain.method.coarsening import Groups, Scheme, register_scheme
 from mltrain.run import run
 
@@ -44,7 +44,7 @@ TINY = ["scale=smoke", "model.n_layer=4", "train.max_steps=8", "multilevel.n_cyc
 register_configs()
 with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
     cfg = compose("config", overrides=["coarsening=halves", *TINY, f"hydra.searchpath=[file://{Path('mine').resolve()}]"])
-run(cfg, run_dir="runs/halves")
+run(typed(cfg), run_dir="runs/halves")  # the composed config typed once, as the CLI does
 
 summary = json.loads(Path("runs/halves/summary.json").read_text())
 rows = [json.loads(line) for line in Path("runs/halves/metrics.jsonl").read_text().splitlines()]

@@ -41,8 +41,9 @@ ladder:
   d32: {tokens_per_param: 0.2}
 """)
 MINE = [f"hydra.searchpath=[file://{Path('mine').resolve()}]", f"dir={Path('studies/compute_smoke').resolve()}"]
-cfg = compose_study(["study=compute_smoke", *MINE])
-schema.check(cfg)
+composed = compose_study(["study=compute_smoke", *MINE])
+schema.check(composed)
+cfg = compose.typed_study(composed)  # the stages take the typed study config, as mltrain-study hands it
 study = stages.prepare(cfg)  # bad input stops here, in one line, before any run
 
 values = {name: size.on_axis(AXIS) for name, size in study.sizes.items()}
@@ -55,7 +56,7 @@ for name, size in study.sizes.items():
 # The checks that guard the shipped axes guard this one: a rung that also changes the batch is refused.
 wider = "ladder.d32.overrides=['model.n_embd=32','model.n_head=2','schedule.warmup_steps=2','train.batch_size=8']"
 try:
-    stages.prepare(compose_study(["study=compute_smoke", *MINE, wider]))
+    stages.prepare(compose.typed_study(compose_study(["study=compute_smoke", *MINE, wider])))
 except ConfigError as err:
     print(f"refused: {err}")
     assert "also differ in train.batch_size" in str(err), err

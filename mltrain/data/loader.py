@@ -21,10 +21,10 @@ import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from mltrain.data import cache, embedded, inputs, packages, prepare, shards, text
 from mltrain.data.config import DataConfig, Source
@@ -43,13 +43,14 @@ class TokenSplits:
     description: str  # one human line: source, tokenizer and token counts
 
 
-def data_config(cfg: Any) -> Any:
-    """`cfg` (the `data` DictConfig, a DataConfig or a dict) as a DataConfig with interpolations resolved."""
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    elif dataclasses.is_dataclass(cfg):
-        cfg = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), cfg))
+def data_config(data: DataConfig | Mapping[str, Any]) -> DataConfig:
+    """`data` (a DataConfig, or a mapping of its fields) as a DataConfig with interpolations resolved: a
+    DataConfig made in Python holds its defaults as written (`cache_dir` is `${oc.env:MLTRAIN_CACHE,...}`)."""
+    if dataclasses.is_dataclass(data):
+        data = OmegaConf.to_container(OmegaConf.structured(data), resolve=True)
+    elif OmegaConf.is_config(data):
+        data = OmegaConf.to_container(data, resolve=True)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), data))
 
 
 def validation_documents(names: Sequence[str], sizes: Sequence[int], val_fraction: float) -> list[bool]:
@@ -215,9 +216,10 @@ _INSTALLED = (Source.embedded, Source.packages)
 _INSTALLED_LOADED: dict[str, TokenSplits] = {}
 
 
-def load_tokens(cfg: Any) -> TokenSplits:
-    """Train/validation token arrays for `cfg` (the `data` config). DataError on bad or missing data."""
-    c = data_config(cfg)
+def load_tokens(data: DataConfig | Mapping[str, Any]) -> TokenSplits:
+    """Train/validation token arrays for the `data` section (or a mapping of its fields). DataError on bad
+    or missing data."""
+    c = data_config(data)
     key = repr(c)
     if Source(c.source) in _INSTALLED and key in _INSTALLED_LOADED:
         return _INSTALLED_LOADED[key]

@@ -40,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import hydra
 import numpy as np
@@ -102,15 +102,16 @@ def register_configs() -> None:
 register_configs()
 
 
-def prepare_config(cfg: Any) -> PrepareConfig:
-    """A PrepareConfig, the `prepare` DictConfig (or the root holding it) or a dict -> resolved PrepareConfig."""
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg.prepare if "prepare" in cfg else cfg, resolve=True)
-    elif isinstance(cfg, PrepareConfig):
-        cfg = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    elif isinstance(cfg, dict) and "prepare" in cfg:
-        cfg = cfg["prepare"]
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PrepareConfig), cfg))
+def prepare_config(prepare: PrepareConfig | Mapping[str, Any]) -> PrepareConfig:
+    """`prepare` (a PrepareConfig, or a mapping of its fields or of the root holding them under
+    `prepare`: the composed config) as a PrepareConfig with interpolations resolved."""
+    if isinstance(prepare, PrepareConfig):
+        prepare = OmegaConf.to_container(OmegaConf.structured(prepare), resolve=True)
+    elif "prepare" in prepare:
+        prepare = prepare["prepare"]
+    if OmegaConf.is_config(prepare):
+        prepare = OmegaConf.to_container(prepare, resolve=True)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PrepareConfig), prepare))
 
 
 def validation_tokens(c: PrepareConfig) -> int:
@@ -445,7 +446,7 @@ def missing_shards_message(folder: str, tokenizer: str, reason: str) -> str:
     )
 
 
-def run_prepare(cfg: PrepareConfig | DictConfig | dict) -> Path:
+def run_prepare(cfg: PrepareConfig | Mapping[str, Any]) -> Path:
     """Prepare (or finish preparing) the shards in cfg.out_dir and return that folder."""
     c = prepare_config(cfg)
     for key in ("shard_tokens", "val_tokens", "workers", "docs_per_task"):
@@ -640,7 +641,7 @@ def hydra_main(cfg: DictConfig) -> None:
     # datasets logs its read errors itself before raising them; the one line below says it already.
     datasets.utils.logging.set_verbosity(logging.CRITICAL)
     try:
-        run_prepare(cfg.prepare)
+        run_prepare(prepare_config(cfg.prepare))  # typed once, here: below it the code takes a PrepareConfig
     except MltrainError as err:
         report("mltrain-prepare", str(err))
         sys.exit(2)

@@ -83,9 +83,10 @@ def _job_config(config: DictConfig, overrides: list[str], num: int) -> DictConfi
     return job
 
 
-def check_sweep(config: DictConfig, validate: Callable[[DictConfig], None]) -> None:
+def check_sweep(config: DictConfig, validate: Callable[[DictConfig], object]) -> None:
     """ConfigError (one line, nothing written) for a sweep that cannot run whole: see the module docstring.
-    `validate` is the run config's own check (mltrain/config.py validate), applied to every point."""
+    `validate` is the run config's own check of a composed point (mltrain/config.py validate_composed:
+    typed, then validated), applied to every point."""
     check_launcher(config)
     jobs = job_overrides(config)
     if jobs is None:

@@ -22,7 +22,7 @@ Files (the contract `mltrain-compare` reads; runs/files.py reads them):
   see either the previous or the new summary, never half of one.
 
 `logger.name=jsonl` never imports wandb; with `logger.name=wandb` a W&B error is one warning and never
-stops training. The `logger` section of the run config (LoggerConfig) configures it.
+stops training. The `logger` section of the run config (LoggerConfig, mltrain/runs/logger.py) configures it.
 """
 
 from __future__ import annotations
@@ -31,41 +31,17 @@ import dataclasses
 import json
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from mltrain.errors import StorageError
 from mltrain import atomic
-from mltrain.choice import Choice
 from mltrain.runs.files import METRICS, RUN_RECORD, SUMMARY, json_default, write_json_atomic, write_run_record
+from mltrain.runs.logger import LoggerConfig, LoggerMode, LoggerName  # noqa: F401 - the section's public home is here too
 from mltrain.runs.provenance import redact_tree
 from mltrain.runs.wandb_mirror import WandbMirror, setting
 
 log = logging.getLogger("mltrain.runs.tracking")
-
-
-class LoggerName(Choice):
-    jsonl = "jsonl"
-    wandb = "wandb"
-
-
-class LoggerMode(Choice):
-    online = "online"
-    offline = "offline"
-    disabled = "disabled"
-
-
-@dataclass
-class LoggerConfig:
-    name: LoggerName = LoggerName.jsonl  # metrics.jsonl is always written; wandb mirrors it
-    project: str = "mltrain"
-    entity: Optional[str] = None
-    mode: LoggerMode = LoggerMode.online  # online falls back to offline, see logger/wandb.yaml
-    group: Optional[str] = None  # null: derived from the overrides minus the seed
-    run_name: Optional[str] = None  # null: derived from the overrides
-    job_type: Optional[str] = None  # null: the run kind (single, multilevel, ...); mltrain-study: its stage
-    tags: List[str] = field(default_factory=list)
 
 
 def _plain(config: Any) -> dict:
@@ -96,7 +72,7 @@ class Tracker:
     def __init__(
         self,
         run_dir: str | os.PathLike,
-        logger_cfg: Any,
+        logger_cfg: LoggerConfig,
         config: Any,
         *,
         name: str,

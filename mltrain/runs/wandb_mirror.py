@@ -27,6 +27,7 @@ from typing import Any, Mapping, Optional
 
 from mltrain.errors import first_line
 from mltrain import atomic
+from mltrain.runs.logger import LoggerConfig
 from mltrain.runs.names import shorten
 from mltrain.runs.provenance import redacted_argv
 
@@ -49,11 +50,9 @@ PROBE_TIMEOUT_S = 3.0
 FINISH_MIN_S = 2.0
 
 
-def setting(cfg: Any, key: str, default: Any = None) -> Any:
-    """A field of a dataclass, a DictConfig or a plain dict; `default` when absent or None."""
-    if cfg is None:
-        return default
-    value = cfg.get(key, default) if isinstance(cfg, Mapping) else getattr(cfg, key, default)
+def setting(logger_cfg: Optional[LoggerConfig], key: str, default: Any = None) -> Any:
+    """A field of the logger section; `default` when there is no section or the field is None."""
+    value = getattr(logger_cfg, key, None) if logger_cfg is not None else None
     return default if value is None else value
 
 
@@ -68,7 +67,7 @@ class WandbMirror:
         self.waited = 0.0  # seconds spent waiting on the server at start (of ONLINE_WAIT_S)
 
     @classmethod
-    def start(cls, run_dir: Path, logger_cfg: Any, config: dict, *, name: str, group: str, job_type: str,
+    def start(cls, run_dir: Path, logger_cfg: LoggerConfig, config: dict, *, name: str, group: str, job_type: str,
               resuming: bool) -> "WandbMirror":
         """A mirror whose W&B run is started (online, else offline), or off (`run` None) when W&B is
         disabled or cannot start: one warning then, never an exception."""
@@ -92,7 +91,7 @@ class WandbMirror:
                         type(err).__name__, first_line(err))
         return mirror
 
-    def _init_arguments(self, logger_cfg: Any, config: dict, name: str, group: str, job_type: str) -> dict:
+    def _init_arguments(self, logger_cfg: LoggerConfig, config: dict, name: str, group: str, job_type: str) -> dict:
         kwargs: dict[str, Any] = {}
         id_file = self.run_dir / "wandb" / "run_id"
         if self.resuming and id_file.exists():  # the same run again after an interruption, not a second one

@@ -27,23 +27,24 @@ import logging
 import os
 import re
 import warnings
-from dataclasses import fields
+from dataclasses import asdict, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from mltrain.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
 from mltrain.errors import CheckpointError, StorageError
+from mltrain.plain import plain
 from mltrain.method.kinds import PhaseKind, StepKind
 from mltrain.method.paths import describe
 from mltrain.method.plan import Phase
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.tracking import Tracker
 from mltrain.training.resume import new_key_at_default
+from mltrain.training.run_config import RunConfig
 from mltrain.training.runner import PlanRunner
 
 log = logging.getLogger("mltrain")
@@ -72,10 +73,9 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: _plain(node)}
 
 
-def computation_config(cfg: Any) -> dict[str, Any]:
-    """Every config value that changes what the run computes, flattened (`optim.lr`: 0.001), resolved."""
-    tree = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    return {k: v for k, v in sorted(_flat(tree).items()) if not is_bookkeeping(k)}
+def computation_config(cfg: RunConfig) -> dict[str, Any]:
+    """Every config value of the typed `cfg` that changes what the run computes, flattened (`optim.lr`: 0.001)."""
+    return {k: v for k, v in sorted(_flat(plain(cfg)).items()) if not is_bookkeeping(k)}
 
 
 def config_digest(config: dict[str, Any]) -> str:
@@ -125,7 +125,7 @@ def identity(runner: PlanRunner) -> dict:
     """What a checkpoint belongs to: the model's shape, the coarsening scheme, the whole plan, the
     computation config (and its digest) and the data's fingerprint."""
     cfg = runner.cfg
-    model = OmegaConf.to_container(cfg.model, resolve=True) if OmegaConf.is_config(cfg.model) else dict(cfg.model)
+    model = asdict(cfg.model)
     scheme = {"run kind": runner.kind, "coarsening.scheme": cfg.coarsening.scheme, **runner.method.identity()}
     config = computation_config(cfg)
     return {
@@ -138,23 +138,24 @@ def identity(runner: PlanRunner) -> dict:
     }
 
 
-def _config_mismatch(saved: dict, here: dict, cfg: Any = None) -> Optional[str]:
+def _config_mismatch(saved: dict, here: dict, schema: Optional[type] = None) -> Optional[str]:
     """The config difference that makes a checkpoint another run's; a key the checkpoint lacks that holds
-    its schema default in `cfg` is none (added to the schema since the checkpoint was written)."""
+    its default in the dataclass `schema` (the run's Config) is none (added to the schema since the
+    checkpoint was written)."""
     if saved.get("config_sha256") == here["config_sha256"]:
         return None
     a, b = saved.get("config") or {}, here["config"]
     missing = object()
     diffs = [f"{k}={a.get(k, missing)!r} there, {b.get(k, missing)!r} here".replace(repr(missing), "unset")
              for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)
-             and not (k not in a and new_key_at_default(cfg, k, b[k]))]
+             and not (k not in a and new_key_at_default(schema, k, b[k]))]
     if not diffs:
         return None
     shown = "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
     return f"another run (its config differs: {shown or 'the digest differs'})"
 
 
-def _mismatch(saved: dict, here: dict, cfg: Any = None) -> Optional[str]:
+def _mismatch(saved: dict, here: dict, schema: Optional[type] = None) -> Optional[str]:
     for part in ("model", "scheme"):
         a, b = saved.get(part, {}), here[part]
         diffs = [f"{k}={a.get(k)!r} there, {b.get(k)!r} here" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
@@ -165,7 +166,7 @@ def _mismatch(saved: dict, here: dict, cfg: Any = None) -> Optional[str]:
         i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         first = f"phase {i}: {a[i] if i < len(a) else 'none'} there, {b[i] if i < len(b) else 'none'} here"
         return f"another plan ({len(a)} phases there, {len(b)} here; first difference at {first})"
-    problem = _config_mismatch(saved, here, cfg)
+    problem = _config_mismatch(saved, here, schema)
     if problem is None and saved.get("data") != here["data"]:
         problem = "another run (it trained on other data: the token fingerprint differs)"
     return problem
@@ -240,7 +241,7 @@ def load_checkpoint(path: str | os.PathLike, runner: PlanRunner) -> dict:
     CheckpointError naming the difference, a damaged one DamagedCheckpoint, both before the runner is
     touched (a file that passes every check and still fails to load is DamagedCheckpoint too)."""
     payload = _read(path, runner.device)
-    problem = _mismatch(_check_identity(path, payload), identity(runner), runner.cfg)
+    problem = _mismatch(_check_identity(path, payload), identity(runner), type(runner.cfg))
     if problem:
         raise CheckpointError(f"checkpoint {path} is from {problem}")
     _check_state(path, payload, runner)

@@ -14,11 +14,12 @@ from typing import Any, Iterable
 
 import torch
 
-from mltrain.optim_settings import OptimName, ScheduleName
+from mltrain.optim_settings import OptimConfig, OptimName, ScheduleName
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any, device: torch.device) -> torch.optim.Optimizer:
-    """SGD or AdamW over `params`. Weight decay only on matrices (not norms, biases)."""
+def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: OptimConfig, device: torch.device) -> torch.optim.Optimizer:
+    """SGD or AdamW over `params`, as the optimizer section `cfg` says (the fine `optim`, or a phase's own
+    resolved settings). Weight decay only on matrices (not norms, biases)."""
     params = [p for p in params if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]

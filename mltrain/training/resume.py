@@ -21,9 +21,10 @@ import shlex
 import signal
 import sys
 import threading
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from omegaconf import OmegaConf
 
@@ -91,12 +92,20 @@ def _value(v: Any) -> Any:
     return getattr(v, "value", v)  # an Enum compares by its value, as YAML stores it
 
 
-def schema_default(cfg: Any, key: str) -> Any:
-    """The default the schema gives `key` (`train.max_steps`) where `cfg` is a config composed onto the
-    schema (its nodes know their dataclass), else a sentinel that equals nothing a config holds."""
-    parent, _, name = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
-    schema = OmegaConf.get_type(node) if OmegaConf.is_config(node) else None
+def _section(schema: Optional[type], name: str) -> Optional[type]:
+    """The dataclass that field `name` of the dataclass `schema` holds (Optional[X] -> X), or None."""
+    if not dataclasses.is_dataclass(schema):
+        return None
+    hint = typing.get_type_hints(schema).get(name)
+    return next((c for c in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(c)), None)
+
+
+def schema_default(schema: Optional[type], key: str) -> Any:
+    """The default the dataclass `schema` (the run's `Config`) gives `key` (`train.max_steps`), else a
+    sentinel that equals nothing a config holds."""
+    *parents, name = key.split(".")
+    for part in parents:
+        schema = _section(schema, part)
     for f in dataclasses.fields(schema) if dataclasses.is_dataclass(schema) else ():
         if f.name == name:
             if f.default is not dataclasses.MISSING:
@@ -105,25 +114,31 @@ def schema_default(cfg: Any, key: str) -> Any:
     return _MISSING
 
 
-def new_key_at_default(cfg: Any, key: str, value: Any) -> bool:
-    """Whether `key`, absent from a config saved by an earlier version, holds here the schema's default:
-    a key added since that does not change what the earlier run computed."""
-    return OmegaConf.is_config(cfg) and _value(value) == _value(schema_default(cfg, key))
+def new_key_at_default(schema: Optional[type], key: str, value: Any) -> bool:
+    """Whether `key`, absent from a config saved by an earlier version, holds here the default of the
+    dataclass `schema`: a key added since that does not change what the earlier run computed."""
+    return schema is not None and _value(value) == _value(schema_default(schema, key))
 
 
-def config_differences(saved: Any, cfg: Any) -> list[str]:
-    """`key (saved there, asked here)` for every key that differs, bookkeeping keys left out, and keys
-    the saved config lacks that hold their schema default here (added to the schema since it was
-    saved). Compared unresolved, so interpolations (${oc.env:HOME}, ...) compare as written, not as
-    this machine reads them."""
-    a = _flatten(OmegaConf.to_container(saved, resolve=False) if OmegaConf.is_config(saved) else saved)
-    b = _flatten(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg)
+def _tree(config: Mapping[str, Any]) -> Any:
+    return OmegaConf.to_container(config, resolve=False) if OmegaConf.is_config(config) else config
+
+
+def config_differences(saved: Mapping[str, Any], asked: Mapping[str, Any], schema: Optional[type] = None) -> list[str]:
+    """`key (saved there, asked here)` for every key that differs between two config trees (a saved
+    `.hydra/config.yaml`, the composed config or its plain tree), bookkeeping keys left out, and keys
+    the saved config lacks that hold their default in `schema` here (added to the schema since it was
+    saved; None: the composed `asked`'s own schema). Compared unresolved, so interpolations
+    (${oc.env:HOME}, ...) compare as written, not as this machine reads them."""
+    if schema is None and OmegaConf.is_config(asked):
+        schema = OmegaConf.get_type(asked)
+    a, b = _flatten(_tree(saved)), _flatten(_tree(asked))
     out = []
     for key in sorted(set(a) | set(b)):
         if is_bookkeeping(key):
             continue
         x, y = _value(a.get(key, _MISSING)), _value(b.get(key, _MISSING))
-        if x is _MISSING and new_key_at_default(cfg, key, y):
+        if x is _MISSING and new_key_at_default(schema, key, y):
             continue
         if x != y:
             show = lambda v: "unset" if v is _MISSING else repr(v)  # noqa: E731
@@ -131,13 +146,15 @@ def config_differences(saved: Any, cfg: Any) -> list[str]:
     return out
 
 
-def check_resume(run_dir: str | Path, cfg: Any) -> Optional[PreviousRun]:
+def check_resume(run_dir: str | Path, asked: Mapping[str, Any], schema: Optional[type] = None) -> Optional[PreviousRun]:
     """For train.resume=true: the run to continue (or to leave alone, when `.ended`), None for a fresh
-    start. Raises ConfigError when the run was made with another config. Reads only."""
+    start. `asked`: the config tree asked for, as written (the composed config), compared with the
+    saved one; `schema`: as config_differences takes it. Raises ConfigError when the run was made with
+    another config. Reads only."""
     run_dir = Path(run_dir)
     saved_cfg = run_dir / ".hydra" / "config.yaml"
     if saved_cfg.exists():
-        diffs = config_differences(OmegaConf.load(saved_cfg), cfg)
+        diffs = config_differences(OmegaConf.load(saved_cfg), asked, schema)
         if diffs:
             raise ConfigError(
                 f"{run_dir} holds a run made with another config: {'; '.join(diffs)}. Resume it with its own "

@@ -27,6 +27,7 @@ from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
 from mltrain.training.growth import copy_blocks
 from mltrain.training.optim import LRSchedule, build_optimizer
+from mltrain.training.run_config import RunConfig
 from mltrain.training.trainer import Trainer, TrainState
 
 
@@ -113,7 +114,7 @@ class PlanRunner:
     """Executes the plan of `cfg` with one Trainer. Owns the optimizers: the fine one, and the ones that
     phases of the plan have of their own (per `OwnOptimizer.key`)."""
 
-    def __init__(self, cfg: Any, trainer: Trainer, evaluator: Evaluator, hierarchy: Optional[Hierarchy],
+    def __init__(self, cfg: RunConfig, trainer: Trainer, evaluator: Evaluator, hierarchy: Optional[Hierarchy],
                  fine_optimizer: torch.optim.Optimizer, samplers: Samplers, device: torch.device):
         self.cfg, self.trainer, self.evaluator, self.hierarchy = cfg, trainer, evaluator, hierarchy
         self.fine = hierarchy.fine if hierarchy else fine_view(trainer.model)

@@ -28,6 +28,7 @@ from mltrain.training import distributed
 from mltrain.flops import train_flops_per_token
 from mltrain.training.compiling import CompileWatch
 from mltrain.training.optim import set_lr
+from mltrain.training.settings import TrainConfig
 from mltrain.training.rows import ROW_METRICS, NonFiniteLoss, PendingRow, SteadyRate, Step, nonfinite_error, step_name
 
 log = logging.getLogger("mltrain")
@@ -102,7 +103,7 @@ class Trainer:
     def __init__(
         self,
         model: torch.nn.Module,
-        train_cfg: Any,
+        train_cfg: TrainConfig,
         device: torch.device,
         dtype: Optional[torch.dtype],
         emit: Callable[[dict], None],
@@ -111,7 +112,7 @@ class Trainer:
         compiled: bool = False,
     ):
         self.model, self.cfg, self.device, self.dtype, self.emit = model, train_cfg, device, dtype, emit
-        # The step's settings as plain values: an OmegaConf read costs ~20 µs, too much per step.
+        # The step's settings, read once into plain values the step uses.
         self.grad_accum, self.grad_clip = int(train_cfg.grad_accum), float(train_cfg.grad_clip)
         self.skip_nonfinite = train_cfg.on_nonfinite == "skip"
         self.state, self.world, self.clock = TrainState(), world, Clock()

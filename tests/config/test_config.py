@@ -3,7 +3,7 @@
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.config import validate
 from mltrain.errors import ConfigError, composition_line
@@ -26,7 +26,7 @@ def make(*overrides):
 
 def test_default_config_is_the_cpu_demo():
     cfg = make()
-    validate(cfg)
+    validate(typed(cfg))
     assert cfg.model.n_layer == 4 and cfg.data.source == "embedded" and cfg.data.tokenizer == "bytes"
     assert cfg.optim.name == "sgd" and cfg.coarsening.scheme == "none" and run_kind(cfg) == "single"
 
@@ -52,7 +52,7 @@ def test_gpt22m_selects_the_gpt2_tokenizer_unless_overridden():
 def test_every_method_composes_at_every_scale(method, scale):
     cfg = make(f"experiment={method}", f"scale={scale}")
     if method != "stride3" or scale in ("cpu", "paper"):  # stride3 needs a depth divisible by 3
-        validate(cfg)
+        validate(typed(cfg))
         assert build_plan(OmegaConf.merge(cfg, {"model": {"vocab_size": 256}}))
     assert cfg.preset == method and cfg.scale == scale
     assert run_kind(cfg) == (method if method in ("single", "schedule_control", *RIVALS) else "multilevel")
@@ -77,7 +77,7 @@ def test_paper_presets_carry_the_papers_numbers():
     method's own defaults."""
     cfg = make("experiment=multilevel", "scale=paper")
     m = cfg.model
-    assert cfg.data.tokenizer == "gpt2" and parameter_count(model_config(cfg, GPT2_VOCAB))[0] == 22_368_512
+    assert cfg.data.tokenizer == "gpt2" and parameter_count(model_config(typed(cfg).model, GPT2_VOCAB))[0] == 22_368_512
     assert (m.n_embd, m.n_layer, m.n_head, m.block_size) == (256, 12, 8, 256)
     assert cfg.optim.name == "sgd" and cfg.schedule.name == "cosine"
     assert cfg.train.max_steps == 16000 and cfg.schedule.warmup_steps == 715
@@ -201,5 +201,5 @@ def test_choices_compare_and_print_as_their_plain_values():
 ])
 def test_semantic_errors_have_one_clear_message(overrides, needle):
     with pytest.raises(ConfigError) as info:
-        validate(make(*overrides))
+        validate(typed(make(*overrides)))
     assert needle in str(info.value)

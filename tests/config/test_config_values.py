@@ -7,7 +7,7 @@ import re
 import typing
 
 import pytest
-from helpers import compose_config, SMOKE, one_error, run_tool
+from helpers import compose_config, SMOKE, one_error, run_tool, typed
 
 from mltrain.config import Config, validate
 from mltrain.errors import ConfigError
@@ -23,7 +23,7 @@ from mltrain.errors import ConfigError
 ])
 def test_a_key_outside_the_schema_is_refused_with_or_without_plus(override, named, suggested):
     with pytest.raises(ConfigError) as err:
-        validate(compose_config(override))
+        validate(typed(compose_config(override)))
     msg = str(err.value)
     assert msg.startswith(f"{named} is not an mltrain key")
     if suggested:
@@ -66,13 +66,13 @@ def test_the_schema_has_numeric_keys_to_check():
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_every_float_key_must_be_finite_and_is_named(key, value):
     with pytest.raises(ConfigError, match=rf"^{re.escape(key)}={value}"):
-        validate(compose_config("coarsening=evenodd", f"{key}={value}"))
+        validate(typed(compose_config("coarsening=evenodd", f"{key}={value}")))
 
 
 @pytest.mark.parametrize("key", [k for k, t in NUMERIC_KEYS if t is int])
 def test_every_int_key_must_fit_in_64_bits_and_is_named(key):
     with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=\d+ is out of range"):
-        validate(compose_config("coarsening=evenodd", f"{key}={2**64}"))
+        validate(typed(compose_config("coarsening=evenodd", f"{key}={2**64}")))
 
 
 @pytest.mark.parametrize("overrides,named", [
@@ -86,7 +86,7 @@ def test_every_int_key_must_fit_in_64_bits_and_is_named(key):
 ])
 def test_ranges_name_the_key(overrides, named):
     with pytest.raises(ConfigError) as err:
-        validate(compose_config(*overrides))
+        validate(typed(compose_config(*overrides)))
     assert str(err.value).startswith(named)
 
 

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from helpers import DOC_FILES, ML, REPO, bash_blocks, compose_config, doc_commands, documented_commands, shell_calls, shell_commands  # noqa: F401
+from helpers import DOC_FILES, ML, REPO, bash_blocks, compose_config, doc_commands, documented_commands, shell_calls, shell_commands, typed  # noqa: F401
 from hydra import compose, initialize_config_module
 
 from mltrain.tools.compare import main as compare_main
@@ -64,7 +64,7 @@ TRAIN_COMMANDS = documented_commands("mltrain")
 def test_readme_training_commands_compose_and_validate(where, args):
     overrides = first_values(args)
     cfg = compose_config(*overrides, tiny=False, hydra=True)
-    validate(cfg)
+    validate(typed(cfg))
     if any(o.startswith("hydra/launcher=") for o in overrides):
         assert cfg.hydra.launcher._target_.startswith("hydra_plugins.")
 
@@ -87,7 +87,7 @@ def test_readme_prepare_commands_compose(where, args):
 
 def test_readme_compare_command_runs(tmp_path, monkeypatch):
     for name, extra in (("single", []), ("ml", ML)):
-        run(compose_config(*extra), run_dir=tmp_path / "multirun" / name)
+        run(typed(compose_config(*extra)), run_dir=tmp_path / "multirun" / name)
     (args,) = doc_commands("mltrain-compare")
     monkeypatch.chdir(tmp_path)
     assert compare_main(args) == 0
@@ -113,7 +113,7 @@ def test_readme_sample_and_export_commands_run(tmp_path, monkeypatch, capsys):
     overrides = [a for a in train_args if not a.startswith("hydra.")] + ["train.progress=false"]
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    run(cfg, run_dir=tmp_path / run_dir)
+    run(typed(cfg), run_dir=tmp_path / run_dir)
 
     monkeypatch.chdir(tmp_path)
     assert sample_main(sample_args) == 0

@@ -7,7 +7,7 @@ variant is in test_cuda.py."""
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import compose_config, typed
 from torch._dynamo.utils import counters
 
 from mltrain.method.kinds import PhaseKind
@@ -31,7 +31,7 @@ def graphs() -> tuple[int, int]:
 
 
 def session(*overrides: str):
-    session = build(compose_config(*TINY, *overrides, tiny=False), lambda row: None)  # resets dynamo
+    session = build(typed(compose_config(*TINY, *overrides, tiny=False)), lambda row: None)  # resets dynamo
     counters.clear()
     return session
 
@@ -94,8 +94,8 @@ def test_a_rival_method_compiles_one_graph_per_depth_it_trains(method, extra):
 
 
 def test_layer_dropping_with_rescale_trains_under_compile_as_without():
-    eager = build(compose_config(*TINY, "train.compile=false", "experiment=layer_drop", "layer_drop.gamma=0.3",
-                                 tiny=False), lambda row: None)
+    eager = build(typed(compose_config(*TINY, "train.compile=false", "experiment=layer_drop", "layer_drop.gamma=0.3",
+                                 tiny=False)), lambda row: None)
     compiled = session("experiment=layer_drop", "layer_drop.gamma=0.3")
     for s in (eager, compiled):
         s.runner.run()

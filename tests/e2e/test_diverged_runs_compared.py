@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import report_of
+from helpers import report_of, typed
 
 
 def test_a_nan_reproduction_is_reported_as_diverged_with_no_saving(tmp_path, capsys):
@@ -15,9 +15,9 @@ def test_a_nan_reproduction_is_reported_as_diverged_with_no_saving(tmp_path, cap
     from mltrain.run import RunDiverged, run
 
     root = tmp_path / "runs"
-    run(compose_config("scale=smoke", "train.progress=false", tiny=False), run_dir=root / "single")
+    run(typed(compose_config("scale=smoke", "train.progress=false", tiny=False)), run_dir=root / "single")
     with pytest.raises(RunDiverged):  # stopped at the first non-finite loss (train.on_nonfinite=stop)
-        run(compose_config("scale=smoke", "coarsening=evenodd", "optim.lr=1e30", "train.progress=false", tiny=False),
+        run(typed(compose_config("scale=smoke", "coarsening=evenodd", "optim.lr=1e30", "train.progress=false", tiny=False)),
             run_dir=root / "ml")
     report, md = report_of(root, capsys)
     (e,) = report["excluded"]

@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from helpers import typed
 from mltrain.model import GPT
 from mltrain.run import run
 from mltrain.runs.weights import INFO_FILE, load_weights
@@ -16,7 +17,7 @@ from mltrain.runs.weights import INFO_FILE, load_weights
 def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(tmp_path, make_config):
     cfg = make_config("scale=smoke", "coarsening=evenodd", "train.progress=false", tiny=False)
     run_dir = tmp_path / "run"
-    run(cfg, run_dir=run_dir)
+    run(typed(cfg), run_dir=run_dir)
     info = json.loads((run_dir / INFO_FILE).read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert info["tokenizer"] == "bytes" and info["eot_token"] is None

@@ -8,6 +8,7 @@ from helpers import (SMALL, assert_same_weights, checkpoints, cli, final_state, 
                      plan_position, rows, snapshot, start, stderr_of, summary, uninterrupted_run, wait_until,
                      without_time, compose_config)
 
+from helpers import typed
 from mltrain.run import build
 from mltrain.training.checkpoint import save_checkpoint
 
@@ -18,7 +19,7 @@ PLAN = ["train.max_steps=12", "train.eval_interval=6", "train.eval_batches=1", "
 
 def session(*overrides):
     rows = []
-    return build(compose_config(*PLAN, *overrides), rows.append), rows
+    return build(typed(compose_config(*PLAN, *overrides)), rows.append), rows
 
 
 # Two cycles with long coarse phases (2 x 150 steps each), a 198-step fine tail, a checkpoint every 5

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from helpers import read_rows
+from helpers import read_rows, typed
 
 from mltrain.config import register_configs
 from mltrain.run import run
@@ -32,7 +32,7 @@ ML = ["multilevel.n_cycles=2", "multilevel.coarse_steps=3", "multilevel.coarse_l
 def one_process(tmp_path: Path, overrides: list[str]):
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    run(cfg, run_dir=tmp_path)
+    run(typed(cfg), run_dir=tmp_path)
     return read_run(tmp_path)
 
 

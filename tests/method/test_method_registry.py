@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from hydra.errors import ConfigCompositionException
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.config import register_configs, validate
 from mltrain.errors import ConfigError
@@ -70,7 +70,7 @@ def test_a_registered_method_is_a_run_kind_that_reads_its_own_sections():
 def test_depth_method_takes_the_new_name_and_still_refuses_others():
     cfg = compose_config("depth_method=reversed")
     assert run_kind(cfg) is RunKind.reversed
-    validate(cfg)
+    validate(typed(cfg))
     with pytest.raises(ConfigCompositionException) as info:
         compose_config("depth_method=backwards")
     assert "[none, stacking, layer_drop, raptr, reversed]" in str(info.value) + str(info.value.__cause__)
@@ -82,7 +82,7 @@ def test_depth_method_takes_the_new_name_and_still_refuses_others():
 ])
 def test_the_new_methods_checks_run_in_validate(overrides, needle):
     with pytest.raises(ConfigError) as info:
-        validate(compose_config("depth_method=reversed", *overrides))
+        validate(typed(compose_config("depth_method=reversed", *overrides)))
     assert needle in str(info.value)
 
 
@@ -97,12 +97,12 @@ def test_a_registered_method_trains_end_to_end_and_resumes_exactly(train_run, tm
     assert math.isfinite(summary["final_val_loss"]) and summary["delta"] is None
     assert {r["blocks"] for r in rows if "train/loss" in r} == {4.0}
 
-    whole = build(compose_config("depth_method=reversed"), lambda row: None)
+    whole = build(typed(compose_config("depth_method=reversed")), lambda row: None)
     assert whole.runner.run()
-    first = build(compose_config("depth_method=reversed"), lambda row: None)
+    first = build(typed(compose_config("depth_method=reversed")), lambda row: None)
     assert not first.runner.run(should_stop=lambda: first.trainer.state.fine_steps >= 6)
     save_checkpoint(tmp_path / "ckpt.pt", first.runner)
-    resumed = build(compose_config("depth_method=reversed"), lambda row: None)
+    resumed = build(typed(compose_config("depth_method=reversed")), lambda row: None)
     load_checkpoint(tmp_path / "ckpt.pt", resumed.runner)
     assert resumed.runner.run()
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):

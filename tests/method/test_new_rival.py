@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_config, read_rows
+from helpers import compose_config, read_rows, typed
 
 from mltrain.config import register_configs, validate
 from mltrain.errors import ConfigError
@@ -87,17 +87,17 @@ def new_rival():
 
 def test_the_preset_chooses_the_new_rival_and_its_plan_has_the_new_phase():
     cfg = compose_config(SEARCHPATH, "experiment=shrink_perturb")
-    validate(cfg)
+    validate(typed(cfg))
     assert run_kind(cfg) is RunKind.shrink_perturb and cfg.preset == "shrink_perturb"
     plan = build_plan(cfg)
     assert [(str(p.kind), p.steps) for p in plan] == [("train", 12), (KIND, 0), ("train", 12)]
     assert plan[1] == ShrinkPerturb(KIND, shrink=0.5, noise=0.001, reset_fine_optimizer=True)
     with pytest.raises(ConfigError, match="needs 2 fine steps or more"):
-        validate(compose_config(SEARCHPATH, "experiment=shrink_perturb", "train.max_steps=1"))
+        validate(typed(compose_config(SEARCHPATH, "experiment=shrink_perturb", "train.max_steps=1")))
 
 
 def test_the_new_rival_runs_end_to_end_and_its_phase_changes_the_weights(tmp_path):
-    run(compose_config(SEARCHPATH, "experiment=shrink_perturb"), run_dir=tmp_path / "run")
+    run(typed(compose_config(SEARCHPATH, "experiment=shrink_perturb")), run_dir=tmp_path / "run")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["run_kind"] == "shrink_perturb"
     assert summary["fine_steps"] == 24 and math.isfinite(summary["final_val_loss"])
@@ -112,12 +112,12 @@ def test_the_new_rival_runs_end_to_end_and_its_phase_changes_the_weights(tmp_pat
 
 def test_the_new_rival_resumes_exactly_across_its_phase(tmp_path):
     cfg = lambda: compose_config(SEARCHPATH, "experiment=shrink_perturb")  # noqa: E731
-    whole = build(cfg(), lambda row: None)
+    whole = build(typed(cfg()), lambda row: None)
     assert whole.runner.run()
-    first = build(cfg(), lambda row: None)
+    first = build(typed(cfg()), lambda row: None)
     assert not first.runner.run(should_stop=lambda: first.trainer.state.fine_steps >= 12)  # before the phase
     save_checkpoint(tmp_path / "ckpt.pt", first.runner)
-    resumed = build(cfg(), lambda row: None)
+    resumed = build(typed(cfg()), lambda row: None)
     load_checkpoint(tmp_path / "ckpt.pt", resumed.runner)
     assert resumed.runner.run()
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
@@ -128,6 +128,6 @@ def test_a_phase_kind_without_a_handler_is_refused_before_any_step():
     del runner_module.PHASE_HANDLERS[KIND]
     try:
         with pytest.raises(ConfigError, match=f"phases of kind {KIND} that have no handler"):
-            build(compose_config(SEARCHPATH, "experiment=shrink_perturb"), lambda row: None)
+            build(typed(compose_config(SEARCHPATH, "experiment=shrink_perturb")), lambda row: None)
     finally:
         phase_handler(KIND)(shrink_and_perturb)

@@ -4,7 +4,7 @@ runner executes those descriptions."""
 
 from __future__ import annotations
 
-from helpers import ML, compose_config
+from helpers import ML, compose_config, typed
 
 from mltrain.method.kinds import BatchStream, PhaseKind, StepKind
 from mltrain.method.plan import build_plan
@@ -46,7 +46,7 @@ def test_the_schedule_control_plans_stand_in_fine_steps_and_no_coarse_model():
 
 
 def test_the_fine_optimizer_is_cleared_after_the_phase_that_says_so():
-    session = build(compose_config(*ML, "multilevel.fine_momentum_after_prolong=reset"), lambda row: None)
+    session = build(typed(compose_config(*ML, "multilevel.fine_momentum_after_prolong=reset")), lambda row: None)
     runner, state = session.runner, session.trainer.state
     first_prolong = next(i for i, p in enumerate(runner.plan) if p.kind == PhaseKind.prolong)
     assert not runner.run(should_stop=lambda: state.phase_index >= first_prolong)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.config import validate
 from mltrain.errors import ConfigError
@@ -115,6 +115,6 @@ def test_raptr_follows_the_papers_schedules_and_ends_on_the_full_model():
 ])
 def test_bad_rival_settings_are_one_line_before_any_compute(overrides, needle):
     with pytest.raises(ConfigError) as info:
-        validate(compose_config(*overrides))
+        validate(typed(compose_config(*overrides)))
     message = str(info.value)
     assert needle in message and "\n" not in message, message

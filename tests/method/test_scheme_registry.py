@@ -4,6 +4,7 @@ the plan, the views, restriction/prolongation and the FLOP accounting all take i
 import pytest
 import torch
 
+from helpers import typed
 from mltrain.errors import CoarseningError
 from mltrain.method.coarsening import Groups, Scheme, register_scheme, scheme_names
 from mltrain.method.plan import build_plan
@@ -31,11 +32,11 @@ def test_registered_scheme_is_known_to_validation(make_config):
     from mltrain.config import validate
 
     assert "contiguous" in scheme_names()
-    validate(make_config(*EXTRA))
+    validate(typed(make_config(*EXTRA)))
     with pytest.raises(CoarseningError, match="model.n_layer=4 is not divisible by coarsening.k=3"):
-        validate(make_config(*EXTRA, "model.n_layer=4"))
+        validate(typed(make_config(*EXTRA, "model.n_layer=4")))
     with pytest.raises(CoarseningError, match="contiguous scheme's are not"):
-        validate(make_config(*EXTRA, "coarsening.step_scale=stride"))
+        validate(typed(make_config(*EXTRA, "coarsening.step_scale=stride")))
 
 
 def test_plan_trains_every_coarse_model_of_the_new_scheme(make_config):
@@ -56,7 +57,7 @@ def test_new_scheme_trains_end_to_end_and_only_its_blocks_move(train_run, make_c
     assert s["coarse_flops"] > 0 and ml[-1]["flops"] == s["total_flops"]
 
     # Training coarse model 1 touches blocks 2 and 3 only; its prolongation changes nothing.
-    session = build(make_config(*EXTRA), lambda row: None)
+    session = build(typed(make_config(*EXTRA)), lambda row: None)
     h = session.runner.hierarchy
     view = h.view((1,))
     before = [b.state_dict() for b in session.model.blocks]

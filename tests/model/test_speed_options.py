@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from helpers import compose_config, saved_run
+from helpers import compose_config, saved_run, typed
 
 from mltrain.errors import ConfigError
 from mltrain.memory import parameter_count
@@ -105,4 +105,4 @@ def test_the_options_are_hydra_overrides_and_bad_values_are_one_line():
     assert (cfg.model.pad_vocab_to, cfg.model.loss_chunk) == (64, 512)
     for bad in ("model.pad_vocab_to=0", "model.loss_chunk=-1"):
         with pytest.raises(ConfigError, match=bad.split("=")[0]):
-            validate(compose_config(bad))
+            validate(typed(compose_config(bad)))

@@ -7,7 +7,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from torch._dynamo.utils import counters
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.model import GPT, GPTConfig
 from mltrain.run import build, run
@@ -28,7 +28,7 @@ def _cfg(*extra):
 
 
 def _run(tmp_path, *extra):
-    run(_cfg(*extra), run_dir=tmp_path)
+    run(typed(_cfg(*extra)), run_dir=tmp_path)
     return json.loads((tmp_path / "summary.json").read_text())
 
 
@@ -40,7 +40,7 @@ def test_multilevel_run_on_cuda_with_bf16_autocast(tmp_path):
 
 
 def test_build_on_cuda_turns_on_bf16_tf32_and_fused_optimizers():
-    session = build(_cfg("device=cuda"), lambda row: None)
+    session = build(typed(_cfg("device=cuda")), lambda row: None)
     assert session.trainer.dtype == torch.bfloat16
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     assert session.runner.fine_optimizer.defaults["fused"]
@@ -72,7 +72,7 @@ def test_compiled_model_trains_like_eager(tmp_path):
 def test_compile_once_per_model_on_cuda():
     torch._dynamo.reset()
     counters.clear()
-    session = build(_cfg("device=cuda", "train.compile=true"), lambda row: None)
+    session = build(typed(_cfg("device=cuda", "train.compile=true")), lambda row: None)
     runner, state = session.runner, session.trainer.state
     first_eval = next(i for i, p in enumerate(runner.plan) if p.kind == "evaluate")
     session.evaluator.log_eval(runner.fine)
@@ -84,7 +84,7 @@ def test_compile_once_per_model_on_cuda():
 
 
 def test_compile_auto_compiles_on_cuda_and_prefetches_batches_onto_it():
-    session = build(_cfg("device=cuda"), lambda row: None)  # train.compile=auto
+    session = build(typed(_cfg("device=cuda")), lambda row: None)  # train.compile=auto
     assert session.trainer.compiled
     x, y = session.runner.samplers.fine.next_batch()
     session.runner.samplers.fine.prefetch()
@@ -97,7 +97,7 @@ def test_layer_dropping_compiles_one_graph_per_kept_count_on_cuda():
     cfg = compose_config("model.n_embd=64", "model.n_head=4", "model.block_size=64", "train.batch_size=16",
                          "train.max_steps=40", "train.eval_interval=100", "experiment=layer_drop",
                          "layer_drop.gamma=0.3", "device=cuda")
-    session = build(cfg, lambda row: None)
+    session = build(typed(cfg), lambda row: None)
     counters.clear()
     phase = next(p for p in session.runner.plan if p.kind == PhaseKind.train)
     kept = {len(phase.paths.path(step).blocks) for step in range(phase.steps)}

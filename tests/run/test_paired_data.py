@@ -11,7 +11,7 @@ import re
 
 import pytest
 from hydra import compose, initialize_config_module
-from helpers import read_rows
+from helpers import read_rows, typed
 
 from mltrain import run as run_module
 from mltrain.config import register_configs
@@ -58,7 +58,7 @@ def batches_by_kind(monkeypatch, *overrides: str) -> dict[str, list[str]]:
 
     monkeypatch.setattr(Trainer, "train_step", lambda self, view, opt, lr, sampler, kind:
                         STEP(self, view, opt, lr, Recording(sampler, kind), kind))
-    session = build(compose_cfg(*overrides), lambda row: None)
+    session = build(typed(compose_cfg(*overrides)), lambda row: None)
     session.runner.run()
     return seen
 
@@ -84,7 +84,7 @@ def test_fine_steps_see_the_same_batches_in_every_run_with_the_same_seed(monkeyp
 
 
 def test_a_budget_ends_the_schedule_and_the_run_early(tmp_path):
-    run(compose_cfg("train.budget=0.5", "train.eval_interval=2"), run_dir=tmp_path / "half")
+    run(typed(compose_cfg("train.budget=0.5", "train.eval_interval=2")), run_dir=tmp_path / "half")
     s = json.loads((tmp_path / "half" / "summary.json").read_text())
     rows = read_rows(tmp_path / "half")
     assert s["budget"] == 0.5 and s["fine_steps"] == 5
@@ -110,8 +110,8 @@ def test_summary_records_provenance_data_held_out_set_and_uncounted_costs(tmp_pa
             super().__init__(run_dir, logger_cfg, config, **kw)
 
     monkeypatch.setattr(run_module, "Tracker", Capturing)
-    run(compose_cfg(), run_dir=tmp_path / "single")
-    run(compose_cfg("coarsening=evenodd", "seed=3"), run_dir=tmp_path / "ml")
+    run(typed(compose_cfg()), run_dir=tmp_path / "single")
+    run(typed(compose_cfg("coarsening=evenodd", "seed=3")), run_dir=tmp_path / "ml")
     single, ml = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("single", "ml"))
 
     p = single["provenance"]

@@ -3,7 +3,7 @@ CUDA) and still trains fine step n of every run with the same seed on the same b
 
 from __future__ import annotations
 
-from helpers import batch_digest, compose_config
+from helpers import batch_digest, compose_config, typed
 
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.training.trainer import Trainer
@@ -34,7 +34,7 @@ def _trained_batches(monkeypatch, *overrides: str) -> dict[str, list[str]]:
             del self.to_device
 
     monkeypatch.setattr(Trainer, "train_step", step)
-    session = build(compose_config("train.max_steps=12", *overrides), lambda row: None)
+    session = build(typed(compose_config("train.max_steps=12", *overrides)), lambda row: None)
     session.runner.run()
     return seen
 

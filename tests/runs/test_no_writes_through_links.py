@@ -12,7 +12,7 @@ from helpers import fake_run_dir
 
 from mltrain.errors import StorageError
 from mltrain.runs import rundir
-from mltrain.runs.tracking import Tracker
+from mltrain.runs.tracking import LoggerConfig, Tracker
 from mltrain.training import checkpoint as ckpt
 
 
@@ -53,7 +53,7 @@ def test_metrics_are_never_cut_or_appended_through_a_link(tmp_path):
     (tmp_path / "metrics.jsonl").symlink_to(target)
     for resume in (None, {"metrics_bytes": 10, "metrics_rows": 0}):
         with pytest.raises(StorageError, match="symbolic link"):
-            Tracker(tmp_path, {"name": "jsonl"}, {}, name="n", group="g", job_type="single", resume=resume)
+            Tracker(tmp_path, LoggerConfig(name="jsonl"), {}, name="n", group="g", job_type="single", resume=resume)
     assert target.read_bytes() == VICTIM
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ENV, ML, compose_config
+from helpers import ENV, ML, compose_config, typed
 
 from mltrain import run as run_module
 from mltrain.run import run
@@ -18,7 +18,7 @@ from mltrain.tools.compare.loading import load_run_dir
 
 def test_run_json_says_what_an_unfinished_run_is_and_compare_reads_it(tmp_path):
     run_dir = tmp_path / "ml"
-    run(compose_config(*ML, "model.n_layer=2", "train.max_steps=6", "multilevel.n_cycles=1", "seed=5"), run_dir=run_dir)
+    run(typed(compose_config(*ML, "model.n_layer=2", "train.max_steps=6", "multilevel.n_cycles=1", "seed=5")), run_dir=run_dir)
     record, summary = read_run_record(run_dir), json.loads((run_dir / "summary.json").read_text())
     assert set(record) == set(RUN_RECORD_FIELDS)
     assert record == {k: summary[k] for k in RUN_RECORD_FIELDS}
@@ -40,7 +40,7 @@ def test_a_budget_is_recorded_as_given_and_trains_its_fraction(tmp_path, monkeyp
             super().__init__(run_dir, logger_cfg, config, **kw)
 
     monkeypatch.setattr(run_module, "Tracker", Capturing)
-    run(compose_config("train.max_steps=10", "train.budget=0.5"), run_dir=tmp_path / "half")
+    run(typed(compose_config("train.max_steps=10", "train.budget=0.5")), run_dir=tmp_path / "half")
     (config,) = configs
     assert config["train"]["budget"] == 0.5 and config["train"]["max_steps"] == 10
     s = json.loads((tmp_path / "half" / "summary.json").read_text())

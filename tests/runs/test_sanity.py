@@ -5,13 +5,14 @@ without allow_long / train.allow_long (a study before it claims its folder, a ru
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
 
 from mltrain.errors import ConfigError
 from mltrain.runs import sanity
-from helpers import refused, tool
+from helpers import refused, tool, typed
 
 
 def study_main(*argv: str, capsys) -> tuple[int, str, str]:
@@ -112,8 +113,8 @@ def test_consent_lets_a_long_run_pass_the_check(make_config):
     from mltrain.run import check_duration, model_config
 
     def check(*overrides: str, tiny: bool = False) -> None:
-        cfg = make_config(*overrides, tiny=tiny)
-        check_duration(cfg, model_config(cfg, 256), torch.device("cpu"))
+        cfg = typed(make_config(*overrides, tiny=tiny))
+        check_duration(dataclasses.replace(cfg, model=model_config(cfg.model, 256)), torch.device("cpu"))
 
     with pytest.raises(ConfigError, match="train.allow_long=true"):
         check(*PAPER_ON_CPU)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from mltrain.errors import StorageError
-from mltrain.runs.tracking import Tracker
+from mltrain.runs.tracking import LoggerConfig, Tracker
 
 
 class _FullAfter:
@@ -26,7 +26,7 @@ class _FullAfter:
 
 
 def test_a_row_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
-    t = Tracker(tmp_path, {"name": "jsonl"}, {}, name="n", group="g", job_type="single")
+    t = Tracker(tmp_path, LoggerConfig(name="jsonl"), {}, name="n", group="g", job_type="single")
     t.log({"step": 1, "flops": 1.0, "train/loss": 2.0})
     before = (tmp_path / "metrics.jsonl").read_bytes()
     monkeypatch.setattr(os, "write", _FullAfter(10))
@@ -38,7 +38,7 @@ def test_a_row_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_a_summary_that_cannot_be_written_says_what_is_kept(tmp_path, monkeypatch):
-    t = Tracker(tmp_path, {"name": "jsonl"}, {}, name="n", group="g", job_type="single")
+    t = Tracker(tmp_path, LoggerConfig(name="jsonl"), {}, name="n", group="g", job_type="single")
     t.log({"step": 1, "flops": 1.0})
 
     def full(*args, **kwargs):

@@ -430,13 +430,13 @@ def test_logger_group_and_run_name_from_config_win(wandb_env):
 def test_a_resume_refuses_a_metrics_file_shorter_than_at_its_checkpoint(tmp_path):
     from mltrain.errors import ConfigError
 
-    t = Tracker(tmp_path, {"name": "jsonl"}, {}, name="n", group="g", job_type="single")
+    t = Tracker(tmp_path, LoggerConfig(name="jsonl"), {}, name="n", group="g", job_type="single")
     t.log({"step": 1, "flops": 1.0})
     position = t.position()
     t.finish()
     (tmp_path / "metrics.jsonl").write_text("")  # changed since the checkpoint
     with pytest.raises(ConfigError, match="fewer than the .* it had at the last checkpoint"):
-        Tracker(tmp_path, {"name": "jsonl"}, {}, name="n", group="g", job_type="single", resume=position)
+        Tracker(tmp_path, LoggerConfig(name="jsonl"), {}, name="n", group="g", job_type="single", resume=position)
     assert (tmp_path / "metrics.jsonl").read_text() == ""
 
 

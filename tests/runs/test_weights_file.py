@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from safetensors.torch import load_file
-from helpers import compose_config, VARIANTS, saved_run
+from helpers import compose_config, VARIANTS, saved_run, typed
 
 from mltrain.errors import DataError
 from mltrain.model import Norm
@@ -70,7 +70,7 @@ def test_a_run_that_diverges_leaves_no_earlier_weights_and_the_tools_say_why(tmp
     run_dir = tmp_path / "run"
     save_weights(run_dir, GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=256)), "bytes")
     with pytest.raises(RunDiverged):
-        run(compose_config("optim.lr=1e30", "train.grad_clip=0", "train.max_steps=6"), run_dir=run_dir)
+        run(typed(compose_config("optim.lr=1e30", "train.grad_clip=0", "train.max_steps=6")), run_dir=run_dir)
     assert not (run_dir / WEIGHTS_FILE).exists() and not (run_dir / INFO_FILE).exists()
     assert sample_main([str(run_dir)]) == 2
     assert "holds a run that diverged" in capsys.readouterr().err

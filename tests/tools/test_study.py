@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_main
+from helpers import run_main, typed
 
 from mltrain.errors import ConfigError
 from mltrain.tools.compare import Arm, Report
@@ -60,7 +60,7 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
                 run = sweep.runs()[0]
                 from mltrain.config import validate
 
-                validate(composer.compose(sweep.job_overrides(run, cfg), f"{scale}/{sweep.arm}"))
+                validate(typed(composer.compose(sweep.job_overrides(run, cfg), f"{scale}/{sweep.arm}")))
     values = [s.on_axis(cfg.ladder_axis) for s in sizes.values()]
     assert sorted(values) == values  # a ladder, small to large along its axis
     if name == "paper_ladder":

@@ -4,7 +4,7 @@ error; the folder keeps the newest files and the cadence counts FLOPs inside coa
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.errors import CheckpointError
 from mltrain.run import build
@@ -17,7 +17,7 @@ PLAN = ["train.max_steps=12", "train.eval_interval=6", "train.eval_batches=1", "
 
 def session(*overrides):
     rows = []
-    return build(compose_config(*PLAN, *overrides), rows.append), rows
+    return build(typed(compose_config(*PLAN, *overrides)), rows.append), rows
 
 
 def steps_taken(s):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from helpers import compose_config, read_rows
+from helpers import compose_config, read_rows, typed
 
 from mltrain.run import run
 from mltrain.training.evaluation import Evaluator
@@ -22,7 +22,7 @@ def test_train_time_leaves_out_evaluation_and_goes_with_every_row(tmp_path, monk
         return real(self, view)
 
     monkeypatch.setattr(Evaluator, "loss", slow_loss)
-    run(compose_config("train.max_steps=4", "train.eval_interval=2"), run_dir=tmp_path / "run")
+    run(typed(compose_config("train.max_steps=4", "train.eval_interval=2")), run_dir=tmp_path / "run")
     rows, s = read_rows(tmp_path / "run"), json.loads((tmp_path / "run" / "summary.json").read_text())
     evals = [r for r in rows if "val/loss" in r]
     assert len(evals) == 3  # steps 0, 2, 4

@@ -3,7 +3,7 @@ refused in one line; scale=paper compiles on CUDA."""
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.training.compiling import compile_setting, compiles
 
@@ -18,6 +18,6 @@ def test_compile_auto_is_on_for_cuda_only_and_true_false_keep_working():
     with pytest.raises(Exception, match="train.compile='maybe' must be auto, true or false"):
         from mltrain.config import validate
 
-        validate(compose_config("train.compile=maybe"))
+        validate(typed(compose_config("train.compile=maybe")))
     assert compose_config(tiny=False).train.compile == "auto"
     assert compose_config("scale=paper", tiny=False).train.compile == "auto"  # the paper's run compiles on CUDA

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain import atomic
 from mltrain.errors import ConfigError, StorageError
@@ -24,7 +24,7 @@ from mltrain.training import checkpoint as ckpt
 def small_session(*overrides: str):
     from mltrain.run import build
 
-    return build(compose_config("train.max_steps=6", "train.eval_batches=1", *overrides), lambda row: None)
+    return build(typed(compose_config("train.max_steps=6", "train.eval_batches=1", *overrides)), lambda row: None)
 
 
 @pytest.fixture(scope="module")

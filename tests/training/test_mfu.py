@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.run import run
 from mltrain.training.devices import peak_flops, peak_for_name
@@ -37,7 +37,7 @@ def test_rows_that_compiled_say_so_and_the_summary_gives_steady_mfu_per_level(tm
     cfg = compose_config("device=cpu", "train.peak_flops=1e12", "train.compile=true", "coarsening=evenodd",
                          "multilevel.n_cycles=2", "multilevel.coarse_steps=4", "multilevel.coarse_log_interval=2",
                          "multilevel.diagnostics=false")  # else the coarse graph compiles in the diagnostics
-    run(cfg, run_dir=tmp_path)
+    run(typed(cfg), run_dir=tmp_path)
     train = [r for r in _rows(tmp_path) if "train/loss" in r]
     by_level = {level: [r for r in train if r["level"] == level] for level in (0, 1)}
     for rows in by_level.values():
@@ -49,7 +49,7 @@ def test_rows_that_compiled_say_so_and_the_summary_gives_steady_mfu_per_level(tm
 
 
 def test_an_eager_cpu_run_has_no_mfu_unless_given_a_peak(tmp_path):
-    run(compose_config("device=cpu"), run_dir=tmp_path / "plain")
+    run(typed(compose_config("device=cpu")), run_dir=tmp_path / "plain")
     summary = json.loads((tmp_path / "plain" / "summary.json").read_text())
     assert not summary["compiled"] and "mfu_by_level" not in summary
     assert not any("mfu" in r or r.get("compiled_in_row") for r in _rows(tmp_path / "plain"))

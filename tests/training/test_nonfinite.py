@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from helpers import SMALL, checkpoints, compose_config, final_state, load, name_position, rows, summary
+from helpers import SMALL, checkpoints, compose_config, final_state, load, name_position, rows, summary, typed
 
 from mltrain.model import GPT
 from mltrain.run import RunDiverged, run
@@ -40,7 +40,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkp
     poison(monkeypatch, nth=7)
     cfg = compose_cfg("train.max_steps=20", "train.log_interval=5", "train.checkpoint_interval=3")
     with pytest.raises(RunDiverged) as err:
-        run(cfg, run_dir=tmp_path)
+        run(typed(cfg), run_dir=tmp_path)
     message = str(err.value)
     assert "non-finite training loss at fine step 7 (level 0, fine phase)" in message and "\n" not in message
     assert "last good checkpoint" in message and "step-000006-00000006.pt" in message
@@ -57,7 +57,7 @@ def test_a_nan_in_a_coarse_phase_is_named_by_level_and_coarse_model(tmp_path, mo
     cfg = compose_cfg("coarsening=evenodd", "multilevel.n_cycles=2", "multilevel.coarse_steps=12",
                       "multilevel.coarse_log_interval=4", "train.max_steps=20", "train.checkpoint_interval=0")
     with pytest.raises(RunDiverged, match=r"coarse step 5 of the phase after fine step 1 \(level 1, coarse phase of coarse A\)"):
-        run(cfg, run_dir=tmp_path)
+        run(typed(cfg), run_dir=tmp_path)
     assert summary(tmp_path)["status"] == "diverged"
     assert not checkpoints(tmp_path)  # none was due before, and none is written after a bad step
 
@@ -65,7 +65,7 @@ def test_a_nan_in_a_coarse_phase_is_named_by_level_and_coarse_model(tmp_path, mo
 def test_on_nonfinite_skip_drops_that_step_and_goes_on(tmp_path, monkeypatch, caplog):
     poison(monkeypatch, nth=7)
     cfg = compose_cfg("train.max_steps=20", "train.log_interval=5", "train.on_nonfinite=skip")
-    run(cfg, run_dir=tmp_path)
+    run(typed(cfg), run_dir=tmp_path)
     s = summary(tmp_path)
     assert s["status"] == "finished" and s["skipped_steps"] == 1 and s["fine_steps"] == 20
     assert all(math.isfinite(r["train/loss"]) for r in rows(tmp_path) if "train/loss" in r)
@@ -76,7 +76,7 @@ def test_on_nonfinite_skip_decided_on_the_device_drops_that_step_and_names_it(tm
     # a fused optimizer skips the update itself (found_inf): no host sync in the step
     poison(monkeypatch, nth=7)
     cfg = compose_cfg("train.max_steps=20", "train.log_interval=5", "train.on_nonfinite=skip", "optim.fused=true")
-    run(cfg, run_dir=tmp_path)
+    run(typed(cfg), run_dir=tmp_path)
     s = summary(tmp_path)
     assert s["status"] == "finished" and s["skipped_steps"] == 1 and s["fine_steps"] == 20
     assert all(math.isfinite(r["train/loss"]) for r in rows(tmp_path) if "train/loss" in r)
@@ -88,8 +88,8 @@ def test_on_nonfinite_skip_decided_on_the_device_drops_that_step_and_names_it(tm
 @pytest.mark.parametrize("method", ["experiment=raptr", "experiment=layer_drop", "coarsening=random"])
 def test_a_fused_sgd_trains_sub_paths_that_reach_a_block_for_the_first_time(tmp_path, method):
     # each step a new set of blocks: some parameters get their first gradient while others have momentum
-    run(compose_cfg("train.max_steps=12", "optim.fused=true", method, "coarsening.redraw=true"
-                    if method == "coarsening=random" else "layer_drop.gamma=0.5"), run_dir=tmp_path)
+    run(typed(compose_cfg("train.max_steps=12", "optim.fused=true", method, "coarsening.redraw=true"
+                    if method == "coarsening=random" else "layer_drop.gamma=0.5")), run_dir=tmp_path)
     assert summary(tmp_path)["status"] == "finished"
 
 

@@ -3,7 +3,7 @@ refused."""
 
 import pytest
 import torch
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.errors import CheckpointError
 from mltrain.run import build
@@ -14,7 +14,7 @@ DROPPING = ["layer_drop.gamma=0.3"]  # θ(t) near its floor after a few steps, s
 
 
 def session(*overrides):
-    return build(compose_config(*overrides), lambda row: None)
+    return build(typed(compose_config(*overrides)), lambda row: None)
 
 
 @pytest.mark.parametrize("overrides,stop_at", [

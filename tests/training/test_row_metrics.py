@@ -4,7 +4,7 @@ steps, a checkpoint taken mid-row keeps its sum, and a resumed run writes the sa
 from __future__ import annotations
 
 import pytest
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.run import build
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
@@ -35,7 +35,7 @@ def without_times(rows: list[dict]) -> list[dict]:
 
 
 def test_every_train_row_carries_each_row_metric_as_its_mean_over_the_steps(metrics):
-    session = build(compose_config(*ARGS), lambda row: None)
+    session = build(typed(compose_config(*ARGS)), lambda row: None)
     rows = train_rows(session)
     assert session.runner.run()
     written = [row for row in rows if "train/loss" in row]
@@ -49,17 +49,17 @@ def test_every_train_row_carries_each_row_metric_as_its_mean_over_the_steps(metr
 
 
 def test_a_checkpoint_mid_row_keeps_the_metrics_sums_and_the_resumed_rows_are_the_same(metrics, tmp_path):
-    whole = build(compose_config(*ARGS), lambda row: None)
+    whole = build(typed(compose_config(*ARGS)), lambda row: None)
     expected = train_rows(whole)
     assert whole.runner.run()
 
-    first = build(compose_config(*ARGS), lambda row: None)
+    first = build(typed(compose_config(*ARGS)), lambda row: None)
     before = train_rows(first)
     # stopped between rows: fine step 10 of 12 (log_interval 4), two steps of the last row pending
     assert not first.runner.run(should_stop=lambda: first.trainer.state.fine_steps >= 10)
     assert first.trainer.pending_state()["fine"]["sums"]["train/loss_x2"].numel() == 1
     save_checkpoint(tmp_path / "ckpt.pt", first.runner)
-    resumed = build(compose_config(*ARGS), lambda row: None)
+    resumed = build(typed(compose_config(*ARGS)), lambda row: None)
     load_checkpoint(tmp_path / "ckpt.pt", resumed.runner)
     after = train_rows(resumed)
     assert resumed.runner.run()

@@ -1,7 +1,7 @@
 """A step that skips blocks costs what its blocks cost, by torch's own FLOP counter."""
 
 from torch.utils.flop_counter import FlopCounterMode
-from helpers import compose_config
+from helpers import compose_config, typed
 
 from mltrain.flops import train_flops_per_token
 from mltrain.method.kinds import StepKind
@@ -29,4 +29,4 @@ def test_a_step_that_skips_blocks_costs_what_its_blocks_cost_by_torchs_counter()
 
 
 def session(*overrides):
-    return build(compose_config(*overrides), lambda row: None)
+    return build(typed(compose_config(*overrides)), lambda row: None)

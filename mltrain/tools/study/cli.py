@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mltrain.errors import ConfigError, report, tool_main
-from mltrain.tools.study import sanity, schema
+from mltrain.tools.study import compose, sanity, schema
 from mltrain.tools.study.compose import one_line
+from mltrain.tools.study.schema import StudyConfig
 
 PROG = "mltrain-study"
 
@@ -85,9 +86,10 @@ def main(argv: Optional[Sequence[str]] = None, out: Any = None) -> int:
 def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
     from mltrain.tools.study import stages
 
-    cfg = compose_study(args.overrides)
-    schema.check(cfg)
-    sanity.check(cfg)  # numbers and keys that pass the schema but not common sense
+    composed = compose_study(args.overrides)
+    schema.check(composed)
+    sanity.check(composed)  # numbers and keys that pass the schema but not common sense
+    cfg = compose.typed_study(composed)
     if args.status:
         return _status(cfg, out or sys.stdout)
     try:
@@ -99,7 +101,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
     return stages.run(study, stages.command_line(argv))
 
 
-def _status(cfg: Any, out: Any) -> int:
+def _status(cfg: StudyConfig, out: Any) -> int:
     from mltrain.tools.study.plan import Layout
     from mltrain.tools.study.progress import status_lines
     from mltrain.tools.study.stages import read_choices
@@ -113,7 +115,7 @@ def _status(cfg: Any, out: Any) -> int:
     return 0
 
 
-def _steps(cfg: Any) -> dict[str, int]:
+def _steps(cfg: StudyConfig) -> dict[str, int]:
     """Each rung's steps where the folders depend on them (the frontier's warm-up lengths), else none: the
     parameter count needs the model built (on the meta device)."""
     if not cfg.frontier.warmup_fractions:
@@ -124,7 +126,7 @@ def _steps(cfg: Any) -> dict[str, int]:
         return {name: size.max_steps for name, size in compose.ladder_sizes(cfg, composer).items()}
 
 
-def _check_study_folder(cfg: Any, root: Path) -> None:
+def _check_study_folder(cfg: StudyConfig, root: Path) -> None:
     """ConfigError unless `root` is this study's folder (its study.json names it, or it holds a scale's
     folder of the study) or does not exist yet (a study not started): a file, an empty folder or another
     study's is not shown as a fresh study."""

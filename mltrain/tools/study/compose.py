@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.tools.study.axes import AXES, FOLLOWS_FROM_AXIS
 from mltrain.tools.study.plan import SEED, Run, Sweep, arm_overrides
+
+if TYPE_CHECKING:  # the training stack is imported when a run config is made, not with this module
+    from mltrain.config import Config
+    from mltrain.tools.study.schema import StudyConfig
 
 
 # Lines of Hydra's and OmegaConf's messages that say nothing about the problem itself.
@@ -98,13 +102,14 @@ class ScaleSize:
         return float(AXES[axis].value(self))
 
 
-def parameter_count(cfg: Any) -> int:
-    """Parameters of the model `cfg` describes, its vocabulary from the tokenizer (nothing allocated)."""
+def parameter_count(cfg: Config) -> int:
+    """Parameters of the model the typed run config `cfg` describes, its vocabulary from the tokenizer
+    (nothing allocated)."""
     from mltrain.data.tokenizers import get_tokenizer
     from mltrain.run import model_config
     from mltrain.memory import parameter_count as count
 
-    return count(model_config(cfg, get_tokenizer(cfg.data.tokenizer).n_vocab))[0]
+    return count(model_config(cfg.model, get_tokenizer(cfg.data.tokenizer).n_vocab))[0]
 
 
 def steps_for(tokens_per_param: float, n_params: int, tokens_per_step: int) -> int:
@@ -115,12 +120,14 @@ def steps_for(tokens_per_param: float, n_params: int, tokens_per_step: int) -> i
 def ladder_sizes(study: Any, composer: Composer) -> dict[str, ScaleSize]:
     """Each scale's size and steps, from the common settings and the scale's overrides; ConfigError when
     the rungs do not vary the study's ladder_axis alone (see check_rungs)."""
+    from mltrain.config import typed
+
     sizes, configs = {}, {}
     for name, scale in study.ladder.items():
         where = f"scale {name}"
         cfg = composer.compose([*study.common, *study.extra, *scale.overrides], where)
         try:
-            n = parameter_count(cfg)
+            n = parameter_count(typed(cfg))  # the composed config typed, as the run will take it
         except MltrainError as err:
             raise ConfigError(f"{where}: {err}") from None
         per_step = int(cfg.train.batch_size) * int(cfg.model.block_size)
@@ -165,12 +172,14 @@ def setting_key(arm: str, setting: dict[str, str]) -> tuple:
     return (arm, tuple(sorted(setting.items())))
 
 
-def check_settings(study: Any, sweeps: Iterable[Sweep], sizes: dict[str, ScaleSize], composer: Composer) -> dict[tuple, Any]:
+def check_settings(study: Any, sweeps: Iterable[Sweep], sizes: dict[str, ScaleSize],
+                   composer: Composer) -> tuple[dict[tuple, DictConfig], dict[tuple, Config]]:
     """Compose and validate every setting of these (tuning) sweeps, with every override its runs get:
-    {(scale, arm, setting): config}."""
-    from mltrain.config import validate
+    {(scale, arm, setting): config} as composed (what a run dir's saved config is compared with) and
+    as the typed run config (what the costs and run kinds are read from)."""
+    from mltrain.config import validate_composed
 
-    configs = {}
+    composed, configs = {}, {}
     for sweep in sweeps:
         seen, first = set(), None  # first: the sweep's first composed config, the others are it with their values
         for run in sweep.runs():
@@ -184,11 +193,11 @@ def check_settings(study: Any, sweeps: Iterable[Sweep], sizes: dict[str, ScaleSi
                 cfg = composer.compose(sweep.job_overrides(run, study, sizes[sweep.scale].tags), where)
                 first = first or cfg
             try:
-                validate(cfg)
+                configs[key] = validate_composed(cfg)
             except ConfigError as err:
                 raise ConfigError(f"{where}: {err}") from None
-            configs[key] = cfg
-    return configs
+            composed[key] = cfg
+    return composed, configs
 
 
 def with_values(composed: Any, values: Iterable[tuple[str, str]]) -> Any:
@@ -210,13 +219,19 @@ def with_values(composed: Any, values: Iterable[tuple[str, str]]) -> Any:
     return cfg
 
 
+def typed_study(study: DictConfig) -> StudyConfig:
+    """The composed study config as a `StudyConfig` instance, made once after the checks that name a
+    missing or malformed key of the composed one (schema.check, sanity.check): the stages take it."""
+    return OmegaConf.to_object(study)
+
+
 def check_seeds(study: Any) -> None:
     for seed in [*study.selection_seeds, *study.extra_selection_seeds, *study.seeds, *(s for r in study.ladder.values() for s in (r.seeds or []))]:
         if not 0 <= seed < 2**32:
             raise ConfigError(f"seed {seed} must be in [0, 2**32)")
 
 
-def check_earlier_runs(runs: Iterable[Run], configs: dict[tuple, Any]) -> None:
+def check_earlier_runs(runs: Iterable[Run], configs: dict[tuple, DictConfig]) -> None:
     """ConfigError for the first run folder that holds a run of other settings than the study's."""
     from mltrain.training.resume import config_differences
 
@@ -235,8 +250,8 @@ def check_earlier_runs(runs: Iterable[Run], configs: dict[tuple, Any]) -> None:
             )
 
 
-def arm_kind(cfg: Any) -> str:
-    """The run kind of a composed config, as summary.json will say it."""
+def arm_kind(cfg: Config) -> str:
+    """The run kind of a typed run config, as summary.json will say it."""
     from mltrain.method.plan import run_kind
 
     return str(run_kind(cfg))
@@ -255,7 +270,7 @@ def arm_label(study: Any, scale: str, arm: str, max_steps: int, kind: str, tuned
     return run_label([o for o in overrides if key_of(o) not in dropped], kind)
 
 
-def arm_kinds(configs: dict[tuple, Any]) -> dict[tuple[str, str], str]:
+def arm_kinds(configs: dict[tuple, Config]) -> dict[tuple[str, str], str]:
     """(scale, arm) -> the run kind of its runs."""
     return {(scale, arm): arm_kind(cfg) for (scale, arm, _), cfg in configs.items()}
 

@@ -156,7 +156,7 @@ class Sweep:
         """What the study adds to every run: resume, no progress bar, and its W&B tag, group, job type."""
         return [*BOOKKEEPING, f"logger.tags=[{','.join(dict.fromkeys([*tags, study.name]))}]",
                 f"logger.group={self.scale}/{self.arm}", f"logger.job_type={self.stage}",
-                *(["train.allow_long=true"] if study.get("allow_long") else [])]
+                *(["train.allow_long=true"] if getattr(study, "allow_long", False) else [])]
 
     def job_overrides(self, run: Run, study: Any, tags: Iterable[str] = ()) -> list[str]:
         """The overrides one run of this sweep gets from Hydra (what the study composes to check it)."""

@@ -16,7 +16,8 @@ run (the schema's types and schema.check's rules come first; these are separate 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, TextIO
+import dataclasses
+from typing import TYPE_CHECKING, Any, Iterable, Optional, TextIO
 
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.runs import sanity
@@ -24,6 +25,9 @@ from mltrain.runs.files import read_summary
 from mltrain.runs.keys import override_key
 from mltrain.tools.study.plan import Layout, possible_evaluation_runs, tuning_sweeps
 from mltrain.tools.study.schema import BUDGET, eval_seeds
+
+if TYPE_CHECKING:  # the training stack is imported when a run config is made, not with this module
+    from mltrain.config import Config
 
 MAX_TOKENS_PER_PARAM = 1e5  # 5,000 times the compute-optimal 20: beyond it a value is a typo, not a plan
 MAX_PARAMS = 1e15
@@ -107,8 +111,9 @@ def _check_jobs(study: Any) -> None:
 # How long
 
 
-def run_cost(cfg: Any) -> tuple[float, int]:
-    """(planned FLOPs, optimizer steps) of one run: every phase of its plan (mltrain/method/cost.py)."""
+def run_cost(cfg: Config) -> tuple[float, int]:
+    """(planned FLOPs, optimizer steps) of one run of the typed run config `cfg`: every phase of its plan
+    (mltrain/method/cost.py)."""
     from mltrain.data.tokenizers import get_tokenizer
     from mltrain.method.cost import plan_cost
 
@@ -116,11 +121,13 @@ def run_cost(cfg: Any) -> tuple[float, int]:
         vocab = cfg.model.vocab_size or get_tokenizer(cfg.data.tokenizer).n_vocab
     except MltrainError:  # the runs themselves say why the tokenizer cannot load; without the head, still a bound
         vocab = 0
+    if vocab and cfg.model.vocab_size is None:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab))
     cost = plan_cost(cfg, vocab)
     return cost.total, cost.steps
 
 
-def planned_cost(study: Any, configs: dict[tuple, Any]) -> tuple[float, int]:
+def planned_cost(study: Any, configs: dict[tuple, Config]) -> tuple[float, int]:
     """(FLOPs, steps) of every run: each setting on the selection seeds, and on the evaluation seeds one
     setting per arm (the frontier arm: one per budget), as stage 2 will run them."""
     flops, steps = 0.0, 0
@@ -133,8 +140,9 @@ def planned_cost(study: Any, configs: dict[tuple, Any]) -> tuple[float, int]:
     return flops + sum(f for f, _ in evaluated.values()), steps + sum(n for _, n in evaluated.values())
 
 
-def _machine(study: Any, cfg: Any) -> tuple[str, float]:
-    """(this machine in words, its nominal FLOP/s for the study's runs together)."""
+def _machine(study: Any, cfg: Config) -> tuple[str, float]:
+    """(this machine in words, its nominal FLOP/s for the study's runs together, run as the typed run
+    config `cfg` says)."""
     import torch
 
     from mltrain.runs.sweep import available_cpus
@@ -155,7 +163,7 @@ def _machine(study: Any, cfg: Any) -> tuple[str, float]:
 
 def check_study_duration(study: Any, out: TextIO) -> None:
     """Say how long a long study takes at least here; refuse one of more than a day without consent.
-    `study`: stages.prepare's, whose `configs` are every setting's composed run config."""
+    `study`: stages.prepare's, whose `configs` are every setting's typed run config."""
     cfg, configs = study.cfg, study.configs
     if cfg.launcher.name not in LOCAL_LAUNCHERS or not configs:
         return

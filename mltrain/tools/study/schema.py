@@ -247,7 +247,7 @@ def _check_tuning(study: Any) -> None:
 
 def selection_seeds(study: Any) -> list[int]:
     """Every seed a choice may be made on: the selection seeds and the extra ones."""
-    return [*study.selection_seeds, *study.get("extra_selection_seeds", [])]
+    return [*study.selection_seeds, *getattr(study, "extra_selection_seeds", [])]
 
 
 def _check_arm(name: str, arm: Any) -> None:

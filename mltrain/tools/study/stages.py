@@ -23,12 +23,11 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, TextIO
-
-from omegaconf import OmegaConf
+from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 from mltrain.errors import ConfigError, MltrainError
 from mltrain import guarded
+from mltrain.plain import plain
 from mltrain.runs import rundir
 from mltrain.runs.provenance import redact_tree
 from mltrain.tools.compare import Report, compare_report
@@ -40,7 +39,10 @@ from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP
                                       setting_text, tuning_sweeps)
 from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, run_status
 from mltrain.tools.study.sanity import repeated_data, run_cost
-from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, selection_seeds, varied_keys
+from mltrain.tools.study.schema import BUDGET, StudyConfig, eval_seeds, frontier_arm, selection_seeds, varied_keys
+
+if TYPE_CHECKING:  # the training stack is imported when a run config is made, not with this module
+    from mltrain.config import Config
 
 MAX_ROUNDS = 20  # tuning rounds per scale and budget set: a safeguard (each round adds only what the rules ask)
 
@@ -49,7 +51,7 @@ MAX_ROUNDS = 20  # tuning rounds per scale and budget set: a safeguard (each rou
 class Study:
     """A checked study and what this invocation has done so far."""
 
-    cfg: Any
+    cfg: StudyConfig
     layout: Layout
     sizes: dict[str, compose.ScaleSize]
     kinds: dict[tuple[str, str], str]
@@ -59,7 +61,7 @@ class Study:
     launched: int = 0  # sweeps launched by this invocation
     failures: dict[str, str] = field(default_factory=dict)  # run name -> why it did not end
     interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
-    configs: dict[tuple, Any] = field(default_factory=dict)  # (scale, arm, setting) -> its composed run config
+    configs: dict[tuple, Config] = field(default_factory=dict)  # (scale, arm, setting) -> its typed run config
     counted: set = field(default_factory=set)  # run folders the progress has in its total
     tuning: dict[str, dict] = field(default_factory=dict)  # scale -> what its tuning tried and chose (ladder.json)
 
@@ -88,14 +90,14 @@ class Study:
         return self.costs[key]
 
 
-def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
+def prepare(cfg: StudyConfig, out: Optional[TextIO] = None) -> Study:
     """Every check, before any run starts: ConfigError (one line) for the first problem."""
     compose.check_seeds(cfg)
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
         layout = Layout(Path(cfg.dir).resolve(), {name: size.max_steps for name, size in sizes.items()})
         tuning = [s for scale in cfg.ladder for s in tuning_sweeps(cfg, layout, scale, sizes[scale].max_steps)]
-        configs = compose.check_settings(cfg, tuning, sizes, composer)
+        composed, configs = compose.check_settings(cfg, tuning, sizes, composer)
     kinds = compose.arm_kinds(configs)
     frontier = frontier_arm(cfg)
     if any(kind != "single" for (_, arm), kind in kinds.items() if arm == frontier):
@@ -104,12 +106,12 @@ def prepare(cfg: Any, out: Optional[TextIO] = None) -> Study:
     labels = compose.check_labels(cfg, sizes, kinds)
     earlier = [r for s in tuning for r in s.runs()]
     earlier += [r for scale in cfg.ladder for r in possible_evaluation_runs(cfg, layout, scale) if r.dir.exists()]
-    compose.check_earlier_runs(earlier, configs)
+    compose.check_earlier_runs(earlier, composed)
     guarded.refuse_linked(_owned_paths(cfg, layout), layout.root)  # no write of the study through a link
     return Study(cfg, layout, sizes, kinds, labels, out, configs=configs)
 
 
-def _owned_paths(cfg: Any, layout: Layout) -> list[Path]:
+def _owned_paths(cfg: StudyConfig, layout: Layout) -> list[Path]:
     """Every file and folder the study writes itself or has its runs write (each must not be a link)."""
     paths = [layout.log, layout.root / "study.json", *(layout.ladder.with_suffix(s) for s in (".md", ".json", ".png"))]
     for scale in cfg.ladder:
@@ -128,7 +130,7 @@ def run(study: Study, command: str) -> int:
         # One study per folder at a time; what the sweeps print goes to study.log, the study's lines here.
         with rundir.claim(layout.root, what="dir", earlier=lambda _: None), output_to(layout.log) as console, \
                 study.interrupts:
-            record = redact_tree(OmegaConf.to_container(cfg, resolve=True))  # secrets as run.json keeps them out
+            record = redact_tree(plain(cfg))  # secrets as run.json keeps them out
             guarded.write_json(layout.root / "study.json", record, root=layout.root, indent=2)
             study.progress = _progress(study, study.out or console)
             results = [_scale(study, scale) for scale in cfg.ladder]
@@ -152,7 +154,7 @@ def run(study: Study, command: str) -> int:
     return 1 if incomplete or no_verdict else 0
 
 
-def _base_budgets(cfg: Any) -> list[str]:
+def _base_budgets(cfg: StudyConfig) -> list[str]:
     return [setting_text(BUDGET, b) for b in cfg.arms[frontier_arm(cfg)].grid[BUDGET]]
 
 
@@ -202,7 +204,7 @@ def _evaluation_cost(study: Study, scale: str) -> float:
     return flops
 
 
-def _parallel(cfg: Any) -> int:
+def _parallel(cfg: StudyConfig) -> int:
     """Runs that train at once: the local launcher's jobs (the basic launcher runs one at a time)."""
     return max(1, cfg.launcher.n_jobs or 1) if cfg.launcher.name == "local" else 1
 
@@ -434,7 +436,7 @@ def _basis_file(layout: Layout, scale: str) -> Path:
     return layout.selection(scale).with_name(".selection.basis.json")
 
 
-def _tuning_runs(cfg: Any, layout: Layout, scale: str, arm: str) -> list[Run]:
+def _tuning_runs(cfg: StudyConfig, layout: Layout, scale: str, arm: str) -> list[Run]:
     return next(s for s in tuning_sweeps(cfg, layout, scale) if s.arm == arm).runs()
 
 
@@ -460,7 +462,7 @@ def _digest(runs: list[tuple[str, Path]], choice: Choice) -> str:
     return h.hexdigest()
 
 
-def read_choices(cfg: Any, layout: Layout, scale: str) -> tuple[Optional[dict[str, Choice]], list[str]]:
+def read_choices(cfg: StudyConfig, layout: Layout, scale: str) -> tuple[Optional[dict[str, Choice]], list[str]]:
     """(what selection.json records for a scale, or None when stage 1 has not chosen yet; the arms whose
     record is not believed). An arm's record is believed only when the runs it names (recorded beside it:
     _basis_file) include this config's tuning runs of the arm and its digest (choice_basis) comes out of
