@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from mltrain.data.config import DataConfig
 from mltrain.model import GPTConfig
 from mltrain.runs.tracking import LoggerConfig
-from mltrain.training.optim import OptimConfig, ScheduleConfig
+from mltrain.optim_settings import OptimConfig, ScheduleConfig
 from mltrain.training.settings import TrainConfig
 
 

@@ -12,7 +12,7 @@ from mltrain.model import GPTConfig, Norm
 from mltrain.plain import plain
 from mltrain.runs.keys import config_digest
 from mltrain.training.checkpoint import computation_config
-from mltrain.training.optim import OptimConfig
+from mltrain.optim_settings import OptimConfig
 from mltrain.training.settings import TrainConfig
 
 PRESETS = [(), ("coarsening=evenodd",), ("experiment=stacking",), ("experiment=layer_drop",), ("experiment=raptr",),
