@@ -15,7 +15,7 @@ import pytest
 from helpers import made_once, run_main, sweep_in_this_process
 from omegaconf import OmegaConf
 
-from mltrain.tools.study import compose, ladder, launch, stages
+from mltrain.tools.study import compose, ladder, stages
 from mltrain.tools.study.cli import compose_study
 
 
@@ -57,7 +57,6 @@ def _run_smoke_study(root: Path) -> tuple[int, str]:
     import mltrain.tools.compare as compare
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(stages, "multirun", launch.multirun)  # each sweep in its own process, whichever test asks first
     if not hasattr(compare, "compare_dirs"):
         import helpers
 
