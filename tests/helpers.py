@@ -331,49 +331,6 @@ def run_main(*argv: str, capsys=None) -> tuple[int, str, str]:
     return code, out.getvalue(), err
 
 
-def sweep_in_this_process(overrides: list[str], env: dict) -> int:
-    """A stand-in for the study's `launch.multirun`: `mltrain -m <overrides>` run by this process
-    (`mltrain.console.train_main`, as the sweep's own process runs it) with `env` added, and its exit
-    status. For the study tests that are not about the sweep's own process: each sweep then
-    skips a fresh Python's start and its imports of torch and Hydra (seconds a sweep). What a run changes
-    in this process (its argv, environment, signal handlers, the root logger's handlers, Hydra's global
-    state) is put back after it. The smoke study and the Ctrl-C test keep the sweep's real process."""
-    import logging
-
-    from hydra.core.global_hydra import GlobalHydra
-
-    from mltrain.console import train_main
-
-    print(f"$ mltrain -m {' '.join(overrides)}", flush=True)
-    saved_argv, saved_env = sys.argv, dict(os.environ)
-    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
-    root = logging.getLogger()
-    saved_logging = (list(root.handlers), root.level, logging.raiseExceptions)
-    sys.argv = ["mltrain", "-m", *overrides]
-    os.environ.update({k: str(v) for k, v in env.items()})
-    try:
-        train_main()
-        return 0
-    except SystemExit as err:
-        return err.code if isinstance(err.code, int) else int(err.code is not None)
-    finally:
-        sys.argv = saved_argv
-        os.environ.clear()
-        os.environ.update(saved_env)
-        for s, handler in saved_signals.items():
-            signal.signal(s, handler)
-        for handler in root.handlers[:]:
-            if handler not in saved_logging[0]:
-                root.removeHandler(handler)
-                handler.close()
-        for handler in saved_logging[0]:
-            if handler not in root.handlers:
-                root.addHandler(handler)
-        root.setLevel(saved_logging[1])
-        logging.raiseExceptions = saved_logging[2]
-        GlobalHydra.instance().clear()
-
-
 SMOKE = ["scale=smoke", "train.progress=false"]
 ERROR_WORDS = re.compile(r"error|traceback|exception", re.IGNORECASE)
 

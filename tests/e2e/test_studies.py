@@ -12,19 +12,11 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import made_once, run_main, sweep_in_this_process
+from helpers import made_once, run_main
 from omegaconf import OmegaConf
 
 from mltrain.tools.study import compose, ladder, stages
 from mltrain.tools.study.cli import compose_study
-
-
-@pytest.fixture
-def sweeps_here(monkeypatch):
-    """The study's sweeps run in this process (helpers.sweep_in_this_process), for the tests below that
-    are about what the study plans, resumes and reports, not about a sweep's own process: the smoke
-    study itself and the Ctrl-C test keep `mltrain -m` in a process of its own."""
-    monkeypatch.setattr(stages, "multirun", sweep_in_this_process)
 
 
 def launches(monkeypatch) -> list:
@@ -112,8 +104,7 @@ def test_a_second_invocation_starts_no_run_and_rewrites_the_reports(smoke_study,
     assert summaries(root) == before and not any(line.startswith("[") for line in out.splitlines())
 
 
-def test_a_study_with_runs_missing_or_cut_short_resumes_to_the_same_reports(smoke_study, verdict, sweeps_here, tmp_path,
-                                                                           monkeypatch):
+def test_a_study_with_runs_missing_or_cut_short_resumes_to_the_same_reports(smoke_study, verdict, tmp_path, monkeypatch):
     root = tmp_path / "study"
     shutil.copytree(smoke_study[0], root, ignore=shutil.ignore_patterns(".mltrain.lock", "study.log"))
     shutil.rmtree(root / "d16" / "tune" / "multilevel" / "optim.lr=0.3,seed=0")  # never started
@@ -131,8 +122,7 @@ def test_a_study_with_runs_missing_or_cut_short_resumes_to_the_same_reports(smok
     assert reports(root) == reports(smoke_study[0])
 
 
-def test_progress_counts_the_evaluation_of_a_new_choice_when_stage_1_chooses_again(smoke_study, verdict, sweeps_here,
-                                                                                   tmp_path):
+def test_progress_counts_the_evaluation_of_a_new_choice_when_stage_1_chooses_again(smoke_study, verdict, tmp_path):
     """A study whose grid grew: stage 1 chooses again, and the runs done are those of the new choice."""
     root = tmp_path / "study"
     shutil.copytree(smoke_study[0], root, ignore=shutil.ignore_patterns(".mltrain.lock", "study.log"))
@@ -198,7 +188,7 @@ def test_every_setting_of_the_big_studies_composes_and_validates(name, request, 
     assert not any(tmp_path.iterdir())  # checking writes nothing
 
 
-def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, sweeps_here, tmp_path):
+def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, tmp_path):
     # Valid config, impossible run: the vocabulary is only checked against the tokenizer's when a run builds.
     # One setting per arm and one evaluation seed, single-level with the two budgets a frontier needs: the
     # multilevel run fails, the single-level ones go on.
@@ -238,8 +228,7 @@ AXIS_LADDERS = {  # axis -> (its rungs, the config key each rung's value is read
 
 
 @pytest.mark.parametrize("axis", sorted(AXIS_LADDERS))
-def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, sweeps_here, tmp_path, monkeypatch,
-                                                                                       request):
+def test_a_ladder_along_each_axis_reads_its_values_from_the_configs_and_names_the_axis(axis, tmp_path, monkeypatch, request):
     """Width: the smoke study's finished runs reported along width (no run is needed for that)."""
     from matplotlib.figure import Figure
 
