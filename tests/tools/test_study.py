@@ -39,6 +39,12 @@ SHIPPED = {  # study -> (rungs at least, the arms' presets it must have)
 }
 
 
+# The studies whose every setting `stages.prepare` composes and validates in another test:
+# test_a_key_with_one_value_is_a_fixed_setting_kept_in_the_arm_label_not_tuned_by_the_verdict (cpu_ladder) and
+# tests/e2e/test_studies.py's test_every_setting_of_the_big_studies_composes_and_validates (the others).
+PREPARED_IN_FULL = {"cpu_ladder", "paper_ladder", "depth_ladder", "data_ladder", "adamw_check"}
+
+
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(name, request):
     if name == "paper_ladder":
@@ -55,7 +61,9 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
     layout = Layout(Path("unused"))
     with compose.Composer() as composer:
         sizes = compose.ladder_sizes(cfg, composer)
-        for scale in cfg.ladder:  # one setting per arm here; `prepare` (slow test below) composes them all
+        # One setting per arm here, for the studies whose every setting no other test composes: `prepare`
+        # composes and validates them all, for cpu_ladder below and for the others in tests/e2e/test_studies.py.
+        for scale in cfg.ladder if name not in PREPARED_IN_FULL else ():
             for sweep in tuning_sweeps(cfg, layout, scale, sizes[scale].max_steps):
                 run = sweep.runs()[0]
                 from mltrain.config import validate

@@ -21,6 +21,7 @@ the names Hydra gives. Torch-free.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,10 +54,14 @@ def parse(override: str) -> Any:
         raise ConfigError(override_line(override, str(err).splitlines()[0])) from None  # with how to quote it
 
 
+# key_of and canonical are kept per override text: a study plans thousands of runs from a few dozen
+# overrides, and each parse by Hydra's grammar costs about a millisecond.
+@functools.lru_cache(maxsize=4096)
 def key_of(override: str) -> str:
     return parse(override).key_or_group
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical(override: str) -> str:
     """`key=value` as Hydra's sweeper hands it to a job (and as the job's folder name spells it)."""
     o = parse(override)
