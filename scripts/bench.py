@@ -67,7 +67,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from hydra import compose, initialize_config_module
 
-from mltrain.config import register_configs
+from mltrain.config import register_configs, typed
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.flops import train_flops_per_step
 from mltrain.training.devices import peak_flops
@@ -342,7 +342,7 @@ def measure_overhead(args, tmp: Path) -> dict:
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfgs = {name: compose("config", overrides=[*common, f"train.max_steps={n}", *extra])
+        cfgs = {name: typed(compose("config", overrides=[*common, f"train.max_steps={n}", *extra]))
                 for name, extra in OVERHEAD_METHODS.items()}
     blocks: dict[str, tuple[Callable[[], None], CoreTimer, Callable[[], int]]] = {}
     for name, cfg in cfgs.items():
@@ -468,7 +468,7 @@ def nanogpt_on_held_out(work: Path, checkpoint: Path, data: Path, iters: int) ->
         table[ord(ch)] = i
     register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=mltrain_recipe(data, iters, Path("unused"))[:-1])
+        cfg = typed(compose("config", overrides=mltrain_recipe(data, iters, Path("unused"))[:-1]))
     val = BatchSampler(load_tokens(cfg.data).val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")
     losses = []
     with torch.no_grad():
@@ -610,10 +610,10 @@ def measure(args, tmp: Path) -> dict:
     single_steps = cycles * (1 + 2 * S) + after  # as many optimizer steps as the multilevel run
     register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg_single = compose("config", overrides=[*common, f"train.max_steps={single_steps}"])
-        cfg_ml = compose("config", overrides=[*common, f"train.max_steps={ml_steps}", "coarsening=evenodd",
-                                             f"multilevel.n_cycles={cycles}", f"multilevel.coarse_steps={S}"])
-        cfg_options = {k: compose("config", overrides=[*common, f"train.max_steps={single_steps}", *extra])
+        cfg_single = typed(compose("config", overrides=[*common, f"train.max_steps={single_steps}"]))
+        cfg_ml = typed(compose("config", overrides=[*common, f"train.max_steps={ml_steps}", "coarsening=evenodd",
+                                                   f"multilevel.n_cycles={cycles}", f"multilevel.coarse_steps={S}"]))
+        cfg_options = {k: typed(compose("config", overrides=[*common, f"train.max_steps={single_steps}", *extra]))
                        for k, extra in (SPEED_OPTIONS.items() if args.speed_options else ())}
     single = session(cfg_single, tmp, "single")
     ml = session(cfg_ml, tmp, "multilevel")

@@ -27,7 +27,7 @@ import torch
 from hydra import compose, initialize_config_module
 
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
-from mltrain.config import register_configs
+from mltrain.config import register_configs, typed
 from mltrain.run import build
 
 register_configs()
@@ -38,7 +38,7 @@ BASE = ["train.batch_size=2", "train.progress=false", "device=cpu", "train.eval_
 
 def state_after(overrides: list[str], steps: int):
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=[*BASE, *overrides])
+        cfg = typed(compose("config", overrides=[*BASE, *overrides]))
     session = build(cfg, lambda row: None)
     st = session.trainer.state
     session.runner.run(should_stop=lambda: st.fine_steps + st.coarse_steps >= steps)

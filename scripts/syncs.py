@@ -162,7 +162,7 @@ def count(overrides: list[str], steps: int = 48, device: str = "cpu", compile_: 
     from hydra import compose, initialize_config_module
 
     from mltrain import run as run_module
-    from mltrain.config import register_configs
+    from mltrain.config import register_configs, typed
     from mltrain.run import build
     from mltrain.training.checkpoint import CheckpointFolder, CheckpointSaver
     from mltrain.training import distributed
@@ -171,8 +171,8 @@ def count(overrides: list[str], steps: int = 48, device: str = "cpu", compile_: 
     distributed.init(distributed.world_from_env())  # under torchrun: join the group, as run() does first
     register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, f"device={device}", f"train.max_steps={WARMUP + steps}",
-                                           *(["train.compile=true"] if compile_ else []), *overrides])
+        cfg = typed(compose("config", overrides=[*TINY, f"device={device}", f"train.max_steps={WARMUP + steps}",
+                                                 *(["train.compile=true"] if compile_ else []), *overrides]))
     session = build(cfg, lambda row: None)
     runner, state = session.runner, session.trainer.state
     folder = CheckpointFolder(Path(os.environ.get("TMPDIR", "/tmp")), 1)
