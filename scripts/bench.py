@@ -618,6 +618,7 @@ def measure(args, tmp: Path) -> dict:
     single = session(cfg_single, tmp, "single")
     ml = session(cfg_ml, tmp, "multilevel")
     options = {k: session(c, tmp, k) for k, c in cfg_options.items()}  # built before any compile (it resets dynamo)
+    cfg_single = single.cfg  # as built: model.vocab_size resolved from the tokenizer
     device, dtype = single.trainer.device, single.trainer.dtype
     whole_plans = {"single": single.runner.plan, "multilevel": ml.runner.plan}
     data = load_tokens(cfg_single.data)
