@@ -7,20 +7,12 @@ started from. Imports nothing of mltrain: every layer that writes a config out u
 
 from __future__ import annotations
 
-import dataclasses
-from enum import Enum
 from typing import Any
+
+from omegaconf import OmegaConf
 
 
 def plain(value: Any) -> Any:
-    """`value` with every dataclass made a dict (in field order), every Enum its name, lists and
-    dicts walked; anything else as it is."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Enum):
-        return value.name
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    return value
+    """`value` (a typed config or one of its sections) as OmegaConf's plain container: every dataclass
+    a dict in field order, every Enum its name."""
+    return OmegaConf.to_container(OmegaConf.structured(value), enum_to_str=True)
