@@ -23,7 +23,10 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
   sampler, sub-path draws, row bookkeeping, metrics rows, the signal check and checkpoint cadence)
   with its forward/backward, clipping, optimizer step and zero_grad timed inside the same block: the
   rest per step, beside the same figure for a bare nanoGPT-style loop (get_batch, cosine LR,
-  `loss.item()` every 10 steps) around the same model. Timed by process CPU time (`--clock wall`).
+  `loss.item()` every 10 steps) around the same model (`bare`), and for that loop fed by mltrain's
+  batch stream instead of get_batch (`bare_sampler`: batches a pure function of seed and index, pinned
+  across versions, where get_batch draws from torch's global generator). Both loops' core work is timed
+  in the same five places as the harness's. Timed by process CPU time (`--clock wall`).
 * side by side (--nanogpt CHECKOUT --shakespeare INPUT_TXT): the whole run, start-up, steps and
   evaluation, of nanoGPT's own train.py on its CPU recipe (tiny shakespeare, char-level, 4 layers, 4
   heads, 128 wide, context 64, batch 12, 2,000 iterations, AdamW) beside mltrain's run of the same
@@ -59,7 +62,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -74,6 +77,7 @@ from mltrain.training.devices import peak_flops
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.plan import Phase
 from mltrain.run import build
+from mltrain.training.batches import DeviceBatches
 from mltrain.runs.tracking import Tracker
 from mltrain.training.trainer import TrainState
 
@@ -274,30 +278,41 @@ class Instrumented:
             del opt.step, opt.zero_grad
 
 
-def bare_loop(model, cfg, tokens: np.ndarray, n: int, core: CoreTimer) -> Callable[[], None]:
+def bare_loop(model, cfg, tokens: np.ndarray, n: int, core: CoreTimer,
+              next_batch: Optional[Callable[[], tuple]] = None) -> Callable[[], None]:
     """nanoGPT's loop around the same model: get_batch, cosine LR, forward, backward, clip, step,
-    zero_grad, `loss.item()` every log_interval steps; its core work timed by `core`."""
+    zero_grad, `loss.item()` every log_interval steps; its core work timed by `core` as Instrumented
+    times the harness's: forward, backward, clipping, the optimizer step and zero_grad each timed apart.
+    `next_batch`: the batches from there instead of nanoGPT's get_batch (torch's global generator).
+
+    Timed apart, not as one region: each region costs a few reads of the clock (the process's CPU time
+    is a system call, dearer after a step's work than in a tight loop) that fall partly outside it. With
+    the bare loop timed as one region and the harness as five, those reads alone made the harness look
+    ~75 µs a step dearer (measured: the same bare loop read 162 µs/step as one region, 238 as five)."""
     t, o, T, B = cfg.train, cfg.optim, cfg.model.block_size, cfg.train.batch_size
     opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum)
     params = list(model.parameters())
     step = [0]
-    clock = core.clock
+    forward, clip = core.timed(model), core.timed(torch.nn.utils.clip_grad_norm_)
+    backward = core.timed(torch.Tensor.backward)
+    update, zero_grad = core.timed(opt.step), core.timed(opt.zero_grad)
 
     def run() -> None:
         for _ in range(n):
             lr = o.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, step[0] / t.max_steps)))
             for g in opt.param_groups:
                 g["lr"] = lr
-            ix = torch.randint(len(tokens) - T, (B,))
-            x = torch.stack([torch.from_numpy(tokens[i : i + T].astype(np.int64)) for i in ix])
-            y = torch.stack([torch.from_numpy(tokens[i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
-            t0 = clock()
-            _, loss = model(x, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, t.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            core.spent += clock() - t0
+            if next_batch is None:
+                ix = torch.randint(len(tokens) - T, (B,))
+                x = torch.stack([torch.from_numpy(tokens[i : i + T].astype(np.int64)) for i in ix])
+                y = torch.stack([torch.from_numpy(tokens[i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
+            else:
+                x, y = next_batch()
+            _, loss = forward(x, y)
+            backward(loss)
+            clip(params, t.grad_clip)
+            update()
+            zero_grad(set_to_none=True)
             step[0] += 1
             if step[0] % t.log_interval == 0:
                 loss.item()
@@ -360,8 +375,15 @@ def measure_overhead(args, tmp: Path) -> dict:
     cfg = cfgs["single"]
     data = load_tokens(cfg.data)
     core = CoreTimer(clock)
-    blocks["bare"] = (bare_loop(build(cfg, lambda row: None).model, cfg, np.concatenate(data.train), n, core), core,
-                      lambda: n)
+    model = build(cfg, lambda row: None).model
+    blocks["bare"] = (bare_loop(model, cfg, np.concatenate(data.train), n, core), core, lambda: n)
+    # The same loop drawing its batches as every mltrain run must: each a pure function of (seed, index),
+    # pinned bit for bit across versions (tests/data/test_batches_pinned.py), drawn ahead in blocks.
+    stream = DeviceBatches(BatchSampler(data.train, cfg.train.batch_size, cfg.model.block_size, seed=0),
+                           torch.device("cpu"))
+    core_s = CoreTimer(clock)
+    blocks["bare_sampler"] = (bare_loop(model, cfg, np.concatenate(data.train), n, core_s, stream.next_batch), core_s,
+                              lambda: n)
     for block, _, _ in blocks.values():
         block()
     over: dict[str, list[float]] = {k: [] for k in blocks}

@@ -25,9 +25,10 @@ AHEAD_BYTES = 4 << 20  # the host builds the batches of the next steps in blocks
 class DeviceBatches:
     def __init__(self, sampler: Any, device: torch.device, prefetch: bool = True):
         self.sampler, self.device, self.enabled = sampler, device, prefetch
+        self._on_cpu = device.type == "cpu"
         self._ready: Optional[tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor]]] = None
         # (seed, first index), then each batch of the block as a view of it (split once per block)
-        self._block: Optional[tuple[tuple[int, int], tuple[torch.Tensor, ...]]] = None
+        self._block: Optional[tuple[tuple[int, int], tuple]] = None
         per_batch = 2 * getattr(sampler, "local_batch_size", 1) * getattr(sampler, "block_size", 1) * 8
         self.ahead = max(1, min(64, AHEAD_BYTES // per_batch))
 
@@ -47,19 +48,24 @@ class DeviceBatches:
         if not hasattr(self.sampler, "stacked_range"):
             x, y = self.sampler.batch(index)
             return x.to(self.device), y.to(self.device)
-        xy = self._host(index)
+        batch = self._host(index)
+        if self._on_cpu:  # (x, y) as the block holds them: no copy
+            return batch
         if self.device.type == "cuda":
-            xy = xy.pin_memory().to(self.device, non_blocking=True)
-        elif self.device.type != "cpu":
-            xy = xy.to(self.device)
+            xy = batch.pin_memory().to(self.device, non_blocking=True)
+        else:
+            xy = batch.to(self.device)
         return xy[0], xy[1]
 
-    def _host(self, index: int) -> torch.Tensor:
-        """Batch `index` as the sampler's stacked (x, y), from a block of the next `ahead` batches built
-        together (sampler.stacked_range: the same batches, drawn in one loop)."""
+    def _host(self, index: int) -> Any:
+        """Batch `index` from a block of the next `ahead` batches built together (sampler.stacked_range: the
+        same batches, drawn in one loop): on the CPU its (x, y), split once per block; for another device
+        the stacked (x, y) as one tensor, copied there in one go."""
         seed, block = self.sampler.seed, self._block
         if block is None or block[0][0] != seed or not 0 <= index - block[0][1] < len(block[1]):
-            block = self._block = ((seed, index), self.sampler.stacked_range(index, self.ahead).unbind(0))
+            stacked = self.sampler.stacked_range(index, self.ahead)
+            batches = tuple(zip(stacked[:, 0].unbind(0), stacked[:, 1].unbind(0))) if self._on_cpu else stacked.unbind(0)
+            block = self._block = ((seed, index), batches)
         return block[1][index - block[0][1]]
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:

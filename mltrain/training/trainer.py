@@ -112,6 +112,7 @@ class Trainer:
         compiled: bool = False,
     ):
         self.model, self.cfg, self.device, self.dtype, self.emit = model, train_cfg, device, dtype, emit
+        self._device_type = device.type
         # The step's settings, read once into plain values the step uses.
         self.grad_accum, self.grad_clip = int(train_cfg.grad_accum), float(train_cfg.grad_clip)
         self.skip_nonfinite = train_cfg.on_nonfinite == "skip"
@@ -129,6 +130,7 @@ class Trainer:
         self._idle: dict[tuple[int, ...], list[torch.nn.Parameter]] = {}  # per view: parameters it leaves out
         cfg = model.config
         self._flops_per_token: dict[int, float] = {}
+        self._per_token: dict[int, tuple[float, float]] = {}  # by view depth, for the step's counters
         self._dims = (cfg.n_embd, cfg.vocab_size, cfg.block_size)
         self.last_loss: dict[str, float] = {}  # by step kind (and "val", "val_se"), for the summary
         self._pending: dict[str, PendingRow] = {}  # per step kind, since its last train row
@@ -166,7 +168,7 @@ class Trainer:
         """A batch on the training device (pinned and copied without waiting, on CUDA); a batch already
         there (a prefetched one, training/batches.py) as it is."""
         x, y = batch
-        if x.device.type == self.device.type:
+        if x.device.type == self._device_type:
             return x, y
         if self.device.type == "cuda":
             return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
@@ -188,18 +190,22 @@ class Trainer:
             pending = self._pending[kind] = PendingRow(self.clock.train_time(), view)
         set_lr(optimizer, lr)
         x, y = self.to_device(sampler.next_batch())
-        graphs, accum, idle = self.compiles.count(), self.grad_accum, self._idle_parameters(view)
-        # One micro-batch: the loss as it is (no chunking, no division by 1). Under DDP the gradients
-        # are reduced once, with the last micro-batch.
-        micro = [(x, y)] if accum == 1 else list(zip(x.chunk(accum), y.chunk(accum)))
-        loss: Any = None if accum == 1 else torch.zeros((), device=self.device)
+        accum, idle = self.grad_accum, self._idle_parameters(view)
+        graphs = self.compiles.count() if self.compiled else 0
         with self.compiles:  # dynamo's recompile limit reached: one line (CompileLimitError)
-            for i, (xs, ys) in enumerate(micro):
-                with self._ddp.no_sync() if self.replica is not None and i < accum - 1 else NO_CONTEXT:
-                    with self.autocast():
-                        _, part = self._forward(view, xs, ys, idle)
-                    (part if accum == 1 else part / accum).backward()
-                loss = part.detach() if accum == 1 else loss + part.detach() / accum
+            if accum == 1:  # one micro-batch: the loss as it is (no chunking, no division by 1)
+                with self.autocast():
+                    _, part = self._forward(view, x, y, idle)
+                part.backward()
+                loss = part.detach()
+            else:  # under DDP the gradients are reduced once, with the last micro-batch
+                loss = torch.zeros((), device=self.device)
+                for i, (xs, ys) in enumerate(zip(x.chunk(accum), y.chunk(accum))):
+                    with self._ddp.no_sync() if self.replica is not None and i < accum - 1 else NO_CONTEXT:
+                        with self.autocast():
+                            _, part = self._forward(view, xs, ys, idle)
+                        (part / accum).backward()
+                    loss = loss + part.detach() / accum
         for p in idle:  # the zeros DDP averaged for them: the optimizer skips them, as in one process
             p.grad = None
         params = self._clip_params.get(id(optimizer))
@@ -229,7 +235,7 @@ class Trainer:
         prefetch = getattr(sampler, "prefetch", None)
         if prefetch is not None:
             prefetch()
-        if self.compiles.count() != graphs:
+        if self.compiled and self.compiles.count() != graphs:
             pending.compiled = True
         n_tokens = x.numel() * self.world.size  # the global batch: every rank's slice
         flops = self._count(kind, view, n_tokens)
@@ -282,11 +288,15 @@ class Trainer:
 
     def _count(self, kind: StepKind, view: ModelView, n_tokens: int) -> float:
         """Add the step to the counters; returns its training FLOPs."""
-        s, n_layer = self.state, self.model.config.n_layer
-        flops = self.flops_per_token(view.n_blocks) * n_tokens
+        s = self.state
+        per_token = self._per_token.get(view.n_blocks)
+        if per_token is None:  # (FLOPs, FLOPs costed by blocks) per token of a view of this depth
+            n, n_layer = view.n_blocks, self.model.config.n_layer
+            per_token = self._per_token[n] = (self.flops_per_token(n), self.flops_per_token(n_layer) * n / n_layer)
+        flops = per_token[0] * n_tokens
         s.tokens += n_tokens
         s.flops += flops
-        s.flops_blocks += self.flops_per_token(n_layer) * n_tokens * view.n_blocks / n_layer
+        s.flops_blocks += per_token[1] * n_tokens
         counter = STEP_COUNTERS[kind]  # a StepKind, or its plain name
         setattr(s, counter, getattr(s, counter) + 1)
         if kind == StepKind.coarse:
