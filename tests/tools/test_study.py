@@ -90,7 +90,8 @@ def test_max_steps_follow_tokens_per_parameter():
 @pytest.mark.parametrize("overrides, says", [
     (["arms.multilevel.experiment=nope"], "arm multilevel"),  # an unknown preset
     (["arms.multilevel.overrides=['optim.lrr=0.1']"], "Could not override 'optim.lrr'"),  # an unknown key of a run
-    (["seed=[3]"], "Key 'seed' not in 'StudyConfig'"),  # an unknown key of the study
+    (["seed=[3]"], "seed=[3]: key 'seed' not in 'StudyConfig'; did you mean seeds?"),  # an unknown key of the study
+    (["study=smokee"], "study=smokee: no study preset 'smokee' (the study presets: "),  # as mltrain says it
     (["study=nogrid"], "arm extra has no grid"),  # a study of the user's own (tests/conf below)
     (["arms.multilevel.grid={optim.lr:[0.03,0.1,0.3]}"], "tuned unequally (single 2, multilevel 3 settings)"),
     (["seeds=[0,1]"], "seed [0] in both selection_seeds and seeds"),

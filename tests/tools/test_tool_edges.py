@@ -115,7 +115,8 @@ STUDIES = {
 
 
 @pytest.mark.parametrize("name, says", [
-    ("badkey", ["Key 'gird' not in 'ArmConfig'", "key arms.single.gird", "badkey.yaml"]),
+    ("badkey", ["In 'study/badkey': arms.single.gird: key 'gird' not in 'ArmConfig'; did you mean arms.single.grid?",
+                "badkey.yaml"]),
     ("badinterp", ["Interpolation key 'nope' not found", "key common[1]", "badinterp.yaml"]),
     ("badyaml", ["expected the node content", "badyaml.yaml", "line 5"]),
     ("badtype", ["two", "seeds", "badtype.yaml"]),

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mltrain.errors import ConfigError, report, tool_main
+from mltrain.errors import ConfigError, composition_line, report, tool_main
 from mltrain.tools.study import compose, sanity, schema
 from mltrain.tools.study.compose import one_line
 from mltrain.tools.study.schema import StudyConfig
@@ -50,10 +50,17 @@ def compose_study(overrides: Sequence[str]) -> Any:
             cfg = compose("mltrain_study", overrides=list(overrides))
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation now: a bad one is a composition error
     except Exception as err:  # noqa: BLE001 - Hydra's, OmegaConf's and YAML's errors: a missing study, a typo
-        from omegaconf.errors import InterpolationResolutionError
+        from hydra.errors import HydraException
+        from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
-        line, where = one_line(err), _study_file(overrides)
-        from_file = line.startswith("In 'study/") or isinstance(err, InterpolationResolutionError)
+        # Hydra's and OmegaConf's as `mltrain` says them (errors.composition_line): the override at fault
+        # first, a misspelt key's nearest key; what no override names (the study file's own) names the
+        # file. A YAML error, or an interpolation that does not resolve, keeps its own line and position.
+        resolving = isinstance(err, InterpolationResolutionError)
+        composing = isinstance(err, (HydraException, OmegaConfBaseException)) and not resolving
+        line = composition_line(err, list(overrides)) if composing else one_line(err)
+        where = _study_file(overrides)
+        from_file = resolving or line.startswith("In 'study/")
         if where is not None and from_file and str(where) not in line:
             line += f" (study file {where})"
         raise ConfigError(line) from None
