@@ -375,14 +375,14 @@ def measure_overhead(args, tmp: Path) -> dict:
     cfg = cfgs["single"]
     data = load_tokens(cfg.data)
     core = CoreTimer(clock)
-    model = build(cfg, lambda row: None).model
-    blocks["bare"] = (bare_loop(model, cfg, np.concatenate(data.train), n, core), core, lambda: n)
+    model, tokens = build(cfg, lambda row: None).model, np.concatenate(data.train)
+    blocks["bare"] = (bare_loop(model, cfg, tokens, n, core), core, lambda: n)
     # The same loop drawing its batches as every mltrain run must: each a pure function of (seed, index),
     # pinned bit for bit across versions (tests/data/test_batches_pinned.py), drawn ahead in blocks.
     stream = DeviceBatches(BatchSampler(data.train, cfg.train.batch_size, cfg.model.block_size, seed=0),
                            torch.device("cpu"))
     core_s = CoreTimer(clock)
-    blocks["bare_sampler"] = (bare_loop(model, cfg, np.concatenate(data.train), n, core_s, stream.next_batch), core_s,
+    blocks["bare_sampler"] = (bare_loop(model, cfg, tokens, n, core_s, stream.next_batch), core_s,
                               lambda: n)
     for block, _, _ in blocks.values():
         block()
