@@ -95,8 +95,8 @@ class RunGuard(Callback):
             # every point valid, one job dir each, n_jobs bounded: before any write
             sweeps.check_sweep(config, validate_composed)
             sweeps.mark_sweep_process()
-            rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep, holds="earlier runs",
-                         allow_earlier=resuming(config.train.resume))
+            self._sweep = rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep,
+                                       holds="earlier runs", allow_earlier=resuming(config.train.resume))
         except MltrainError as err:
             _fail(str(err))
         except OSError as err:
@@ -122,6 +122,8 @@ class RunGuard(Callback):
         sweeps.record_failure(job_return, str(err))  # said once: no traceback when the sweep ends
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if getattr(self, "_sweep", None) is not None:
+            self._sweep.release()  # the sweep dir is free for a later sweep (mltrain-study runs several in one process)
         if sweeps.sweep_failed():
             sys.exit(1)  # each failed job has said why in its one line
 

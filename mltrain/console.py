@@ -49,6 +49,30 @@ def train_main() -> NoReturn:
     sys.exit(0)
 
 
+def sweeps_main(sweeps: list[list[str]]) -> NoReturn:
+    """`mltrain -m <overrides>` for each of `sweeps` in turn, in this one process, each line printed first
+    (mltrain-study's sweeps of one stage: one start-up for all of them). Each is the command's own run of
+    that line, read by Hydra from sys.argv as it reads a command line. A sweep stopped by a signal ends
+    the process with its status, the later ones not started; else the status is 1 when any sweep failed."""
+    from mltrain.interrupts import STOPPED
+
+    failed = False
+    for overrides in sweeps:
+        print(f"$ mltrain -m {' '.join(overrides)}", flush=True)
+        sys.argv = ["mltrain", "-m", *overrides]
+        status = 0
+        try:
+            train_main()
+        except SystemExit as end:
+            status = end.code if isinstance(end.code, int) else int(end.code is not None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if status in STOPPED:
+            sys.exit(status)
+        failed = failed or status != 0
+    sys.exit(1 if failed else 0)
+
+
 def compare_main(argv: list[str] | None = None) -> None:
     def main() -> int:
         from mltrain.errors import MltrainError, os_error_line

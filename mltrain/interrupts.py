@@ -17,6 +17,9 @@ import signal
 import threading
 from typing import Any
 
+# mltrain's exit statuses for a run stopped by SIGINT, SIGTERM, SIGUSR1 or SIGHUP (it wrote a checkpoint first)
+STOPPED = (130, 143, 138, 129)
+
 
 class CtrlC:
     def __init__(self, defer: bool = False) -> None:

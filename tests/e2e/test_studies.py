@@ -26,9 +26,9 @@ def launches(monkeypatch) -> list:
     launched = []
     real = stages.multirun
 
-    def counting(overrides, env):
-        launched.append(overrides)
-        return real(overrides, env)
+    def counting(sweeps, env):
+        launched.extend(sweeps)
+        return real(sweeps, env)
 
     monkeypatch.setattr(stages, "multirun", counting)
     return launched

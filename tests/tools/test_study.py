@@ -498,8 +498,8 @@ def test_a_study_invoked_again_over_its_finished_runs_plans_nothing_new(tmp_path
         return (2.0 + steep * abs(math.log(float(s["optim.lr"]) / 0.2)) - 0.1 * float(s.get("train.budget", 1.0))
                 - 0.003 * (s.get("schedule.warmup_steps") == "1") + 0.001 * (run.seed % 7))
 
-    def fake_launch(study, sweep):
-        pending = [r for r in sweep.runs() if not ended(run_status(r.dir))]
+    def fake_launch(study, sweeps):
+        pending = [r for s in sweeps for r in s.runs() if not ended(run_status(r.dir))]
         launched.extend(pending)
         for run in pending:
             finish(run, loss(run))

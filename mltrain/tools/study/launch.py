@@ -1,23 +1,27 @@
-"""One sweep: `mltrain -m <overrides>` in a process of its own, the same Python environment's.
+"""The sweeps of one stage: `mltrain -m <overrides>` for each, one after another in one process of
+their own, the same Python environment's (mltrain.console.sweeps_main).
 
-Hydra's sweeper, in that process, expands the line and its launcher runs the jobs: `basic` one after
-the other there, `local` (joblib) in worker processes it starts, `slurm` as cluster jobs. The study
-runs the console command's own entry point (mltrain.console.train_main), so a study's runs are
-ordinary mltrain runs, and nothing of a run (its config, its signal handlers, torch's state) is left
-in the study's process from one sweep to the next.
+Hydra's sweeper, in that process, expands each line and its launcher runs the jobs: `basic` one after
+the other there, `local` (joblib) in worker processes it starts, `slurm` as cluster jobs. Each sweep is
+the console command's own run of that line (mltrain.console.train_main: its own composition, run guard
+and multirun.yaml), so a study's runs are ordinary mltrain runs, and nothing of a run (its config, its
+signal handlers, torch's state) is in the study's process. One process for a stage's sweeps pays
+Python's, torch's and Hydra's start-up once (about 4 s a process), not once per arm.
 
 While a study runs, what its sweeps print (mltrain's and Hydra's log lines, a failed job's error)
 goes to the study's log file (`output_to`); the study prints its own progress lines on the console.
 
-Signals: the sweep's process gets a process group of its own, so a Ctrl-C at the terminal reaches the
+Signals: the sweeps' process gets a process group of its own, so a Ctrl-C at the terminal reaches the
 study only; the study hands it on once to the whole group (the run and any launcher workers: mltrain
-stops each run after its step, with a checkpoint) and waits for it to stop. SIGTERM, SIGHUP and SIGUSR1
+stops each run after its step, with a checkpoint, and the later sweeps are not started) and waits for
+it to stop. SIGTERM, SIGHUP and SIGUSR1
 sent to the study while a sweep runs are handed on the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -26,13 +30,11 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-from mltrain.interrupts import CtrlC
+from mltrain.interrupts import STOPPED, CtrlC
 from mltrain.atomic import open_no_follow
 
-# mltrain's exit statuses: a run stopped by SIGINT, SIGTERM, SIGUSR1 or SIGHUP (it wrote a checkpoint first)
-STOPPED = (130, 143, 138, 129)
-# The `mltrain` console command, run by this Python (`mltrain -m ...` as pyproject.toml's script starts it)
-ENTRY = "import sys; sys.argv[0] = 'mltrain'; from mltrain.console import train_main; train_main()"
+# `mltrain -m <overrides>` for each sweep (one JSON list of overrides per argument), run by this Python
+ENTRY = "import json, sys; from mltrain.console import sweeps_main; sweeps_main([json.loads(a) for a in sys.argv[1:]])"
 HANDED_ON = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 
 
@@ -86,14 +88,15 @@ def _wait(proc: subprocess.Popen) -> int:
     return code if code in STOPPED or not interrupted else 130
 
 
-def multirun(overrides: list[str], env: dict[str, Any]) -> int:
-    """Run `mltrain -m <overrides>` in a new process with `env` added to this one's environment; returns
-    its exit status: 0 every job ran, 1 some failed (each named in the log), one of STOPPED when a run was
-    stopped by a signal (Ctrl-C)."""
-    print(f"$ mltrain -m {' '.join(overrides)}", flush=True)
+def multirun(sweeps: list[list[str]], env: dict[str, Any]) -> int:
+    """Run `mltrain -m <overrides>` for each of `sweeps` in turn, in one new process with `env` added to
+    this one's environment (each line is printed to the log before its sweep starts); returns its exit
+    status: 0 every job ran, 1 some failed (each named in the log), one of STOPPED when a run was stopped
+    by a signal (Ctrl-C; the later sweeps were not started)."""
+    sys.stdout.flush()
     sys.stderr.flush()
     log = sys.stdout  # the study's log inside output_to
-    proc = subprocess.Popen([sys.executable, "-c", ENTRY, "-m", *overrides], stdin=subprocess.DEVNULL, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY, *map(json.dumps, sweeps)], stdin=subprocess.DEVNULL, stdout=log,
                             stderr=subprocess.STDOUT, env={**os.environ, **{k: str(v) for k, v in env.items()}},
                             process_group=0)
     with _handing_on(proc):

@@ -238,8 +238,7 @@ def _scale(study: Study, scale: str) -> ladder.ScaleResult:
             study.counted |= {r.dir for r in _standard(study, scale, runs)}
             first = False
         _grow(study, runs)
-        for sweep in evaluation:
-            _launch(study, sweep)
+        _launch(study, evaluation)
         judged = [s for s in evaluation if not s.dir.name.endswith(RUNNER_UP)]
         result = _verdict(study, scale, [r for s in (*tuned, *judged) for r in s.runs()])
         budget = tuning.next_budget(cfg, budgets, result.comparison)
@@ -263,8 +262,7 @@ def _tune(study: Study, scale: str, budgets: list[str]) -> tuple[list[Sweep], di
     sweeps, choices = _base_tuning(study, scale, budgets), {}
     for _ in range(MAX_ROUNDS):
         _grow(study, [r for s in sweeps for r in s.runs()])
-        for sweep in sweeps:
-            _launch(study, sweep)
+        _launch(study, sweeps)
         choices = _choose(study, scale, sweeps)
         more = tuning.more_sweeps(cfg, study.layout, scale, steps, sweeps, choices)
         if not more:
@@ -305,9 +303,11 @@ def _recount(study: Study, counted: list[Run], now: list[Run]) -> None:
         study.progress.recount(len(now) - len(counted), sum(map(study.cost, now)) - sum(map(study.cost, counted)))
 
 
-def _launch(study: Study, sweep: Sweep) -> None:
-    """Launch the sweep unless every run of it has ended; report each run that ends or fails."""
-    pending = [r for r in sweep.runs() if not ended(run_status(r.dir))]
+def _launch(study: Study, sweeps: list[Sweep]) -> None:
+    """Launch the sweeps that hold a run not ended yet, one after another in one process; report each
+    run that ends or fails."""
+    todo = [s for s in sweeps if any(not ended(run_status(r.dir)) for r in s.runs())]
+    pending = [r for s in todo for r in s.runs() if not ended(run_status(r.dir))]
     if not pending:
         return
     log = study.layout.log
@@ -319,8 +319,8 @@ def _launch(study: Study, sweep: Sweep) -> None:
         study.progress.ended(run, summary, study.cost(run))
 
     with Watcher(pending, on_end) as watcher:
-        code = multirun(sweep.overrides(study.cfg, study.sizes[sweep.scale].tags), dict(study.cfg.launcher.env))
-        study.launched += 1
+        code = multirun([s.overrides(study.cfg, study.sizes[s.scale].tags) for s in todo], dict(study.cfg.launcher.env))
+        study.launched += len(todo)
     if code in STOPPED or study.interrupts.requested:
         raise KeyboardInterrupt
     with open(log, "rb") as f:
