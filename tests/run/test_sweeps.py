@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from helpers import SMOKE, multirun, sweep_summaries
 
 
@@ -56,3 +58,61 @@ def test_a_bad_value_of_a_later_sweep_point_stops_the_sweep_before_its_first_job
         "mltrain: error: sweep point #1 (multilevel.delta=2.0): multilevel.delta=2.0 must be in [0, 1]; "
         "no job was started"]
     assert not sweep.exists()
+
+
+SWEEPS_IN_ONE_PROCESS = """
+import json, sys
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+composed = []
+real = ConfigLoaderImpl.load_sweep_config
+def counting(self, master_config, sweep_overrides):
+    composed.append(list(sweep_overrides))
+    return real(self, master_config, sweep_overrides)
+ConfigLoaderImpl.load_sweep_config = counting
+import atexit
+atexit.register(lambda: print("COMPOSED", json.dumps(composed), file=sys.stderr, flush=True))
+from mltrain.console import sweeps_main
+sweeps_main([json.loads(a) for a in sys.argv[1:]])
+"""
+
+
+def test_sweeps_in_one_process_run_in_turn_each_job_composed_once_and_a_refused_one_fails_alone(tmp_path):
+    """mltrain-study's form (console.sweeps_main): a sweep refused before its first job does not stop
+    the next one; the process ends with status 1; each job's config is composed once (the sweep's
+    check), not three times (Hydra's batch check and its launcher take that composition)."""
+    import json
+
+    from mltrain.tools.study.launch import ENTRY
+
+    assert "sweeps_main" in ENTRY
+    refused = [*SMOKE, "seed=5", "model.n_layer=0", f"hydra.sweep.dir={tmp_path / 'refused'}"]
+    good = [*SMOKE, "seed=0,1,2", f"hydra.sweep.dir={tmp_path / 'good'}"]
+    proc = subprocess.run([sys.executable, "-c", SWEEPS_IN_ONE_PROCESS, json.dumps(refused), json.dumps(good)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert [line for line in proc.stdout.splitlines() if line.startswith("$ mltrain -m ")] == [
+        f"$ mltrain -m {' '.join(refused)}", f"$ mltrain -m {' '.join(good)}"]
+    assert "model.n_layer" in proc.stderr and not (tmp_path / "refused").exists()
+    assert set(sweep_summaries(tmp_path / "good")) == {f"scale=smoke,seed={s}" for s in (0, 1, 2)}
+    composed = json.loads(proc.stderr.split("COMPOSED ", 1)[1].splitlines()[0])
+    seeds = sorted(next(o for o in overrides if o.startswith("seed=")) for overrides in composed)
+    assert seeds == ["seed=0", "seed=1", "seed=2", "seed=5"]  # one composition a job
+
+
+def test_a_stopped_sweep_ends_the_process_with_its_status_and_the_later_ones_do_not_start(monkeypatch, capsys):
+    from mltrain import console
+
+    ran, statuses = [], iter([0, 2, 143, 0])
+
+    def train_main():
+        ran.append(sys.argv[2:])
+        raise SystemExit(next(statuses))
+
+    monkeypatch.setattr(console, "train_main", train_main)
+    with pytest.raises(SystemExit) as end:
+        console.sweeps_main([["seed=0"], ["seed=1"], ["seed=2"], ["seed=3"]])
+    assert end.value.code == 143 and ran == [["seed=0"], ["seed=1"], ["seed=2"]]
+    statuses = iter([0, 2, 0])
+    with pytest.raises(SystemExit) as end:
+        console.sweeps_main([["seed=0"], ["seed=1"], ["seed=2"]])
+    assert end.value.code == 1
