@@ -242,6 +242,9 @@ def main() -> None:
         Path(args.out).write_text(json.dumps({"methods": out, "problems": found}, indent=2))
         for line in found:
             print(f"syncs: {line}", file=sys.stderr)
+    # Rank 0 writes while the others are done: a rank that tore the group down first could abort in
+    # gloo's teardown ("terminate called without an active exception"), as mltrain's own runs avoid too.
+    distributed.barrier()
     distributed.shutdown()
     sys.exit(1 if found else 0)
 

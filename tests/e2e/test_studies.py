@@ -193,10 +193,11 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, 
     assert code == 130
     assert out.splitlines()[-1] == ("mltrain-study: stopped; every finished run is kept and interrupted ones resume: "
                                     f"continue with the same command: {shlex.join(['mltrain-study', *argv])}")
-    # The runs are 0.1 s long, so the stop can land after the 5th run's last step: count what is left
+    # The runs are 0.1 s long, so the stop can land after the 5th run's last step (and the watcher's thread
+    # can report it before the main thread handles the signal): count what is left
     done = [d for d in (root / "d16" / "eval").glob("*/*") if progress.ended(progress.run_status(d))]
     left = 8 - len(done)
-    assert len(seen) == 4 and 1 <= left <= 4, done
+    assert len(seen) >= 4 and 1 <= left <= 4, done
     monkeypatch.setattr(stages.Progress, "ended", real_ended)
     code, out, _ = run_main(*argv)
     assert code == 0, out
