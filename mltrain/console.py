@@ -57,19 +57,20 @@ def sweeps_main(sweeps: list[list[str]]) -> NoReturn:
     from mltrain.interrupts import STOPPED
 
     failed = False
-    for overrides in sweeps:
-        print(f"$ mltrain -m {' '.join(overrides)}", flush=True)
-        sys.argv = ["mltrain", "-m", *overrides]
-        status = 0
-        try:
-            train_main()
-        except SystemExit as end:
-            status = end.code if isinstance(end.code, int) else int(end.code is not None)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if status in STOPPED:
-            sys.exit(status)
-        failed = failed or status != 0
+    with _stopped_by_ctrl_c("mltrain"):  # a Ctrl-C between two sweeps: one line, status 130
+        for overrides in sweeps:
+            print(f"$ mltrain -m {' '.join(overrides)}", flush=True)
+            sys.argv = ["mltrain", "-m", *overrides]
+            status = 0
+            try:
+                train_main()
+            except SystemExit as end:
+                status = end.code if isinstance(end.code, int) else int(end.code is not None)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if status in STOPPED:
+                sys.exit(status)
+            failed = failed or status != 0
     sys.exit(1 if failed else 0)
 
 
