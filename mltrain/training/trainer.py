@@ -129,8 +129,7 @@ class Trainer:
         self._steps: tuple[Optional[tuple], Optional[torch.Tensor]] = (None, None)
         self._idle: dict[tuple[int, ...], list[torch.nn.Parameter]] = {}  # per view: parameters it leaves out
         cfg = model.config
-        self._flops_per_token: dict[int, float] = {}
-        self._per_token: dict[int, tuple[float, float]] = {}  # by view depth, for the step's counters
+        self._per_token: dict[int, tuple[float, float]] = {}  # by view depth: _costs
         self._dims = (cfg.n_embd, cfg.vocab_size, cfg.block_size)
         self.last_loss: dict[str, float] = {}  # by step kind (and "val", "val_se"), for the summary
         self._pending: dict[str, PendingRow] = {}  # per step kind, since its last train row
@@ -149,9 +148,17 @@ class Trainer:
 
     # -- accounting -------------------------------------------------------------------------------
     def flops_per_token(self, n_blocks: int) -> float:
-        if n_blocks not in self._flops_per_token:
-            self._flops_per_token[n_blocks] = train_flops_per_token(n_blocks, *self._dims)
-        return self._flops_per_token[n_blocks]
+        return self._costs(n_blocks)[0]
+
+    def _costs(self, n_blocks: int) -> tuple[float, float]:
+        """(training FLOPs, FLOPs costed by blocks: the fine model's times n_blocks / n_layer) per token of
+        a view of `n_blocks` blocks, computed once per depth."""
+        costs = self._per_token.get(n_blocks)
+        if costs is None:
+            n_layer = self.model.config.n_layer
+            costs = self._per_token[n_blocks] = (train_flops_per_token(n_blocks, *self._dims),
+                                                 train_flops_per_token(n_layer, *self._dims) * n_blocks / n_layer)
+        return costs
 
     def counters(self) -> dict:
         """The columns every row carries: cumulative FLOPs, tokens and time."""
@@ -289,10 +296,7 @@ class Trainer:
     def _count(self, kind: StepKind, view: ModelView, n_tokens: int) -> float:
         """Add the step to the counters; returns its training FLOPs."""
         s = self.state
-        per_token = self._per_token.get(view.n_blocks)
-        if per_token is None:  # (FLOPs, FLOPs costed by blocks) per token of a view of this depth
-            n, n_layer = view.n_blocks, self.model.config.n_layer
-            per_token = self._per_token[n] = (self.flops_per_token(n), self.flops_per_token(n_layer) * n / n_layer)
+        per_token = self._per_token.get(view.n_blocks) or self._costs(view.n_blocks)
         flops = per_token[0] * n_tokens
         s.tokens += n_tokens
         s.flops += flops
