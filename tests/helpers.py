@@ -588,6 +588,26 @@ def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callabl
     return copy
 
 
+def made_smoke_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """The smoke study run once to the end by mltrain-study in a test process (once for the whole suite:
+    made_once): (this process's copy of its dir, its exit status, its lines)."""
+    def make(folder: Path) -> None:
+        import mltrain.tools.compare as compare
+
+        patch = pytest.MonkeyPatch()
+        if not hasattr(compare, "compare_dirs"):
+            patch.setattr(compare, "compare_dirs", standin_compare_dirs, raising=False)
+        try:
+            code, out, _ = run_main("study=smoke", f"dir={folder / 'study'}")
+        finally:
+            patch.undo()
+        (folder / "result.json").write_text(json.dumps({"code": code, "out": out, "root": str(folder / "study")}))
+
+    made = made_once(tmp_path_factory, "smoke_study", make)
+    result = json.loads((made / "result.json").read_text())
+    return made / "study", result["code"], result["out"]
+
+
 def smoke_run(root: Path, name: str = "run") -> Path:
     """A finished smoke run in root/<name>, made by the installed mltrain."""
     proc = tool("mltrain", *TOOL_SMOKE, f"hydra.run.dir={root / name}", cwd=root)

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import made_once, run_main
+from helpers import made_smoke_study, run_main
 from omegaconf import OmegaConf
 
 from mltrain.tools.compare import Ladder, Report
@@ -47,32 +47,11 @@ def reports(root: Path) -> dict:
             "selection": {p.parent.name: json.loads(p.read_text()) for p in root.glob("*/selection.json")}}
 
 
-def _run_smoke_study(root: Path) -> tuple[int, str]:
-    import mltrain.tools.compare as compare
-
-    patch = pytest.MonkeyPatch()
-    if not hasattr(compare, "compare_dirs"):
-        import helpers
-
-        patch.setattr(compare, "compare_dirs", helpers.standin_compare_dirs, raising=False)
-    try:
-        code, out, _ = run_main("study=smoke", f"dir={root}")
-    finally:
-        patch.undo()
-    return code, out
-
-
 @pytest.fixture(scope="module")
 def smoke_study(tmp_path_factory):
-    """The smoke study run once to the end (once for the whole suite, helpers.made_once): (this process's
-    copy of its dir, exit status, its lines)."""
-    def make(folder: Path) -> None:
-        code, out = _run_smoke_study(folder / "study")
-        (folder / "result.json").write_text(json.dumps({"code": code, "out": out, "root": str(folder / "study")}))
-
-    made = made_once(tmp_path_factory, "smoke_study", make)
-    result = json.loads((made / "result.json").read_text())
-    return made / "study", result["code"], result["out"]
+    """The smoke study run once to the end (once for the whole suite, helpers.made_smoke_study): (this
+    process's copy of its dir, exit status, its lines)."""
+    return made_smoke_study(tmp_path_factory)
 
 
 def test_smoke_study_end_to_end(smoke_study):

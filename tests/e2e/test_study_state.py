@@ -15,16 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from helpers import made_once, refused, tool
+from helpers import made_once, made_smoke_study, refused, tool
 
 ONE_RUNG = ["study=smoke", "~ladder.d32"]
 
 
 @pytest.fixture(scope="module")
 def finished_study(tmp_path_factory) -> Path:
+    """The smoke study's first scale (its runs are the one-rung study's), its reports made by the installed
+    mltrain-study without a sweep."""
     def make(folder: Path) -> None:
+        smoke, code, _ = made_smoke_study(tmp_path_factory)
+        assert code == 0
+        shutil.copytree(smoke / "d16", folder / "study" / "d16", ignore=shutil.ignore_patterns(".mltrain.lock"))
         proc = tool("mltrain-study", *ONE_RUNG, f"dir={folder / 'study'}", cwd=folder)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert proc.returncode == 0 and "0 sweep(s) launched" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     return made_once(tmp_path_factory, "one_rung_study", make) / "study"  # once for the whole suite
 
