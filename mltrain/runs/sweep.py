@@ -80,7 +80,8 @@ def _job_config(config: DictConfig, overrides: list[str], num: int, composed: di
     from hydra.core.global_hydra import GlobalHydra
 
     job = GlobalHydra.instance().config_loader().load_sweep_config(config, list(overrides))
-    composed[tuple(overrides)] = [copy.deepcopy(job), 0]
+    if len(composed) < _KEPT:
+        composed[tuple(overrides)] = [copy.deepcopy(job), 0]
     with open_dict(job.hydra.job):
         job.hydra.job.id, job.hydra.job.num = f"{job.hydra.job.name}_{num}", num
     return job
@@ -88,7 +89,9 @@ def _job_config(config: DictConfig, overrides: list[str], num: int, composed: di
 
 # Hydra's basic sweeper composes each job once to check its batch, and the launcher once more to run it:
 # both uses get a copy of the composition check_sweep made (~0.2 s a job each, most of a short job's cost).
+# A composed job config holds ~170 KB: the first _KEPT points are kept (the others composed as Hydra does).
 _USES = 2
+_KEPT = 256
 
 
 def _composed_once(config: DictConfig, composed: dict) -> None:

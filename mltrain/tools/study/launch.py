@@ -14,8 +14,7 @@ goes to the study's log file (`output_to`); the study prints its own progress li
 Signals: the sweeps' process gets a process group of its own, so a Ctrl-C at the terminal reaches the
 study only; the study hands it on once to the whole group (the run and any launcher workers: mltrain
 stops each run after its step, with a checkpoint, and the later sweeps are not started) and waits for
-it to stop. SIGTERM, SIGHUP and SIGUSR1
-sent to the study while a sweep runs are handed on the same way.
+it to stop. SIGTERM, SIGHUP and SIGUSR1 sent to the study while a sweep runs are handed on the same way.
 """
 
 from __future__ import annotations
