@@ -296,7 +296,7 @@ class Trainer:
     def _count(self, kind: StepKind, view: ModelView, n_tokens: int) -> float:
         """Add the step to the counters; returns its training FLOPs."""
         s = self.state
-        per_token = self._per_token.get(view.n_blocks) or self._costs(view.n_blocks)
+        per_token = self._costs(view.n_blocks)
         flops = per_token[0] * n_tokens
         s.tokens += n_tokens
         s.flops += flops
