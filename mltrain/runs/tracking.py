@@ -93,6 +93,7 @@ class Tracker:
         self.rows = 0  # whole rows in metrics.jsonl (a resumed run's earlier rows included)
         self._last_step: Any = None
         self._file: int | None = None
+        self._size = 0  # metrics.jsonl's length in bytes, once open
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._open_metrics(resume)
@@ -127,7 +128,8 @@ class Tracker:
             atomic.cut_at_row(self.metrics_path, int(resume["metrics_bytes"]), int(resume["metrics_rows"]))
             self.rows = int(resume["metrics_rows"])
         self._file = atomic.open_no_follow(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        if resume is None and os.fstat(self._file).st_size > 0:
+        self._size = os.fstat(self._file).st_size  # kept by _append: no fstat per row
+        if resume is None and self._size > 0:
             with open(self.metrics_path, "rb") as f:
                 data = f.read()
             torn = not data.endswith(b"\n")
@@ -140,8 +142,7 @@ class Tracker:
         """Append one row (`data` ends with a newline) whole, or not at all: on any write error (disk
         full, file-size limit, a read-only remount) the file is cut back to its size before the row,
         and StorageError says what it keeps."""
-        fd = self._file
-        start = os.fstat(fd).st_size
+        fd, start = self._file, self._size
         try:
             view = memoryview(data)
             while view:
@@ -157,6 +158,7 @@ class Tracker:
                 f"cannot write {self.metrics_path} ({atomic.full_or_denied(err)}); the run stopped and {kept}; "
                 f"no summary.json was written"
             ) from None
+        self._size += len(data)
         self.rows += 1
 
     def position(self) -> dict:

@@ -28,8 +28,14 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: OptimConfig, devi
         groups.append({"params": no_decay, "weight_decay": 0.0})
     fused = getattr(cfg, "fused", None)  # null or absent: fused kernels where the device supports them
     if fused is None:
-        fused = device.type == "cuda"
+        fused = device.type in FUSED_DEVICES
     return _OPTIMIZERS[OptimName(cfg.name)](groups, cfg, fused or None)
+
+
+# Where `optim.fused=null` picks torch's fused SGD/AdamW kernels. On the CPU (torch >= 2.4) they replace a
+# Python loop over the parameters (docs/results-bench.md has the figures); SGD's result is bit-identical,
+# AdamW's equal up to float rounding. Both skip a step themselves when told to (train.on_nonfinite=skip).
+FUSED_DEVICES = ("cuda", "cpu")
 
 
 # How each OptimName builds its torch optimizer from the param groups and the config.

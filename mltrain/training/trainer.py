@@ -317,7 +317,9 @@ class Trainer:
         means = pending.metric_means()  # the row metrics (training/rows.py ROW_METRICS)
         on_device = [name for name, value in means.items() if isinstance(value, torch.Tensor)]
         # over the steps, then the ranks: the loss and the row metrics kept on the device
-        reduced = distributed.mean_([pending.mean_loss(), *(means[name] for name in on_device)])
+        reduced = [pending.mean_loss(), *(means[name] for name in on_device)]
+        if self.world.size > 1:
+            reduced = distributed.mean_(reduced)
         flags = pending.applied_flags()
         if flags is None and not on_device:
             loss = reduced[0].item()
@@ -342,7 +344,8 @@ class Trainer:
         self.emit(row)
         if not math.isfinite(loss):  # the row is written (it shows the NaN), then the run stops
             raise nonfinite_error(self.state, kind, pending)  # skip mode never gets here with a bad step
-        self.bar.set_postfix_str(f"{view.name} loss {loss:.3f} {tokens / dt:,.0f} tok/s", refresh=False)
+        if not self.bar.disable:
+            self.bar.set_postfix_str(f"{view.name} loss {loss:.3f} {tokens / dt:,.0f} tok/s", refresh=False)
         return loss
 
     def _say_skipped(self, kind: StepKind, pending: PendingRow, applied: list[float]) -> bool:
