@@ -30,7 +30,9 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
 * side by side (--nanogpt CHECKOUT --shakespeare INPUT_TXT): the whole run, start-up, steps and
   evaluation, of nanoGPT's own train.py on its CPU recipe (tiny shakespeare, char-level, 4 layers, 4
   heads, 128 wide, context 64, batch 12, 2,000 iterations, AdamW) beside mltrain's run of the same
-  recipe, each a fresh process, in interleaved rounds; the speed ratio (> 1: mltrain faster) by wall
+  recipe, each a fresh process, in interleaved rounds; nanoGPT reads the text as byte ids, the
+  vocabulary of mltrain's run (`--nanogpt-vocab chars`: its own 65 characters, a 4x smaller head, about
+  3% fewer FLOPs a step); the speed ratio (> 1: mltrain faster) by wall
   time, CPU time and median step, and both held-out losses. The torch threads of both are --threads
   (default 1: on a shared CPU, OpenMP threads waiting on each other swamp what is measured).
 * speed options (--speed-options): mltrain's fine step with the vocabulary padded to a multiple of 64
@@ -503,6 +505,23 @@ def nanogpt_on_held_out(work: Path, checkpoint: Path, data: Path, iters: int) ->
             "checkpoint_step": int(saved["iter_num"]), "sequences": per_sequence.numel()}
 
 
+def as_bytes(folder: Path, data: Path) -> None:
+    """nanoGPT's prepared data (train.bin, val.bin, meta.pkl) rewritten with byte ids, split as its
+    prepare.py splits (the first 90% of the text for training): the vocabulary mltrain's `bytes` tokenizer
+    has (256), so both models have the same embedding and head and each step the same FLOPs. With
+    nanoGPT's own 65 characters its head is a quarter of mltrain's (about 3% of a step's FLOPs here)."""
+    import pickle
+
+    text = data.read_bytes()
+    if not text.isascii():  # a character is then more than one byte: the two splits would not align
+        raise SystemExit(f"--nanogpt-vocab bytes: {data} is not ASCII text; use --nanogpt-vocab chars")
+    n = int(len(text) * 0.9)
+    np.frombuffer(text[:n], dtype=np.uint8).astype(np.uint16).tofile(folder / "train.bin")
+    np.frombuffer(text[n:], dtype=np.uint8).astype(np.uint16).tofile(folder / "val.bin")
+    meta = {"vocab_size": 256, "itos": {i: chr(i) for i in range(256)}, "stoi": {chr(i): i for i in range(256)}}
+    (folder / "meta.pkl").write_bytes(pickle.dumps(meta))
+
+
 def side_by_side(args, tmp: Path) -> dict:
     """Interleaved rounds of nanoGPT's train.py and mltrain on the same recipe, each a fresh process
     timed whole (start-up, steps, evaluation); ratios within a round, medians over rounds."""
@@ -522,6 +541,8 @@ def side_by_side(args, tmp: Path) -> dict:
     shutil.copyfile(data, work / "data" / "shakespeare_char" / "input.txt")
     # the data preparation of both, before any timing: nanoGPT's prepare.py, mltrain's token cache
     timed([sys.executable, "data/shakespeare_char/prepare.py"], work, env)
+    if args.nanogpt_vocab == "bytes":
+        as_bytes(work / "data" / "shakespeare_char", data)
     iters = args.nanogpt_iters
     timed([sys.executable, "-m", "mltrain.cli", *mltrain_recipe(data, 1, tmp / "warm")], tmp, env)
     nano_cmd = [sys.executable, "train.py", *NANOGPT_RECIPE, f"--max_iters={iters}", f"--lr_decay_iters={iters}",
@@ -556,7 +577,8 @@ def side_by_side(args, tmp: Path) -> dict:
     def median(tool: str, key: str) -> float:
         return statistics.median(r[tool][key] for r in rounds)
 
-    out = {"config": {"recipe": " ".join(NANOGPT_RECIPE), "iters": iters, "rounds": args.nanogpt_rounds,
+    out = {"config": {"recipe": " ".join(NANOGPT_RECIPE), "nanogpt_vocab": args.nanogpt_vocab, "iters": iters,
+                      "rounds": args.nanogpt_rounds,
                       "threads": int(env["OMP_NUM_THREADS"]), "torch": torch.__version__,
                       "mltrain": " ".join(mltrain_recipe(data, iters, Path("RUN"))), "mltrain_other": args.mltrain_other}}
     for tool in tools:
@@ -596,6 +618,9 @@ def main() -> None:
     ap.add_argument("--shakespeare", metavar="INPUT_TXT", help="--nanogpt: tiny shakespeare's input.txt")
     ap.add_argument("--nanogpt-iters", type=int, default=2000, help="--nanogpt: iterations (the recipe's 2000)")
     ap.add_argument("--nanogpt-rounds", type=int, default=3, help="--nanogpt: interleaved rounds")
+    ap.add_argument("--nanogpt-vocab", choices=["bytes", "chars"], default="bytes",
+                    help="--nanogpt: nanoGPT's data as byte ids (default: the vocabulary of mltrain's bytes "
+                         "tokenizer, so both models are the same) or its own 65 characters (its head 4x smaller)")
     ap.add_argument("--mltrain-other", metavar="CHECKOUT", help="--nanogpt: another mltrain checkout (an earlier "
                     "commit) run beside, as mltrain_other")
     ap.add_argument("--peak-flops", type=float, help="FLOP/s of the device for MFU (default: the table's bf16 "
