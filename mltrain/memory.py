@@ -17,7 +17,7 @@ from typing import Any, Optional
 import torch
 
 from mltrain.errors import ConfigError
-from mltrain.model import Attention, GPTConfig, Norm, padded_vocab
+from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab
 
 FP32 = 4
 
