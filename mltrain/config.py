@@ -54,10 +54,9 @@ from mltrain.optim_settings import OptimConfig, ScheduleConfig
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.names import short_dirname
 from mltrain.runs.rundir import unique_dir
-from mltrain.training.compiling import compile_setting
 from mltrain.training.distributed import START_TIME_ENV
 from mltrain.runs.tracking import LoggerConfig
-from mltrain.training.settings import TrainConfig
+from mltrain.training.settings import TrainConfig, compile_setting
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 
