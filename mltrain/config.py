@@ -54,7 +54,7 @@ from mltrain.optim_settings import OptimConfig, ScheduleConfig
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.names import short_dirname
 from mltrain.runs.rundir import unique_dir
-from mltrain.training.distributed import START_TIME_ENV
+from mltrain.training.world import START_TIME_ENV
 from mltrain.runs.tracking import LoggerConfig
 from mltrain.training.settings import TrainConfig, compile_setting
 
