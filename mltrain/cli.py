@@ -20,7 +20,8 @@ from omegaconf import DictConfig
 
 from mltrain.config import Config, register_configs, resuming, typed, validate_composed
 from mltrain.errors import ConfigError, MltrainError, hydra_one_line, os_error_line, report
-from mltrain.run import Checked, RunDiverged, RunInterrupted, preflight, run
+from mltrain.preflight import Checked, preflight
+from mltrain.run import RunDiverged, RunInterrupted, run
 from mltrain.runs import rundir
 from mltrain.runs import sweep as sweeps
 from mltrain.runs.provenance import redact_hydra_records
@@ -37,7 +38,7 @@ CONFIG_PATH = "pkg://mltrain.conf"
 
 register_configs()
 
-# The typed config and what RunGuard.on_run_start checked (run.preflight) for the single run that
+# The typed config and what RunGuard.on_run_start checked (preflight.preflight) for the single run that
 # follows it in this process, handed to the task so that the conversion and the checks are made once.
 _checked: Optional[tuple[Config, Checked]] = None
 
@@ -49,7 +50,7 @@ def _fail(message: str) -> None:
 
 def _typed_and_checked(config: DictConfig, run_dir: str | Path) -> tuple[Config, Checked]:
     """Where the composed config becomes the typed `Config` the run takes (config.typed: its keys
-    checked, then converted once) and is checked for `run_dir` (run.preflight; the resume check
+    checked, then converted once) and is checked for `run_dir` (preflight.preflight; the resume check
     compares the config as composed, interpolations as written)."""
     cfg = typed(config)
     return cfg, preflight(cfg, run_dir, as_written=config)

@@ -25,7 +25,7 @@ LAYERS = [
     ("runs", ["mltrain.runs"]),
     ("training", ["mltrain.training"]),
     ("config", ["mltrain.config"]),
-    ("run", ["mltrain.run"]),
+    ("run", ["mltrain.run", "mltrain.preflight"]),
     ("cli", ["mltrain.cli"]),
     ("tools", ["mltrain.tools", "mltrain.console"]),
 ]
