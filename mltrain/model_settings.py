@@ -1,5 +1,5 @@
 """The `model` section of the run config: the GPT decoder's shape and options (GPTConfig), the choices it
-names, and the arithmetic on it that needs no weights (the padded vocabulary).
+names, and what follows from it without weights (the padded vocabulary, the vocabulary resolved).
 
 Plain dataclasses and fixed-choice names, with no torch, beside mltrain/model.py, which builds the model
 from them: mltrain/config.py composes this section into the schema, so composing, checking and refusing a
@@ -8,10 +8,12 @@ config (`mltrain optim.name=lion`, `mltrain --help`) never has to import torch.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 from mltrain.choice import Choice
+from mltrain.errors import ConfigError
 
 
 class Norm(Choice):
@@ -46,3 +48,14 @@ class GPTConfig:
 def padded_vocab(cfg: GPTConfig) -> int:
     """Rows of the embedding/head matrix: the vocabulary rounded up to a multiple of cfg.pad_vocab_to."""
     return -(-cfg.vocab_size // cfg.pad_vocab_to) * cfg.pad_vocab_to
+
+
+def model_config(model: GPTConfig, vocab_size: int) -> GPTConfig:
+    """The `model` section with the vocabulary resolved from the tokenizer (nothing is allocated)."""
+    if model.vocab_size is None:
+        return dataclasses.replace(model, vocab_size=vocab_size)
+    if model.vocab_size < vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={model.vocab_size} is smaller than the tokenizer's vocabulary ({vocab_size})"
+        )
+    return model

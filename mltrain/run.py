@@ -38,6 +38,7 @@ from mltrain.method.cost import plan_cost
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.plan import planned_steps
 from mltrain.model import GPT, GPTConfig
+from mltrain.model_settings import model_config
 from mltrain.plain import plain
 from mltrain.preflight import Checked, preflight
 from mltrain.runs import rundir
@@ -79,17 +80,6 @@ class RunInterrupted(Exception):
 
 class RunDiverged(RuntimeError):
     """A non-finite loss stopped the run (train.on_nonfinite=stop); the message names where."""
-
-
-def model_config(model: GPTConfig, vocab_size: int) -> GPTConfig:
-    """The `model` section with the vocabulary resolved from the tokenizer (nothing is allocated)."""
-    if model.vocab_size is None:
-        return dataclasses.replace(model, vocab_size=vocab_size)
-    if model.vocab_size < vocab_size:
-        raise ConfigError(
-            f"model.vocab_size={model.vocab_size} is smaller than the tokenizer's vocabulary ({vocab_size})"
-        )
-    return model
 
 
 def _overrides() -> list[str]:

@@ -1,7 +1,8 @@
 """A command refused in one line, and `--help`, import no torch: the console entry point, Hydra's
 composition, mltrain's checks (config.validate through preflight.py) and the refusal are torch-free, and
-the training stack is imported only once RunGuard has accepted the config (mltrain/cli.py). Torch takes
-about as long to import as the rest of the refusal together; the suite starts dozens of refusals.
+the training stack is imported only once RunGuard has accepted the config (mltrain/cli.py). So are
+mltrain-study's refusals of its own keys and of its runs' configs. Torch takes about as long to import as
+the rest of a refusal together, and the suite starts dozens of refusals.
 
 Each case runs its entry point in a fresh interpreter, as the console script does, and reports whether
 `torch` is in sys.modules when it has exited."""
@@ -35,6 +36,9 @@ REFUSED = [
     ("train_main", ["mltrain", "-m", *TOOL_SMOKE, "optim.name=sgd,lion"], "sweep point #1 (optim.name=lion)"),
     ("study_main", ["mltrain-study", "study=smoke", "seeds=abc"], "seeds=abc: invalid value"),
     ("study_main", ["mltrain-study", "study=smoke", "bogus=1"], "bogus=1: key 'bogus' not in 'StudyConfig'"),
+    # a run of the study that mltrain would refuse: found while the study sizes its runs (memory.py)
+    ("study_main", ["mltrain-study", "study=smoke", 'common=["scale=smoke","model.dropout=2.0"]', "dir=study"],
+     "model.dropout=2.0 must be in [0, 1)"),
 ]
 
 
