@@ -1,7 +1,12 @@
 """`mltrain`: the training command. Hydra parses and composes, RunGuard checks the run dir before Hydra
 writes into it, mltrain/run.py does the work. The other tools' entry points are in mltrain/console.py,
 which loads none of the training stack; the `mltrain` console script enters through mltrain/console.py
-too, so a Ctrl-C while this module imports torch is one line."""
+too, so a Ctrl-C while torch imports is one line.
+
+Composing, checking (mltrain/preflight.py) and refusing a config, and `--help`, load no torch: the
+training stack (mltrain/run.py, training/distributed.py) is imported once RunGuard has accepted the
+config, before anything is written, or first thing under torchrun or SLURM tasks, whose ranks join
+before Hydra starts (tests/run/test_no_torch.py)."""
 
 from __future__ import annotations
 
@@ -20,12 +25,12 @@ from omegaconf import DictConfig
 
 from mltrain.config import Config, register_configs, resuming, typed, validate_composed
 from mltrain.errors import ConfigError, MltrainError, hydra_one_line, os_error_line, report
-from mltrain.run import Checked, RunDiverged, RunInterrupted, preflight, run
+from mltrain.preflight import Checked, preflight
 from mltrain.runs import rundir
 from mltrain.runs import sweep as sweeps
 from mltrain.runs.provenance import redact_hydra_records
-from mltrain.training import distributed
 from mltrain.training.resume import resume_command, say
+from mltrain.training.world import world_from_env
 
 __all__ = ["RunGuard", "hydra_task", "launch", "train_main"]
 
@@ -37,7 +42,7 @@ CONFIG_PATH = "pkg://mltrain.conf"
 
 register_configs()
 
-# The typed config and what RunGuard.on_run_start checked (run.preflight) for the single run that
+# The typed config and what RunGuard.on_run_start checked (preflight.preflight) for the single run that
 # follows it in this process, handed to the task so that the conversion and the checks are made once.
 _checked: Optional[tuple[Config, Checked]] = None
 
@@ -49,10 +54,28 @@ def _fail(message: str) -> None:
 
 def _typed_and_checked(config: DictConfig, run_dir: str | Path) -> tuple[Config, Checked]:
     """Where the composed config becomes the typed `Config` the run takes (config.typed: its keys
-    checked, then converted once) and is checked for `run_dir` (run.preflight; the resume check
+    checked, then converted once) and is checked for `run_dir` (preflight.preflight; the resume check
     compares the config as composed, interpolations as written)."""
     cfg = typed(config)
     return cfg, preflight(cfg, run_dir, as_written=config)
+
+
+@contextlib.contextmanager
+def _one_line(where: str) -> Iterator[None]:
+    """An MltrainError inside, or an OSError (a run dir whose name is too long, a full disk: Hydra would
+    only warn) said of `where`: one error line, exit status 2."""
+    try:
+        yield
+    except MltrainError as err:
+        _fail(str(err))
+    except OSError as err:
+        _fail(f"{where}: {os_error_line(err)}")
+
+
+def _load_training() -> None:
+    """Import the training stack (torch: about 1.5 s) once the config is accepted, before anything is
+    written: a refused config never pays for it, and a Ctrl-C while it loads leaves no run dir."""
+    import mltrain.run  # noqa: F401
 
 
 class RunGuard(Callback):
@@ -75,32 +98,28 @@ class RunGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _checked
         run_dir = Path(config.hydra.run.dir)
-        try:
+        with _one_line("hydra.run.dir"):
             cfg, checked = _typed_and_checked(config, run_dir)  # reads only; another config when resuming: ConfigError
             previous = checked.previous
             if previous is not None and previous.ended:
                 say(f"{previous.describe()}: nothing to resume, left untouched")
                 sys.exit(0)
-            if distributed.world_from_env().is_main:  # one owner: the other ranks of a torchrun job write nothing
+        _load_training()
+        with _one_line("hydra.run.dir"):
+            if world_from_env().is_main:  # one owner: the other ranks of a torchrun job write nothing
                 rundir.claim(run_dir, allow_earlier=resuming(config.train.resume))  # held until the process ends
-        except MltrainError as err:
-            _fail(str(err))
-        except OSError as err:  # a run dir whose name is too long, a full disk: Hydra would only warn
-            _fail(f"hydra.run.dir: {os_error_line(err)}")
         _checked = (cfg, checked)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        try:
+        with _one_line("hydra.sweep.dir"):
             # every point valid, one job dir each, n_jobs bounded: before any write
             sweeps.check_sweep(config, validate_composed)
+        _load_training()
+        with _one_line("hydra.sweep.dir"):
             sweeps.mark_sweep_process()
             self._sweep = rundir.claim(sweep, what="hydra.sweep.dir", earlier=rundir.earlier_sweep,
                                        holds="earlier runs", allow_earlier=resuming(config.train.resume))
-        except MltrainError as err:
-            _fail(str(err))
-        except OSError as err:
-            _fail(f"hydra.sweep.dir: {os_error_line(err)}")
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         redact_hydra_records(config)  # Hydra has just written .hydra/ (and multirun.yaml): no secret values
@@ -110,6 +129,8 @@ class RunGuard(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or job_return.status != JobStatus.FAILED:
             return
+        from mltrain.run import RunDiverged  # the job has run: the training stack is loaded already
+
         err = job_return._return_value
         job = f"job #{config.hydra.job.num} ({config.hydra.job.override_dirname or 'no overrides'})"
         if isinstance(err, ConfigError) and resuming(config.train.resume):
@@ -132,6 +153,9 @@ class RunGuard(Callback):
 def hydra_task(cfg: DictConfig) -> float | None:
     """The task Hydra runs for `mltrain` (each job of `mltrain -m`): one run, its errors in one line. The
     run takes the typed config (made once, with the checks, here or by RunGuard before a single run)."""
+    from mltrain.run import RunDiverged, RunInterrupted, run  # loaded by RunGuard once the config was accepted
+    from mltrain.training import distributed
+
     global _checked
     ready, _checked = _checked, None
     if HydraConfig.get().mode != RunMode.RUN:
@@ -143,7 +167,7 @@ def hydra_task(cfg: DictConfig) -> float | None:
     except (MltrainError, RunDiverged) as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # RunGuard.on_job_end reports it in one line and the sweep goes on
-        if isinstance(err, ConfigError) and not distributed.world_from_env().is_main:
+        if isinstance(err, ConfigError) and not world_from_env().is_main:
             sys.exit(2)  # every rank checks the same config: rank 0 says it, once
         if isinstance(err, ConfigError) and resuming(cfg.train.resume):
             say(f"error: {err}")  # the dir holds an earlier run: its log file gets nothing either
@@ -152,7 +176,7 @@ def hydra_task(cfg: DictConfig) -> float | None:
         sys.exit(1 if isinstance(err, RunDiverged) else 2)
     except RunInterrupted as err:
         # Stops a sweep too: the rest of it is for `train.resume=true`, which the line gives.
-        if distributed.world_from_env().is_main:  # one line per job, not one per rank
+        if world_from_env().is_main:  # one line per job, not one per rank
             say(str(err))
         err.hand_on()  # under submitit (SLURM): requeue the job, which then resumes by itself
         sys.exit(err.exit_code)
@@ -169,13 +193,30 @@ def launch() -> Iterator[None]:
     at the end the ranks' barrier and the process group shut down. A block, not a wrapper: the console
     entry point calls the task itself (mltrain/console.py)."""
     logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" tracebacks
+    with _ranks_joined():
+        with hydra_one_line("mltrain"):  # Hydra's override parser and its own writers: one line too
+            yield
+
+
+@contextlib.contextmanager
+def _ranks_joined() -> Iterator[None]:
+    """Under torchrun or SLURM tasks: the ranks joined before Hydra starts, and at the end their barrier
+    and the process group shut down. In one process there is nothing to join, and nothing to import."""
+    try:
+        world = world_from_env()
+    except MltrainError as err:
+        _fail(str(err))
+    if not world.distributed:
+        yield
+        return
+    from mltrain.training import distributed  # torch: the ranks join before Hydra names the run dir
+
     try:
         distributed.prepare_launch(sys.argv)
     except MltrainError as err:
         _fail(str(err))
     try:
-        with hydra_one_line("mltrain"):  # Hydra's override parser and its own writers: one line too
-            yield
+        yield
         # Rank 0 writes the summary and weights while the others are done: a rank that tore the group
         # down first could abort in gloo's teardown ("terminate called without an active exception").
         distributed.barrier()

@@ -1,12 +1,14 @@
 """Typed configuration: the schema every YAML file in `conf/` is merged onto.
 
-Each section's dataclass lives beside what it configures: `model` in mltrain/model.py (GPTConfig), `data`
-in mltrain/data/config.py, `train` in mltrain/training/settings.py, `optim` and `schedule` (and the
-coarse levels' optimizer) in mltrain/optim_settings.py, `logger` in mltrain/runs/tracking.py, and the
-depth methods' sections in their methods' modules: `coarsening` in mltrain/method/coarsening.py,
-`multilevel` in mltrain/method/multilevel.py, `stacking`, `layer_drop` and `raptr` in
-mltrain/method/stacking.py, layer_drop.py and raptr.py. This module only composes them into `Config`
-and checks them (`validate()`).
+Each section's dataclass lives beside what it configures: `model` in mltrain/model_settings.py
+(GPTConfig, beside mltrain/model.py), `data` in mltrain/data/config.py, `train` in
+mltrain/training/settings.py, `optim` and `schedule` (and the coarse levels' optimizer) in
+mltrain/optim_settings.py, `logger` in mltrain/runs/tracking.py, and the depth methods' sections in
+their methods' modules: `coarsening` in mltrain/method/coarsening.py, `multilevel` in
+mltrain/method/multilevel.py, `stacking`, `layer_drop` and `raptr` in mltrain/method/stacking.py,
+layer_drop.py and raptr.py. This module only composes them into `Config` and checks them (`validate()`).
+None of them, and nothing this module imports, loads torch: a config is composed, checked and refused
+without it.
 
 The dataclasses are registered in Hydra's ConfigStore as `mltrain_schema`; `conf/config.yaml` lists it
 first in its defaults, so a misspelt key (`train.max_step=...`) or a wrong type (`train.max_steps=abc`)
@@ -47,15 +49,14 @@ from mltrain.method.plan import budget_steps
 from mltrain.method.raptr import RaptrConfig
 from mltrain.method.registry import NONE, depth_method_values, method_for
 from mltrain.method.stacking import StackingConfig
-from mltrain.model import GPTConfig
+from mltrain.model_settings import GPTConfig
 from mltrain.optim_settings import OptimConfig, ScheduleConfig
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.names import short_dirname
 from mltrain.runs.rundir import unique_dir
-from mltrain.training.compiling import compile_setting
-from mltrain.training.distributed import START_TIME_ENV
+from mltrain.training.world import START_TIME_ENV
 from mltrain.runs.tracking import LoggerConfig
-from mltrain.training.settings import TrainConfig
+from mltrain.training.settings import TrainConfig, compile_setting
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 

@@ -6,18 +6,20 @@ costs a second of start-up in a fresh process (torch loads its meta kernels). Th
 at once, in fp32: the weights, their gradients, the optimizer's state (SGD with momentum: one copy,
 AdamW: two), the buffers, and the logits of one micro-batch with their gradient
 (micro-batch x context x vocabulary, twice). Activations are left out: a run refused here would
-certainly run out of memory, one accepted may still do so.
+certainly run out of memory, one accepted may still do so. Only the free memory of a GPU imports torch,
+so mltrain-study sizes its runs, and refuses a study, without it.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Optional
 
 from mltrain.errors import ConfigError
-from mltrain.model import Attention, GPTConfig, Norm, padded_vocab
+from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab
+
+if TYPE_CHECKING:
+    import torch
 
 FP32 = 4
 
@@ -53,6 +55,8 @@ def training_bytes(params: int, buffer_bytes: int, copies: int, micro_batch: int
 def available_bytes(device: torch.device) -> Optional[int]:
     """Memory a new allocation can use on `device` (None when unknown)."""
     if device.type == "cuda":
+        import torch  # here only: the parameter count (mltrain-study's sizes) needs no torch
+
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
     if device.type != "cpu":

@@ -1,4 +1,5 @@
-"""The GPT decoder. One file, nothing about levels.
+"""The GPT decoder. One file, nothing about levels. Its shape and options, GPTConfig (the run config's
+`model` section), are in mltrain/model_settings.py, without torch.
 
 Pre-norm residual blocks: x_{t+1} = x_t + F(x_t, θ_t). Read as an ODE, depth is a discretisation, which
 is what multilevel training exploits; this file only needs to make the blocks an indexable list, so
@@ -21,7 +22,6 @@ Two options for a GPU's step, both off by default (docs/scale-out.md):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from itertools import repeat
 from typing import Iterable, Optional, Sequence
 
@@ -30,41 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from mltrain.choice import Choice
-
-
-class Norm(Choice):
-    layernorm = "layernorm"
-    rmsnorm = "rmsnorm"
-
-
-class Attention(Choice):
-    sdpa = "sdpa"  # F.scaled_dot_product_attention (flash/memory-efficient kernels)
-    explicit = "explicit"  # softmax(QK^T)V written out, so FlopCounterMode sees every matmul
-
-
-@dataclass
-class GPTConfig:
-    """The model's shape; also the `model` node of the run config (mltrain/config.py uses this class)."""
-
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    block_size: int = 64  # context length in tokens
-    bias: bool = False  # biases in Linear layers (the paper's model has none)
-    dropout: float = 0.0
-    norm: Norm = Norm.layernorm
-    norm_affine: bool = False  # False = parameter-free norms (the paper's 22,368,512 count)
-    attention: Attention = Attention.sdpa
-    # Filled from the tokenizer at start-up; set it only to pad the vocabulary (e.g. 50304 for speed).
-    vocab_size: Optional[int] = None
-    pad_vocab_to: int = 1  # the embedding/head rows, rounded up to a multiple of this (64 for speed; 1 = none)
-    loss_chunk: int = 0  # the training loss this many rows (tokens) at a time, no whole fp32 logits; 0 = at once
-
-
-def padded_vocab(cfg: GPTConfig) -> int:
-    """Rows of the embedding/head matrix: the vocabulary rounded up to a multiple of cfg.pad_vocab_to."""
-    return -(-cfg.vocab_size // cfg.pad_vocab_to) * cfg.pad_vocab_to
+from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab
 
 
 def _chunk_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -21,14 +21,14 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from mltrain.config import Config, resuming, validate
+from mltrain.config import Config, resuming
 from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
 from mltrain.flops import FLOPS_FORMULA, train_flops_per_step
@@ -38,7 +38,9 @@ from mltrain.method.cost import plan_cost
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
 from mltrain.method.plan import planned_steps
 from mltrain.model import GPT, GPTConfig
+from mltrain.model_settings import model_config
 from mltrain.plain import plain
+from mltrain.preflight import Checked, preflight
 from mltrain.runs import rundir
 from mltrain.runs.keys import config_digest
 from mltrain.runs.names import run_label, run_name, sweep_run_name, swept_keys
@@ -52,7 +54,7 @@ from mltrain.training.compiling import compile_model, compile_options, compiles
 from mltrain.training.devices import enable_tf32, peak_flops, resolve_device, resolve_dtype, sweep_placement
 from mltrain.training.evaluation import EVAL_SEED, Evaluator
 from mltrain.training.optim import build_optimizer
-from mltrain.training.resume import PreviousRun, StopSignals, check_resume, resume_command, say
+from mltrain.training.resume import StopSignals, resume_command, say
 from mltrain.training.rows import NonFiniteLoss
 from mltrain.training.runner import PlanRunner, Samplers
 from mltrain.training.trainer import Trainer, TrainState
@@ -78,17 +80,6 @@ class RunInterrupted(Exception):
 
 class RunDiverged(RuntimeError):
     """A non-finite loss stopped the run (train.on_nonfinite=stop); the message names where."""
-
-
-def model_config(model: GPTConfig, vocab_size: int) -> GPTConfig:
-    """The `model` section with the vocabulary resolved from the tokenizer (nothing is allocated)."""
-    if model.vocab_size is None:
-        return dataclasses.replace(model, vocab_size=vocab_size)
-    if model.vocab_size < vocab_size:
-        raise ConfigError(
-            f"model.vocab_size={model.vocab_size} is smaller than the tokenizer's vocabulary ({vocab_size})"
-        )
-    return model
 
 
 def _overrides() -> list[str]:
@@ -254,27 +245,6 @@ def _model(seed: int, gpt_config: GPTConfig, device: torch.device, compiled: boo
 
 # ---------------------------------------------------------------------------------------------
 # A run, start to end
-
-
-@dataclass(frozen=True)
-class Checked:
-    """What `preflight` found: the config can run, and `previous` is the run dir's earlier run to
-    continue (or, when `previous.ended`, to leave alone); None: a fresh start."""
-
-    previous: Optional[PreviousRun]
-
-
-def preflight(cfg: Config, run_dir: str | Path, as_written: Optional[Mapping[str, Any]] = None) -> Checked:
-    """The checks before a run touches anything, in one place (the CLI's RunGuard and `run` both use
-    it): the config (validate), and with train.resume=true the dir's earlier run (check_resume: one made
-    with another config is refused, naming the keys). `as_written`: the config as composed, before its
-    interpolations were resolved (the CLI hands it over, so that `${oc.env:...}` compares as written);
-    None: `cfg`'s own values. Reads only; ConfigError for the first problem."""
-    validate(cfg)
-    if not resuming(cfg.train.resume):
-        return Checked(None)
-    asked = as_written if as_written is not None else OmegaConf.structured(cfg)
-    return Checked(check_resume(run_dir, asked, type(cfg)))
 
 
 def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Checked] = None) -> Optional[float]:

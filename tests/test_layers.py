@@ -21,11 +21,11 @@ LAYERS = [
               "mltrain.checks", "mltrain.flops", "mltrain.optim_settings"]),
     ("method", ["mltrain.method"]),
     ("data", ["mltrain.data"]),
-    ("model", ["mltrain.model", "mltrain.views", "mltrain.memory"]),
+    ("model", ["mltrain.model", "mltrain.model_settings", "mltrain.views", "mltrain.memory"]),
     ("runs", ["mltrain.runs"]),
     ("training", ["mltrain.training"]),
     ("config", ["mltrain.config"]),
-    ("run", ["mltrain.run"]),
+    ("run", ["mltrain.run", "mltrain.preflight"]),
     ("cli", ["mltrain.cli"]),
     ("tools", ["mltrain.tools", "mltrain.console"]),
 ]

@@ -3,6 +3,8 @@ it may make, and noticing a compile.
 
 `train.compile=auto` (the default) compiles on CUDA, where a step of eager kernels is bound by the host
 launching them, and not on a CPU, where compiling costs minutes and gains little; `true`/`false` force it.
+The value itself is read by training/settings.py `compile_setting`, beside the train section, so that
+config.validate checks it without torch.
 
 One graph per shape: a call of the compiled model is guarded on how many blocks it runs, not on which
 modules they are, so every coarse model of one depth shares a graph, every later cycle reuses it, and
@@ -20,24 +22,14 @@ from typing import Any, Optional
 
 import torch
 
-from mltrain.errors import ConfigError, MltrainError
+from mltrain.errors import MltrainError
+from mltrain.training.settings import compile_setting
 
 BACKEND_ENV = "MLTRAIN_COMPILE_BACKEND"
-_VALUES = {"auto": None, "true": True, "false": False}
 
 
 class CompileLimitError(MltrainError):
     """The compiled model needed more graphs than dynamo's recompile limit allows."""
-
-
-def compile_setting(value: Any) -> Optional[bool]:
-    """train.compile as True, False or None (auto); ConfigError for anything else."""
-    if isinstance(value, bool):
-        return value
-    key = str(value).strip().lower()
-    if key not in _VALUES:
-        raise ConfigError(f"train.compile={value!r} must be auto, true or false")
-    return _VALUES[key]
 
 
 def compiles(value: Any, device: torch.device) -> bool:

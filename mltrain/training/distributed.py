@@ -2,9 +2,10 @@
 
 Launch with `torchrun --nproc_per_node=N mltrain ...` (ranks from RANK, WORLD_SIZE, LOCAL_RANK) or as
 several SLURM tasks (`srun`, or the submitit launcher with `tasks_per_node=N`: ranks from SLURM_PROCID,
-SLURM_NTASKS, SLURM_LOCALID). `train.batch_size` stays the *global* batch: rank r of W reads rows
-[r·B/W, (r+1)·B/W) of the same global batch (`BatchSampler(rank=, world_size=)`), DDP averages the
-gradients, so W processes take the steps one process would, up to float summation order.
+SLURM_NTASKS, SLURM_LOCALID; read by training/world.py `world_from_env`, without torch).
+`train.batch_size` stays the *global* batch: rank r of W reads rows [r·B/W, (r+1)·B/W) of the same
+global batch (`BatchSampler(rank=, world_size=)`), DDP averages the gradients, so W processes take the
+steps one process would, up to float summation order.
 
 Why one DDP wrapper for every level (`Replica`)
 -----------------------------------------------
@@ -45,9 +46,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Iterable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -55,10 +55,8 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from mltrain.errors import ConfigError, MltrainError
+from mltrain.training.world import START_TIME_ENV, World, world_from_env
 
-# A run's start time (seconds since the epoch), set by prepare_launch so that every rank of one
-# data-parallel job names the same default run dir (mltrain/config.py start_time reads it).
-START_TIME_ENV = "MLTRAIN_START_TIME"
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)  # one step, an evaluation or rank 0's checkpoint may take long
 RENDEZVOUS_TIMEOUT_ENV = "MLTRAIN_RENDEZVOUS_TIMEOUT_S"
 RENDEZVOUS_TIMEOUT_S = 120.0  # ranks started together meet in seconds; missing ones are said in minutes
@@ -70,52 +68,6 @@ _PEER_TROUBLE = re.compile(r"gloo|nccl|connection (closed|reset|refused)|closed 
 
 class RanksLost(MltrainError):
     """Another rank of the job is gone: the run stopped (its last checkpoint is kept)."""
-
-
-@dataclass(frozen=True)
-class World:
-    """This process's place among the ranks of one training job (rank 0 of 1 when not distributed)."""
-
-    rank: int = 0
-    local_rank: int = 0
-    size: int = 1
-
-    @property
-    def distributed(self) -> bool:
-        return self.size > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def _count(env: Mapping[str, str], name: str, default: str = "0") -> int:
-    value = env.get(name, default) or default
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"{name}={value!r} in the environment is not a whole number (it should be set by "
-                          "torchrun or SLURM; unset it to train in one process)") from None
-
-
-def world_from_env(env: Mapping[str, str] = os.environ) -> World:
-    """The launcher's ranks: torchrun's variables first (also `srun torchrun ...`), then SLURM's.
-    ConfigError naming the one variable that cannot be what it says (not a whole number, a world size
-    below 1, a rank or local rank outside [0, world size))."""
-    if "RANK" in env and "WORLD_SIZE" in env:
-        names = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-    elif _count(env, "SLURM_NTASKS", "1") > 1 and "SLURM_PROCID" in env:
-        names = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
-    else:
-        return World()
-    rank, local, size = (_count(env, name) for name in names)
-    for name, value, fits, bound in ((names[2], size, size >= 1, ">= 1"), (names[0], rank, 0 <= rank < size, ""),
-                                     (names[1], local, 0 <= local < size, "")):
-        if not fits:
-            should = bound or f"in [0, {names[2]}={size})"
-            raise ConfigError(f"{name}={value} in the environment cannot be this process's place in the job (it must "
-                              f"be {should}; torchrun or SLURM set it); unset {', '.join(names)} to train in one process")
-    return World(rank, local, size)
 
 
 def _slurm_rendezvous(env: dict) -> None:

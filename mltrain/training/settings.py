@@ -1,5 +1,6 @@
 """The `train` section of the run config: how long and on what a run trains, how it evaluates,
-logs, checkpoints and resumes (mltrain/config.py composes it into the schema)."""
+logs, checkpoints and resumes (mltrain/config.py composes it into the schema), and what its
+`train.compile` value means. No torch: a config is checked without it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from mltrain.choice import Choice
+from mltrain.errors import ConfigError
 
 
 class DType(Choice):
@@ -56,3 +58,16 @@ class TrainConfig:
     # A run that would take more than a day on this machine (its planned FLOPs at a rate no run reaches
     # here, mltrain/runs/sanity.py) is refused before it starts unless this is true.
     allow_long: bool = False
+
+
+_COMPILE_VALUES = {"auto": None, "true": True, "false": False}
+
+
+def compile_setting(value: Any) -> Optional[bool]:
+    """train.compile as True, False or None (auto); ConfigError for anything else."""
+    if isinstance(value, bool):
+        return value
+    key = str(value).strip().lower()
+    if key not in _COMPILE_VALUES:
+        raise ConfigError(f"train.compile={value!r} must be auto, true or false")
+    return _COMPILE_VALUES[key]

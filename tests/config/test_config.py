@@ -10,7 +10,7 @@ from mltrain.errors import ConfigError, composition_line
 from mltrain.memory import parameter_count
 from mltrain.method.multilevel import control_ratio, control_steps
 from mltrain.method.plan import build_plan, run_kind
-from mltrain.run import model_config
+from mltrain.model_settings import model_config
 from mltrain.runs.keys import override_key
 
 

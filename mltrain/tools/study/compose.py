@@ -106,8 +106,8 @@ def parameter_count(cfg: Config) -> int:
     """Parameters of the model the typed run config `cfg` describes, its vocabulary from the tokenizer
     (nothing allocated)."""
     from mltrain.data.tokenizers import get_tokenizer
-    from mltrain.run import model_config
     from mltrain.memory import parameter_count as count
+    from mltrain.model_settings import model_config
 
     return count(model_config(cfg.model, get_tokenizer(cfg.data.tokenizer).n_vocab))[0]
 
