@@ -46,6 +46,7 @@ from mltrain.tools.compare.names import readable
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law
 from mltrain.tools.compare.results import Arm as ArmResult
 from mltrain.tools.compare.results import FitError, Frontier, Report, WithoutControl
+from mltrain.tools.compare.tables import BootstrapRecord, LeftOut, Outputs
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
 from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
@@ -165,9 +166,9 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     errors = {id(plain): fit_error(plain_fit, plain), id(flops_frontier): error}
     kept = [a.selected for a in arms if a.run_kind == RunKind.single and a.selected is not None]
     baseline = choose_baseline(configs, baseline_label, kept)
-    tables = build_report(configs, baseline, flops_frontier, control_label, plain)
+    config_names, common = _name_configs(configs, tuned)
+    tables = build_report(configs, baseline, flops_frontier, config_names, control_label, plain)
     warnings += _report_warnings(runs, baseline, flops_frontier, fit, arms)
-    config_names = _name_configs(configs, tuned, tables)
     arm_results = tuple(_arm_result(a, readings[id(a)][1], draws.get(id(a), Draws()), fitted, readings[id(a)][0], clock,
                                     errors[id(readings[id(a)][0])], id(a) in control_ids) for a in arms)
     frontier = replace(_frontier(flops_frontier, clock, fit, config_names, tuned, select_seeds, arms), fit_error=error,
@@ -182,15 +183,15 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
         pairing="by seed; a seed the reference lacks uses the reference's mean (and is left out of intervals)",
         interval_method=INTERVAL_METHOD, std="sample std (ddof=1) over seeds that reached the target; null with fewer than 2",
         tuned_keys=tuned, select_seeds=select_seeds, optimistic=not select_seeds or any(a.optimistic for a in arms),
-        bootstrap={"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "refits": fitted,
-                   "what": "evaluation seeds drawn with replacement, the frontier refitted on each draw"},
+        bootstrap=BootstrapRecord(BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, fitted,
+                                  "evaluation seeds drawn with replacement, the frontier refitted on each draw"),
         warnings=tuple(warnings),
         arms=arm_results,
         frontier=frontier,
-        excluded=tuple({"run": r.source, "label": r.label, "run_kind": r.run_kind, "seed": r.seed,
-                        "status": r.status, "reason": r.reason} for r in runs if not r.usable),
-        **{section: tuple(rows) if isinstance(rows, list) else rows for section, rows in tables.items()},
-        outputs={k: (str(out / f"comparison.{k}") if out and (k != "png" or plot) else None) for k in ("png", "md", "json")},
+        excluded=tuple(LeftOut(r.source, r.label, r.run_kind, r.seed, r.status, r.reason) for r in runs if not r.usable),
+        common_settings=common, **tables,
+        outputs=Outputs(*(str(out / f"comparison.{k}") if out and (k != "png" or plot) else None
+                          for k in ("png", "md", "json"))),
     )
     if out is not None:
         _write(report, out, configs, baseline, plot, logx, dpi)
@@ -245,21 +246,14 @@ def _name_arms(arms: list[Arm]) -> None:
         a.name = name
 
 
-def _name_configs(configs: list[Configuration], tuned: Sequence[str], report: dict) -> dict[tuple, str]:
-    """Readable names into every per-configuration entry of the report; (run kind, label) -> name."""
+def _name_configs(configs: list[Configuration], tuned: Sequence[str]) -> tuple[dict[tuple, str], dict[str, str]]:
+    """(each configuration's readable name, (run kind, label) -> name; the settings every one has, key -> value)."""
     items = []
     for c in configs:
         parts = {**setting_of(c.runs[0], tuned), **label_parts(c.label)}
         items.append((c.run_kind, parts))
     names, common = readable(items)
-    by_key = {c.key: n for c, n in zip(configs, names)}
-    report["common_settings"] = {k: str(v) for k, v in common.items()}
-    for section in ("configurations", "vs_baseline", "vs_control", "vs_frontier", "verdicts", "uncounted_costs"):
-        for e in report[section]:
-            e["name"] = by_key[(e["run_kind"], e["label"])]
-    for row in report["fixed_flops"]["rows"]:
-        row["name"] = by_key[(row["run_kind"], row["label"])]
-    return by_key
+    return {c.key: n for c, n in zip(configs, names)}, {k: str(v) for k, v in common.items()}
 
 
 def _arm_result(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, error: FitError,

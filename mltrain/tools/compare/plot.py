@@ -73,8 +73,8 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
     import matplotlib.pyplot as plt
 
     frontier = report.frontier
-    in_frontier = {(c["run_kind"], c["label"]) for c in report.configurations if c["in_frontier"]}
-    name = {(c["run_kind"], c["label"]): c["name"] for c in report.configurations}
+    in_frontier = {(c.run_kind, c.label) for c in report.configurations if c.in_frontier}
+    name = {(c.run_kind, c.label): c.name for c in report.configurations}
     panels = ["train", "val"] + (["frontier"] if frontier.points else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5.6), layout="constrained")
     color_of = _colors(configs, baseline, in_frontier, plt.rcParams["axes.prop_cycle"].by_key()["color"])
@@ -117,9 +117,9 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
 
 def _frontier_panel(ax, report: Report, color_of: dict) -> None:
     frontier = report.frontier
-    tried = [(np.mean([r["total_flops"] for r in c["runs"]]), np.mean([r["final_val_loss"] for r in c["runs"]]))
-             for c in report.configurations if c["run_kind"] == RunKind.single
-             and all(r["total_flops"] and r["final_val_loss"] is not None for r in c["runs"])]
+    tried = [(np.mean([r.total_flops for r in c.runs]), np.mean([r.final_val_loss for r in c.runs]))
+             for c in report.configurations if c.run_kind == RunKind.single
+             and all(r.total_flops and r.final_val_loss is not None for r in c.runs)]
     if tried:
         ax.plot(*zip(*tried), ".", color="0.6", ms=4, label="single-level settings tried (mean over seeds)")
     pts = frontier.points

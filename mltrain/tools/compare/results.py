@@ -15,7 +15,7 @@ one `Trend` per arm along the ladder's axis (with its `Prediction`s).
 JSON: each class writes its object with `to_json`, in comparison.json's (and ladder.json's) keys and key
 order; `from_json` reads one back, also one written by an earlier mltrain-compare (a key it lacks takes
 its neutral value: no bound, no headline, no draws). The per-configuration tables of `analysis` (against
-the one baseline, the control and the frontier's points; at fixed FLOPs) are carried as the JSON they are.
+the one baseline, the control and the frontier's points; at fixed FLOPs; ...) are typed in `tables`.
 """
 
 from __future__ import annotations
@@ -24,18 +24,11 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
-
-def _json(value: Any) -> Any:
-    """A result (or a list of them) as its JSON."""
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if isinstance(value, (list, tuple)):
-        return [_json(v) for v in value]
-    return value
-
-
-def _or_none(entry: Optional[dict], cls) -> Any:
-    return cls.from_json(entry) if entry else None
+from mltrain.tools.compare.tables import (Baseline, BootstrapRecord, ConfigurationRow, ConfigVerdict, FixedFlops, HeldOut,
+                                          LeftOut, Outputs, Outside, UncountedCost, VsFrontier, VsReference)
+from mltrain.tools.compare.tables import json_value as _json
+from mltrain.tools.compare.tables import listed
+from mltrain.tools.compare.tables import optional as _or_none
 
 
 @dataclass(frozen=True)
@@ -294,18 +287,19 @@ class Saving:
     saving_lo: Optional[float] = None
     saving_hi: Optional[float] = None
     n: int = 0
-    n_outside: Optional[dict] = None
+    n_outside: Optional[Outside] = None
     n_unpaired: int = 0
     warnings: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, e: dict) -> "Saving":
         return Saving(bool(e.get("available")), e.get("why"), e.get("saving"), e.get("saving_lo"), e.get("saving_hi"),
-                      e.get("n") or 0, e.get("n_outside"), e.get("n_unpaired") or 0, tuple(e.get("warnings") or ()))
+                      e.get("n") or 0, _or_none(e.get("n_outside"), Outside), e.get("n_unpaired") or 0,
+                      tuple(e.get("warnings") or ()))
 
     def to_json(self) -> dict:
         return {"available": self.available, "why": self.why, "saving": self.saving, "saving_lo": self.saving_lo,
-                "saving_hi": self.saving_hi, "n": self.n, "n_outside": self.n_outside, "n_unpaired": self.n_unpaired,
+                "saving_hi": self.saving_hi, "n": self.n, "n_outside": _json(self.n_outside), "n_unpaired": self.n_unpaired,
                 "warnings": list(self.warnings)}
 
 
@@ -441,31 +435,33 @@ class Report:
     std: str = ""
     tuned_keys: tuple[str, ...] = ()
     select_seeds: Optional[list] = None
-    bootstrap: Optional[dict] = None
-    excluded: tuple[dict, ...] = ()
-    baseline: Optional[dict] = None
-    configurations: tuple[dict, ...] = ()
-    vs_baseline: tuple[dict, ...] = ()
-    vs_control: tuple[dict, ...] = ()
-    vs_frontier: tuple[dict, ...] = ()
-    fixed_flops: Optional[dict] = None
-    held_out: Optional[dict] = None
-    uncounted_costs: tuple[dict, ...] = ()
-    verdicts: tuple[dict, ...] = ()
-    common_settings: Optional[dict] = None
-    outputs: Optional[dict] = None
+    bootstrap: Optional[BootstrapRecord] = None
+    excluded: tuple[LeftOut, ...] = ()
+    baseline: Optional[Baseline] = None
+    configurations: tuple[ConfigurationRow, ...] = ()
+    vs_baseline: tuple[VsReference, ...] = ()
+    vs_control: tuple[VsReference, ...] = ()
+    vs_frontier: tuple[VsFrontier, ...] = ()
+    fixed_flops: Optional[FixedFlops] = None
+    held_out: Optional[HeldOut] = None
+    uncounted_costs: tuple[UncountedCost, ...] = ()
+    verdicts: tuple[ConfigVerdict, ...] = ()
+    common_settings: Optional[dict] = None  # key -> value every configuration has (left out of their names)
+    outputs: Optional[Outputs] = None
 
     @classmethod
     def from_json(cls, report: dict) -> "Report":
         r = report
-        listed = {k: tuple(r.get(k) or ()) for k in ("tuned_keys", "excluded", "configurations", "vs_baseline",
-                                                     "vs_control", "vs_frontier", "uncounted_costs")}
         return cls(tuple(Arm.from_json(a) for a in r.get("arms") or ()), Frontier.from_json(r.get("frontier")),
                    tuple(r.get("warnings") or ()), r.get("optimistic"), r.get("command", ""), r.get("smooth"),
                    r.get("smoothing", ""), r.get("pairing", ""), r.get("interval_method", ""), r.get("std", ""),
-                   select_seeds=r.get("select_seeds"), bootstrap=r.get("bootstrap"), baseline=r.get("baseline"),
-                   fixed_flops=r.get("fixed_flops"), held_out=r.get("held_out"), verdicts=tuple(r.get("verdict") or ()),
-                   common_settings=r.get("common_settings"), outputs=r.get("outputs"), **listed)
+                   tuple(r.get("tuned_keys") or ()), r.get("select_seeds"), _or_none(r.get("bootstrap"), BootstrapRecord),
+                   listed(r.get("excluded"), LeftOut), _or_none(r.get("baseline"), Baseline),
+                   listed(r.get("configurations"), ConfigurationRow), listed(r.get("vs_baseline"), VsReference),
+                   listed(r.get("vs_control"), VsReference), listed(r.get("vs_frontier"), VsFrontier),
+                   _or_none(r.get("fixed_flops"), FixedFlops), _or_none(r.get("held_out"), HeldOut),
+                   listed(r.get("uncounted_costs"), UncountedCost), listed(r.get("verdict"), ConfigVerdict),
+                   r.get("common_settings"), _or_none(r.get("outputs"), Outputs))
 
     def to_json(self) -> dict:
         return {key: _json(getattr(self, name)) for key, name in _REPORT_KEYS}
