@@ -36,9 +36,11 @@ from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.cli import main, run_compare
 from mltrain.tools.compare.loading import CompareError
 from mltrain.tools.compare.report import params_text, render_ladder, render_markdown
-from mltrain.tools.compare.results import (Arm, Bound, BudgetReading, FitError, Frontier, Headline, Ladder,
-                                          LossInterval, Multiplier, Prediction, Report, Rung, RungArm, RunReading,
-                                          Saving, Trend, WallclockSaving, WithoutControl)
+from mltrain.tools.compare.results import (Arm, Bound, BudgetReading, BudgetTried, ConfigurationMean, EnvelopePoint,
+                                          FitError, Frontier, FrontierRun, Gain, GainReading, Headline, Ladder,
+                                          LossInterval, Multiplier, PowerLawFit, Prediction, Report, Rung, RungArm,
+                                          RunReading, Saving, SeedEnvelope, Trend, TriedSetting, WallclockFrontier,
+                                          WallclockSaving, WithoutControl)
 from mltrain.tools.compare.statistics import first_reach, interval, moving_average
 from mltrain.tools.compare.tables import (Baseline, BootstrapRecord, ConfigurationRow, ConfigurationRun, ConfigVerdict,
                                           FixedFlops, FixedFlopsCell, FixedFlopsRow, HeldOut, LeftOut, Outputs, Outside,
@@ -51,6 +53,9 @@ __all__ = ["main", "run_compare", "compare_dirs", "compare_report", "CompareErro
            "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound", "BudgetReading", "LossInterval",
            "Saving", "WallclockSaving", "RunReading", "WithoutControl", "Ladder", "Rung", "RungArm",
            "Trend", "Prediction",
+           # the frontier's parts
+           "FrontierRun", "PowerLawFit", "ConfigurationMean", "EnvelopePoint", "SeedEnvelope", "WallclockFrontier",
+           "TriedSetting", "BudgetTried", "Gain", "GainReading",
            # the per-configuration tables (tables.py)
            "SeedInterval", "Outside", "Reference", "Baseline", "TargetReading", "SeedVsReference", "TargetSummary",
            "VsReference", "SeedVsFrontier", "VsFrontier", "FixedFlopsCell", "FixedFlopsRow", "FixedFlops", "HeldOut",

@@ -45,7 +45,8 @@ from mltrain.tools.compare.loading import (
 from mltrain.tools.compare.names import readable
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law
 from mltrain.tools.compare.results import Arm as ArmResult
-from mltrain.tools.compare.results import FitError, Frontier, Report, WithoutControl
+from mltrain.tools.compare.results import (ConfigurationMean, EnvelopePoint, FitError, Frontier, FrontierRun, Report,
+                                          SeedEnvelope, WallclockFrontier, WithoutControl)
 from mltrain.tools.compare.tables import BootstrapRecord, LeftOut, Outputs
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
@@ -176,7 +177,7 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
                                                                           config_names, select_seeds)),
                        gains=tuple(dimensions.gains(flops_frontier, configs, arms, tuned, select_seeds,
                                                     [a for a in arms if a.run_kind != RunKind.single])),
-                       without_control=(WithoutControl(plain_fit.as_dict(), errors[id(plain)], len(plain.points))
+                       without_control=(WithoutControl(plain_fit.as_result(), errors[id(plain)], len(plain.points))
                                         if controls else None))
     report = Report(
         command=command, smooth=smooth, smoothing=f"trailing moving average over the last {smooth} level-0 train rows",
@@ -297,30 +298,29 @@ def _frontier(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str], sele
     runs = {r.source: r for c in frontier.configs for r in c.runs}
     config_of = {r.source: c for c in frontier.configs for r in c.runs}
 
-    def env(points):
-        return [{"flops": p.flops, "final_val_loss": p.loss, "budget": p.budget} for p in points]
+    def env(points) -> tuple[EnvelopePoint, ...]:
+        return tuple(EnvelopePoint(p.flops, p.loss, p.budget) for p in points)
 
     points = []
     for p in frontier.points:
         r = runs[p.source]
-        points.append({"seed": r.seed, "flops": p.flops, "loss": p.loss, "run_kind": r.run_kind,
-                       "settings": {**setting_of(r, tuned), "train.budget": r.budget},
-                       "name": names[config_of[p.source].key], "run": r.source})
+        points.append(FrontierRun(r.seed, p.flops, p.loss, r.run_kind, {**setting_of(r, tuned), "train.budget": r.budget},
+                                  names[config_of[p.source].key], r.source))
     on_mean = {(p.flops, p.loss) for p in frontier.mean}
     return Frontier(
         available=frontier.why is None, why=frontier.why, built_from=_built_from(select_seeds, arms),
-        seeds=tuple(frontier.seeds), points=tuple(points), fit=fit.as_dict(),
+        seeds=tuple(frontier.seeds), points=tuple(points), fit=fit.as_result(),
         budgets=tuple(sorted({c.budget for c in frontier.configs})),
         configurations=tuple(_mean_of(c, frontier.seeds, names) for c in frontier.configs),
         mean_envelope=env(frontier.mean) if len(frontier.mean) >= 2 else None,
-        per_seed_envelope=tuple({"seed": s, "points": env(p)} for s, p in frontier.per_seed.items()),
+        per_seed_envelope=tuple(SeedEnvelope(s, env(p)) for s, p in frontier.per_seed.items()),
         dominated_budgets=tuple(p.budget for p in frontier.means if (p.flops, p.loss) not in on_mean),
-        wallclock={"available": clock.why is None, "why": clock.why, "time_basis": clock.basis[1] if clock.basis else None},
+        wallclock=WallclockFrontier(clock.why is None, clock.why, clock.basis[1] if clock.basis else None),
     )
 
 
-def _mean_of(c: Configuration, seeds: list, names: dict) -> dict:
+def _mean_of(c: Configuration, seeds: list, names: dict) -> ConfigurationMean:
     runs = [r for r in c.runs if r.seed in seeds and r.total_flops() and r.final("val") is not None]
     mean = (lambda xs: sum(xs) / len(xs) if xs else None)  # noqa: E731
-    return {"label": c.label, "name": names[c.key], "budget": c.budget, "seeds": [r.seed for r in runs],
-            "mean_flops": mean([r.total_flops() for r in runs]), "mean_final_val_loss": mean([r.final("val") for r in runs])}
+    return ConfigurationMean(c.label, names[c.key], c.budget, tuple(r.seed for r in runs),
+                             mean([r.total_flops() for r in runs]), mean([r.final("val") for r in runs]))

@@ -279,22 +279,22 @@ def _fit_error_lines(report: Report) -> list[str]:
 
 def _fit_lines(report: Report) -> list[str]:
     fit = report.frontier.fit
-    if not fit["available"]:
-        return [f"Compute multiplier unavailable: {fit['why']}.", ""]
+    if not fit.available:
+        return [f"Compute multiplier unavailable: {fit.why}.", ""]
     b = report.bootstrap
-    lo, hi = fit["flop_range"]
+    lo, hi = fit.flop_range
     clock = report.frontier.wallclock
     return [
-        f"Compute multiplier: L(C) = E + A·C^−α fitted to the frontier's {fit['n_points']} points "
-        f"({_fmt_flops(lo)} to {_fmt_flops(hi)} FLOPs): E = {fit['E']:.4g}, A = {fit['A']:.4g}, α = {fit['alpha']:.4g} "
-        f"(scipy.optimize.least_squares, {FIT_LOSS}; rms log residual {fit['rms_log_residual']:.3g}). "
+        f"Compute multiplier: L(C) = E + A·C^−α fitted to the frontier's {fit.n_points} points "
+        f"({_fmt_flops(lo)} to {_fmt_flops(hi)} FLOPs): E = {fit.E:.4g}, A = {fit.A:.4g}, α = {fit.alpha:.4g} "
+        f"(scipy.optimize.least_squares, {FIT_LOSS}; rms log residual {fit.rms_log_residual:.3g}). "
         "C_eq = the FLOPs at which the fitted frontier reaches a run's final held-out loss; M = C_eq / C_run "
         "(geometric mean over seeds). Interval: bootstrap over the evaluation seeds "
         f"({b.resamples} draws with the frontier refitted on each, numpy seed {b.seed}; central "
         f"{int(CONFIDENCE * 100)} percent). The interpolated saving reads the frontier's points instead "
         "(a run beyond its ends has only a bound).",
         "",
-        f"Wall-clock: {clock['time_basis'] or 'unavailable (' + str(clock['why']) + ')'}.",
+        f"Wall-clock: {clock.time_basis or 'unavailable (' + str(clock.why) + ')'}.",
         "",
     ]
 
@@ -374,11 +374,11 @@ def _frontier_section(report: Report) -> list[str]:
         "| seed | total FLOPs | final val loss | from |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {p['seed']} | {_fmt_flops(p['flops'])} | {_fmt_loss(p['loss'])} | `{p['name']}` |" for p in f.points]
+    lines += [f"| {p.seed} | {_fmt_flops(p.flops)} | {_fmt_loss(p.loss)} | `{p.name}` |" for p in f.points]
     lines += ["", "| train.budget | configuration | seeds | mean total FLOPs | mean final val loss |", "|---|---|---|---|---|"]
     for c in f.configurations:
-        lines.append(f"| {c['budget']:g} | `{c['name']}` | {len(c['seeds'])} | {_fmt_flops(c['mean_flops'])} "
-                     f"| {_fmt_loss(c['mean_final_val_loss'])} |")
+        lines.append(f"| {c.budget:g} | `{c.name}` | {len(c.seeds)} | {_fmt_flops(c.mean_flops)} "
+                     f"| {_fmt_loss(c.mean_final_val_loss)} |")
     lines += [
         "",
         "Read on the frontier: linear in log FLOPs between its points, per seed (the envelope of the means over "
@@ -420,20 +420,20 @@ def _tuning_space_section(report: Report) -> list[str]:
              "budget on the selection seeds; ★ on the frontier's envelope.", "",
              "| train.budget | schedule | settings | selection loss | |", "|---|---|---|---|---|"]
     for b in f.tried_per_budget:
-        for i, e in enumerate(b["settings"]):
-            mark = ("✓" if e["kept"] else "") + ("★" if e["on_frontier"] else "")
-            budget = f"{b['budget']:g}" if i == 0 else ""
-            lines.append(f"| {budget} | {e['family']} | {_setting_text(e['settings'])} "
-                         f"| {_fmt_loss(e['selection_loss'])} | {mark} |")
+        for i, e in enumerate(b.settings):
+            mark = ("✓" if e.kept else "") + ("★" if e.on_frontier else "")
+            budget = f"{b.budget:g}" if i == 0 else ""
+            lines.append(f"| {budget} | {e.family} | {_setting_text(e.settings)} "
+                         f"| {_fmt_loss(e.selection_loss)} | {mark} |")
     if f.gains:
         lines += ["", "What each dimension added: the frontier rebuilt without it; gain = the full frontier's points "
                   "read on that frontier's fit (M > 1: the dimension saves that factor of compute), and each arm's M "
                   "against it.", "", "| without | keeps | gain | arms' M against it |", "|---|---|---|---|"]
         for g in f.gains:
-            arms = "; ".join(f"`{name}` " + (f"M > {r['bound']:.3g}" if r["bound"] else _times(r["M"]))
-                             for name, r in g["arms"].items()) or "—"
-            gain = _times(g["gain_M"]) if g["fit_available"] else f"no fit ({g['why']})"
-            lines.append(f"| {g['dimension']} | {g['restricted_to']} | {gain} | {arms} |")
+            arms = "; ".join(f"`{name}` " + (f"M > {r.bound:.3g}" if r.bound else _times(r.M))
+                             for name, r in g.arms.items()) or "—"
+            gain = _times(g.gain_M) if g.fit_available else f"no fit ({g.why})"
+            lines.append(f"| {g.dimension} | {g.restricted_to} | {gain} | {arms} |")
     return lines + [""]
 
 

@@ -8,7 +8,11 @@ consumer of it (the study's ladder, a script) reads, and what its Markdown is re
 
 `Report` holds the arms (`Arm`: the setting kept, the evaluation seeds, the final loss `LossInterval`, the
 compute multiplier `Multiplier` with its `Headline` and `Bound`, the savings read on the frontier's
-points `Saving`, one `RunReading` per run) and the frontier (`Frontier`: its fit's own error `FitError`).
+points `Saving`, one `RunReading` per run) and the frontier (`Frontier`: its points `FrontierRun`, the
+power law fitted to them `PowerLawFit`, its fit's own error `FitError`, its configurations' means
+`ConfigurationMean`, its envelopes `SeedEnvelope` of `EnvelopePoint`s, its wall-clock twin
+`WallclockFrontier`, the settings it tried per budget `BudgetTried` of `TriedSetting`s, what each tuning
+dimension gained `Gain` with each arm's `GainReading`, and `WithoutControl`).
 The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm, and
 one `Trend` per arm along the ladder's axis (with its `Prediction`s).
 
@@ -21,7 +25,7 @@ the one baseline, the control and the frontier's points; at fixed FLOPs; ...) ar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
 from mltrain.tools.compare.tables import (Baseline, BootstrapRecord, ConfigurationRow, ConfigVerdict, FixedFlops, HeldOut,
@@ -202,60 +206,263 @@ class FitError:
 
 
 @dataclass(frozen=True)
+class PowerLawFit:
+    """The power law L(C) = E + A·C^(−α) fitted to the frontier's points (powerlaw.Fit.result): whether it
+    is usable (`why` not), its parameters, the loss it was fitted with, how far its points lie off it
+    (rms of the log residuals), why it says little beyond them (`degenerate`) and its FLOPs range."""
+
+    available: bool
+    why: Optional[str] = None
+    E: Optional[float] = None
+    A: Optional[float] = None
+    alpha: Optional[float] = None
+    loss: Optional[str] = None
+    n_points: int = 0
+    rms_log_residual: Optional[float] = None
+    degenerate: Optional[str] = None
+    flop_range: Optional[tuple[float, float]] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "PowerLawFit":
+        span = e.get("flop_range")
+        return cls(bool(e.get("available")), e.get("why"), e.get("E"), e.get("A"), e.get("alpha"), e.get("loss"),
+                   e.get("n_points") or 0, e.get("rms_log_residual"), e.get("degenerate"),
+                   tuple(span) if span is not None else None)
+
+    def to_json(self) -> dict:
+        return {"available": self.available, "why": self.why, "E": self.E, "A": self.A, "alpha": self.alpha,
+                "loss": self.loss, "n_points": self.n_points, "rms_log_residual": self.rms_log_residual,
+                "degenerate": self.degenerate, "flop_range": list(self.flop_range) if self.flop_range else None}
+
+
+@dataclass(frozen=True)
 class WithoutControl:
     """The frontier built without the schedule control's runs (the control's own M is read on it)."""
 
-    fit: dict
+    fit: PowerLawFit
     fit_error: FitError
     n_points: int
 
     @classmethod
     def from_json(cls, entry: dict) -> "WithoutControl":
-        return cls(dict(entry.get("fit") or {}), FitError.from_json(entry.get("fit_error")), entry.get("n_points") or 0)
+        return cls(PowerLawFit.from_json(entry.get("fit") or {}), FitError.from_json(entry.get("fit_error")),
+                   entry.get("n_points") or 0)
 
     def to_json(self) -> dict:
-        return {"fit": self.fit, "fit_error": self.fit_error.to_json(), "n_points": self.n_points}
+        return {"fit": self.fit.to_json(), "fit_error": self.fit_error.to_json(), "n_points": self.n_points}
+
+
+@dataclass(frozen=True)
+class FrontierRun:
+    """One point of the frontier (a seed's envelope): the run there, its total FLOPs and final held-out loss,
+    its kind, settings (the tuned keys and train.budget), readable name and folder."""
+
+    seed: Any
+    flops: float
+    loss: float
+    run_kind: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    run: str = ""
+
+    @classmethod
+    def from_json(cls, e: dict) -> "FrontierRun":
+        return cls(e.get("seed"), e.get("flops"), e.get("loss"), e.get("run_kind", ""), dict(e.get("settings") or {}),
+                   e.get("name", ""), e.get("run", ""))
+
+    def to_json(self) -> dict:
+        return {"seed": self.seed, "flops": self.flops, "loss": self.loss, "run_kind": self.run_kind,
+                "settings": self.settings, "name": self.name, "run": self.run}
+
+
+@dataclass(frozen=True)
+class ConfigurationMean:
+    """One single-level configuration of the frontier: its mean total FLOPs and final val loss over the
+    evaluation seeds it has finished runs on."""
+
+    label: str
+    name: str
+    budget: Any
+    seeds: tuple = ()
+    mean_flops: Optional[float] = None
+    mean_final_val_loss: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "ConfigurationMean":
+        return cls(e.get("label", ""), e.get("name", ""), e.get("budget"), tuple(e.get("seeds") or ()),
+                   e.get("mean_flops"), e.get("mean_final_val_loss"))
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "name": self.name, "budget": self.budget, "seeds": list(self.seeds),
+                "mean_flops": self.mean_flops, "mean_final_val_loss": self.mean_final_val_loss}
+
+
+@dataclass(frozen=True)
+class EnvelopePoint:
+    """A point of a lower envelope: FLOPs, final val loss, the budget it comes from."""
+
+    flops: float
+    final_val_loss: float
+    budget: Any = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "EnvelopePoint":
+        return cls(e.get("flops"), e.get("final_val_loss"), e.get("budget"))
+
+    def to_json(self) -> dict:
+        return {"flops": self.flops, "final_val_loss": self.final_val_loss, "budget": self.budget}
+
+
+@dataclass(frozen=True)
+class SeedEnvelope:
+    """One evaluation seed's lower envelope."""
+
+    seed: Any
+    points: tuple[EnvelopePoint, ...] = ()
+
+    @classmethod
+    def from_json(cls, e: dict) -> "SeedEnvelope":
+        return cls(e.get("seed"), listed(e.get("points"), EnvelopePoint))
+
+    def to_json(self) -> dict:
+        return {"seed": self.seed, "points": _json(self.points)}
+
+
+@dataclass(frozen=True)
+class WallclockFrontier:
+    """Whether the frontier has a wall-clock twin (why not), and the time it reads."""
+
+    available: bool
+    why: Optional[str] = None
+    time_basis: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "WallclockFrontier":
+        return cls(bool(e.get("available")), e.get("why"), e.get("time_basis"))
+
+    def to_json(self) -> dict:
+        return {"available": self.available, "why": self.why, "time_basis": self.time_basis}
+
+
+@dataclass(frozen=True)
+class TriedSetting:
+    """One single-level setting tried at a budget: its family (schedule), tuned values, mean selection loss,
+    whether its arm kept it there and whether its runs are on the frontier's envelope."""
+
+    name: str
+    run_kind: str
+    family: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    selection_loss: Optional[float] = None
+    kept: bool = False
+    on_frontier: bool = False
+
+    @classmethod
+    def from_json(cls, e: dict) -> "TriedSetting":
+        return cls(e.get("name", ""), e.get("run_kind", ""), e.get("family", ""), dict(e.get("settings") or {}),
+                   e.get("selection_loss"), bool(e.get("kept")), bool(e.get("on_frontier")))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "run_kind": self.run_kind, "family": self.family, "settings": self.settings,
+                "selection_loss": self.selection_loss, "kept": self.kept, "on_frontier": self.on_frontier}
+
+
+@dataclass(frozen=True)
+class BudgetTried:
+    """Every single-level setting tried at one budget."""
+
+    budget: Any
+    settings: tuple[TriedSetting, ...] = ()
+
+    @classmethod
+    def from_json(cls, e: dict) -> "BudgetTried":
+        return cls(e.get("budget"), listed(e.get("settings"), TriedSetting))
+
+    def to_json(self) -> dict:
+        return {"budget": self.budget, "settings": _json(self.settings)}
+
+
+@dataclass(frozen=True)
+class GainReading:
+    """An arm's M against a restricted frontier: a point reading, or only a bound (M > bound) beyond its data."""
+
+    M: Optional[float] = None
+    bound: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "GainReading":
+        return cls(e.get("M"), e.get("bound"))
+
+    def to_json(self) -> dict:
+        return {"M": self.M, "bound": self.bound}
+
+
+@dataclass(frozen=True)
+class Gain:
+    """What one dimension of the frontier's tuning added: the frontier rebuilt without it (what it keeps,
+    its points, its fit), the full frontier's gain on it, and each measured arm's M against it (by name)."""
+
+    dimension: str
+    restricted_to: str
+    n_points: int = 0
+    fit_available: bool = False
+    why: Optional[str] = None
+    gain_M: Optional[float] = None
+    arms: dict[str, GainReading] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, e: dict) -> "Gain":
+        return cls(e.get("dimension", ""), e.get("restricted_to", ""), e.get("n_points") or 0, bool(e.get("fit_available")),
+                   e.get("why"), e.get("gain_M"), {str(k): GainReading.from_json(v) for k, v in (e.get("arms") or {}).items()})
+
+    def to_json(self) -> dict:
+        return {"dimension": self.dimension, "restricted_to": self.restricted_to, "n_points": self.n_points,
+                "fit_available": self.fit_available, "why": self.why, "gain_M": self.gain_M,
+                "arms": {k: v.to_json() for k, v in self.arms.items()}}
 
 
 @dataclass(frozen=True)
 class Frontier:
     """The tuned single-level frontier: its points (per seed, whatever each run's settings), the power law
-    fitted to them (`fit`, powerlaw.Fit.as_dict), its own error, and the tuning space it was built from."""
+    fitted to them (`fit`), its own error, and the tuning space it was built from."""
 
     available: bool = False
     why: Optional[str] = None
     built_from: str = ""
     seeds: tuple = ()
-    points: tuple[dict, ...] = ()  # seed, flops, loss, run_kind, settings, name, run
-    fit: Optional[dict] = None
+    points: tuple[FrontierRun, ...] = ()
+    fit: Optional[PowerLawFit] = None
     budgets: tuple = ()
-    configurations: tuple[dict, ...] = ()  # per single-level configuration: its mean FLOPs and final loss
-    mean_envelope: Optional[list] = None
-    per_seed_envelope: tuple[dict, ...] = ()
+    configurations: tuple[ConfigurationMean, ...] = ()
+    mean_envelope: Optional[tuple[EnvelopePoint, ...]] = None
+    per_seed_envelope: tuple[SeedEnvelope, ...] = ()
     dominated_budgets: tuple = ()
-    wallclock: Optional[dict] = None  # available, why, time_basis
+    wallclock: Optional[WallclockFrontier] = None
     fit_error: FitError = FitError(False)
-    tried_per_budget: tuple[dict, ...] = ()
-    gains: tuple[dict, ...] = ()
+    tried_per_budget: tuple[BudgetTried, ...] = ()
+    gains: tuple[Gain, ...] = ()
     without_control: Optional[WithoutControl] = None
 
     @classmethod
     def from_json(cls, entry: Optional[dict]) -> "Frontier":
         e = entry or {}
+        mean = e.get("mean_envelope")
         return cls(bool(e.get("available")), e.get("why"), e.get("built_from", ""), tuple(e.get("seeds") or ()),
-                   tuple(e.get("points") or ()), e.get("fit"), tuple(e.get("budgets") or ()),
-                   tuple(e.get("configurations") or ()), e.get("mean_envelope"), tuple(e.get("per_seed_envelope") or ()),
-                   tuple(e.get("dominated_budgets") or ()), e.get("wallclock"), FitError.from_json(e.get("fit_error")),
-                   tuple(e.get("tried_per_budget") or ()), tuple(e.get("gains") or ()),
+                   listed(e.get("points"), FrontierRun), _or_none(e.get("fit"), PowerLawFit), tuple(e.get("budgets") or ()),
+                   listed(e.get("configurations"), ConfigurationMean),
+                   listed(mean, EnvelopePoint) if mean is not None else None,
+                   listed(e.get("per_seed_envelope"), SeedEnvelope), tuple(e.get("dominated_budgets") or ()),
+                   _or_none(e.get("wallclock"), WallclockFrontier), FitError.from_json(e.get("fit_error")),
+                   listed(e.get("tried_per_budget"), BudgetTried), listed(e.get("gains"), Gain),
                    _or_none(e.get("without_control"), WithoutControl))
 
     def to_json(self) -> dict:
         return {"available": self.available, "why": self.why, "built_from": self.built_from, "seeds": list(self.seeds),
-                "points": list(self.points), "fit": self.fit, "budgets": list(self.budgets),
-                "configurations": list(self.configurations), "mean_envelope": self.mean_envelope,
-                "per_seed_envelope": list(self.per_seed_envelope), "dominated_budgets": list(self.dominated_budgets),
-                "wallclock": self.wallclock, "fit_error": self.fit_error.to_json(),
-                "tried_per_budget": list(self.tried_per_budget), "gains": list(self.gains),
+                "points": _json(self.points), "fit": _json(self.fit), "budgets": list(self.budgets),
+                "configurations": _json(self.configurations), "mean_envelope": _json(self.mean_envelope),
+                "per_seed_envelope": _json(self.per_seed_envelope), "dominated_budgets": list(self.dominated_budgets),
+                "wallclock": _json(self.wallclock), "fit_error": self.fit_error.to_json(),
+                "tried_per_budget": _json(self.tried_per_budget), "gains": _json(self.gains),
                 "without_control": _json(self.without_control)}
 
 
