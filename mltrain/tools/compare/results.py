@@ -14,7 +14,8 @@ power law fitted to them `PowerLawFit`, its fit's own error `FitError`, its conf
 `WallclockFrontier`, the settings it tried per budget `BudgetTried` of `TriedSetting`s, what each tuning
 dimension gained `Gain` with each arm's `GainReading`, and `WithoutControl`).
 The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm, and
-one `Trend` per arm along the ladder's axis (with its `Prediction`s).
+one `Trend` per arm along the ladder's axis (with its `Prediction`s and the rungs it left out,
+`ExcludedRung`).
 
 JSON: each class writes its object with `to_json`, in comparison.json's (and ladder.json's) keys and key
 order; `from_json` reads one back, also one written by an earlier mltrain-compare (a key it lacks takes
@@ -763,6 +764,22 @@ class Prediction:
                 "beyond_largest": self.beyond_largest}
 
 
+@dataclass(frozen=True)
+class ExcludedRung:
+    """A rung left out of a trend's points (its M only a bound, its interval unbounded, too few seeds): its
+    value on the ladder's axis and why."""
+
+    x: float
+    why: str
+
+    @classmethod
+    def from_json(cls, e: dict) -> "ExcludedRung":
+        return cls(e.get("x"), e.get("why", ""))
+
+    def to_json(self) -> dict:
+        return {"x": self.x, "why": self.why}
+
+
 # A trend's fitted line: its keys, in ladder.json's order (only a trend with a slope has them)
 TREND_FIT_KEYS = ("slope", "slope_lo", "slope_hi", "intercept", "cov", "quantile", "method", "n_min", "n_max", "n_draws",
                   "monotone")
@@ -778,7 +795,7 @@ class Trend:
     verdict: str
     sentence: str = ""
     n_scales: int = 0
-    excluded: tuple[dict, ...] = ()
+    excluded: tuple[ExcludedRung, ...] = ()
     why: Optional[str] = None
     slope: Optional[float] = None
     slope_lo: Optional[float] = None
@@ -796,11 +813,11 @@ class Trend:
     @classmethod
     def from_json(cls, t: dict) -> "Trend":
         return cls(str(t.get("arm", "")), str(t.get("verdict", "")), t.get("sentence", ""), t.get("n_scales") or 0,
-                   tuple(t.get("excluded") or ()), t.get("why"), *(t.get(k) for k in TREND_FIT_KEYS),
+                   listed(t.get("excluded"), ExcludedRung), t.get("why"), *(t.get(k) for k in TREND_FIT_KEYS),
                    tuple(Prediction.from_json(p) for p in t.get("predictions") or ()))
 
     def to_json(self) -> dict:
-        out = {"arm": self.arm, "n_scales": self.n_scales, "excluded": list(self.excluded)}
+        out = {"arm": self.arm, "n_scales": self.n_scales, "excluded": _json(self.excluded)}
         if self.slope is not None:
             out.update({k: getattr(self, k) for k in TREND_FIT_KEYS})
         out["verdict"] = self.verdict
