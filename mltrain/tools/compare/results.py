@@ -13,9 +13,10 @@ power law fitted to them `PowerLawFit`, its fit's own error `FitError`, its conf
 `ConfigurationMean`, its envelopes `SeedEnvelope` of `EnvelopePoint`s, its wall-clock twin
 `WallclockFrontier`, the settings it tried per budget `BudgetTried` of `TriedSetting`s, what each tuning
 dimension gained `Gain` with each arm's `GainReading`, and `WithoutControl`).
-The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm, and
-one `Trend` per arm along the ladder's axis (with its `Prediction`s and the rungs it left out,
-`ExcludedRung`).
+The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm and
+what stage 1 tried and chose there (`RungTuning`: per arm `ArmTuning`, with its `SettingLosses` and
+`RunnerUp`), and one `Trend` per arm along the ladder's axis (with its `Prediction`s and the rungs it
+left out, `ExcludedRung`).
 
 JSON: each class writes its object with `to_json`, in comparison.json's (and ladder.json's) keys and key
 order; `from_json` reads one back, also one written by an earlier mltrain-compare (a key it lacks takes
@@ -708,6 +709,96 @@ class RungArm:
 
 
 @dataclass(frozen=True)
+class SettingLosses:
+    """One setting an arm tried on the selection seeds: its final val loss per seed (by the seed's text) and
+    their mean (None: no seed of the selection seeds)."""
+
+    setting: dict[str, Any]
+    losses: dict[str, float] = field(default_factory=dict)
+    mean: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "SettingLosses":
+        return cls(dict(e.get("setting") or {}), dict(e.get("losses") or {}), e.get("mean"))
+
+    def to_json(self) -> dict:
+        return {"setting": self.setting, "losses": self.losses, "mean": self.mean}
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """An arm's second best setting after a near tie, and its M against the same frontier (None: none had)."""
+
+    setting: dict[str, Any]
+    multiplier: Optional[Multiplier] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "RunnerUp":
+        return cls(dict(e.get("setting") or {}), _or_none(e.get("multiplier"), Multiplier))
+
+    def to_json(self) -> dict:
+        return {"setting": self.setting, "multiplier": _json(self.multiplier)}
+
+
+@dataclass(frozen=True)
+class ArmTuning:
+    """What one study arm tried at a rung (the pilots that fixed its grid counted in), every setting's
+    selection losses, and what it chose; the frontier's arm with a schedule control counts the control's
+    settings in (`control_settings_run`, `control_selection_losses`). `setting`, `by_budget` and
+    `control_by_budget` are None where the arm chose nothing."""
+
+    pilots: int
+    settings_run: int
+    settings_tried: int
+    selection_losses: tuple[SettingLosses, ...] = ()
+    control_settings_run: Optional[int] = None
+    control_selection_losses: Optional[tuple[SettingLosses, ...]] = None
+    setting: Optional[dict[str, Any]] = None
+    by_budget: Optional[dict[str, dict[str, Any]]] = None
+    control_by_budget: Optional[dict[str, dict[str, Any]]] = None
+    runner_up: Optional[RunnerUp] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "ArmTuning":
+        control = e.get("control_selection_losses")
+        return cls(e.get("pilots") or 0, e.get("settings_run") or 0, e.get("settings_tried") or 0,
+                   listed(e.get("selection_losses"), SettingLosses), e.get("control_settings_run"),
+                   listed(control, SettingLosses) if control is not None else None, e.get("setting"),
+                   e.get("by_budget"), e.get("control_by_budget"), _or_none(e.get("runner_up"), RunnerUp))
+
+    def to_json(self) -> dict:
+        out = {"pilots": self.pilots, "settings_run": self.settings_run, "settings_tried": self.settings_tried,
+               "selection_losses": _json(self.selection_losses)}
+        if self.control_selection_losses is not None:
+            out.update(control_settings_run=self.control_settings_run,
+                       control_selection_losses=_json(self.control_selection_losses))
+        if self.setting is not None:
+            out.update(setting=self.setting, by_budget=self.by_budget, control_by_budget=self.control_by_budget)
+        if self.runner_up is not None:
+            out["runner_up"] = self.runner_up.to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class RungTuning:
+    """Stage 1 at one rung, as the study records it: the frontier's budgets, the selection seeds, and per
+    study arm what it tried and chose."""
+
+    frontier_budgets: tuple[str, ...] = ()
+    selection_seeds: tuple = ()
+    arms: dict[str, ArmTuning] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, e: dict) -> "RungTuning":
+        return cls(tuple(e.get("frontier_budgets") or ()), tuple(e.get("selection_seeds") or ()),
+                   {str(k): ArmTuning.from_json(v) for k, v in (e.get("arms") or {}).items()})
+
+    def to_json(self) -> dict:
+        return {"frontier_budgets": list(self.frontier_budgets), "selection_seeds": list(self.selection_seeds),
+                "arms": {k: v.to_json() for k, v in self.arms.items()}}
+
+
+@dataclass(frozen=True)
 class Rung:
     """One scale of the ladder: its size, each study arm's verdict there, the verdict's warnings and fit error,
     the runs that did not end; `tuning` (what stage 1 tried and chose) when the study records it."""
@@ -724,7 +815,7 @@ class Rung:
     fit_error: Optional[FitError] = None
     optimistic: Optional[bool] = None
     missing_runs: tuple[str, ...] = ()
-    tuning: Optional[dict] = None
+    tuning: Optional[RungTuning] = None
 
     @classmethod
     def from_json(cls, s: dict) -> "Rung":
@@ -732,7 +823,7 @@ class Rung:
                    s.get("tokens_per_param"), tuple(RungArm.from_json(a) for a in s.get("arms") or ()),
                    s.get("verdict") is not None, s.get("why_no_verdict"), tuple(s.get("warnings") or ()),
                    _or_none(s.get("fit_error"), FitError), s.get("optimistic"), tuple(s.get("missing_runs") or ()),
-                   s.get("tuning"))
+                   _or_none(s.get("tuning"), RungTuning))
 
     def to_json(self, with_tuning: bool = False) -> dict:
         out = {"scale": self.scale, "x": self.x, "n_params": self.n_params, "max_steps": self.max_steps,
@@ -741,7 +832,7 @@ class Rung:
                "warnings": list(self.warnings), "fit_error": _json(self.fit_error), "optimistic": self.optimistic,
                "missing_runs": list(self.missing_runs)}
         if with_tuning:
-            out["tuning"] = self.tuning
+            out["tuning"] = _json(self.tuning)
         return out
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from mltrain import guarded
 from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, ExcludedRung, FitError, Ladder, Multiplier, Prediction,
-                                   Report, Rung, RungArm, Trend, markdown_safe, params_text, render_ladder)
+                                   Report, Rung, RungArm, RungTuning, Trend, markdown_safe, params_text, render_ladder)
 from mltrain.tools.study.axes import AXES  # how the report and the plot name each axis
 from mltrain.tools.study.plan import label_parts
 
@@ -229,7 +229,7 @@ def axis_text(x: float, axis: str) -> str:
 # The report
 
 
-def rung(result: ScaleResult, arms: list[str], tuning: Optional[dict] = None) -> Rung:
+def rung(result: ScaleResult, arms: list[str], tuning: Optional[RungTuning] = None) -> Rung:
     """One scale of the ladder from what stage 3 left: each study arm's verdict there."""
     verdict = result.comparison
     return Rung(result.name, result.x, result.n_params, result.max_steps, result.tokens_per_param,
@@ -239,7 +239,8 @@ def rung(result: ScaleResult, arms: list[str], tuning: Optional[dict] = None) ->
 
 
 def ladder_report(study: str, arms: list[str], frontier: str, results: list[ScaleResult],
-                  predict_params: list[float], axis: str = "params", tuning: Optional[dict] = None) -> Ladder:
+                  predict_params: list[float], axis: str = "params", tuning: Optional[dict[str, RungTuning]] = None
+                  ) -> Ladder:
     """The ladder's numbers (what ladder.json holds); `tuning` (scale -> stage 1's record) when the study
     records one per rung."""
     trends = []
