@@ -129,7 +129,7 @@ def test_a_selection_seed_no_run_has_is_one_line_and_the_report_is_written(tmp_p
 def test_the_fit_recovers_a_known_power_law():
     flops = np.geomspace(1e13, 1e15, 7)
     fit = fit_power_law(flops, [law(f) for f in flops])
-    assert fit.available and fit.as_dict()["loss"] == "soft_l1 on log residuals"
+    assert fit.available and fit.as_result().loss == "soft_l1 on log residuals"
     assert (fit.law.E, fit.law.A, fit.law.alpha) == pytest.approx((E, A, ALPHA), rel=1e-4)
     assert fit.law.flops_for(law(3e14)) == pytest.approx(3e14, rel=1e-4)
     assert fit.law.flops_for(E - 0.1) is None  # below the floor: no compute reaches it

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from helpers import linear_run
 
-from mltrain.tools.compare import FitError, Multiplier, Report, compare_dirs
+from mltrain.tools.compare import ExcludedRung, FitError, Multiplier, Report, compare_dirs
 from mltrain.tools.compare.powerlaw import fit_power_law, fit_shift
 from mltrain.tools.study import ladder
 
@@ -135,9 +135,9 @@ def multiplier(m: float, spread: float = 0.03) -> dict:
 @pytest.mark.parametrize("ms", [(1.17, 1.25, 1.15), (1.17, 1.25, 1.15, 1.30)])
 def test_a_ladder_that_goes_up_and_down_cannot_tell(ms):
     trend = ladder.fit_trend([(x, Multiplier.from_json(multiplier(m)), 6) for x, m in zip((4, 8, 12, 16), ms)])
-    assert trend["verdict"] == "cannot tell" and trend["monotone"] is None
+    assert trend.verdict == "cannot tell" and trend.monotone is None
     sentence = ladder.trend_sentence("multilevel", trend, "depth")
-    assert "cannot tell" in sentence and f"{trend['slope']:+.3f}" in sentence
+    assert "cannot tell" in sentence and f"{trend.slope:+.3f}" in sentence
 
 
 def test_trend_draws_use_the_rungs_bootstrap_and_fit_error_and_skip_bounds():
@@ -147,12 +147,12 @@ def test_trend_draws_use_the_rungs_bootstrap_and_fit_error_and_skip_bounds():
         m = 1.1 * (x / 4) ** 0.2
         draws = list(np.exp(rng.normal(math.log(m), 0.01, 1000)))
         rungs.append((x, Multiplier.from_json({**multiplier(m), "bootstrap_M": draws}), 6, None))
-    assert ladder.fit_trend(rungs)["verdict"] == "growing"
+    assert ladder.fit_trend(rungs).verdict == "growing"
     wide = [(x, m, k, FitError.from_json({"available": True, "M_lo": 0.8, "M_hi": 1.25})) for x, m, k, _ in rungs]
-    assert ladder.fit_trend(wide)["verdict"] == "cannot tell"  # a ±25% fit error swamps the slope
+    assert ladder.fit_trend(wide).verdict == "cannot tell"  # a ±25% fit error swamps the slope
     bounded = rungs + [(16, Multiplier.from_json({**multiplier(1.5), "bound": {"kind": "lower", "value": 1.4}}), 6, None)]
     t = ladder.fit_trend(bounded)
-    assert t["n_scales"] == 3 and t["excluded"] == [{"x": 16, "why": "M only bounded (M > 1.4)"}]
+    assert t.n_scales == 3 and t.excluded == (ExcludedRung(16, "M only bounded (M > 1.4)"),)
     assert "not used as points: 16: M only bounded" in ladder.trend_sentence("multilevel", t, "depth")
 
 

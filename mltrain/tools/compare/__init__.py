@@ -21,8 +21,8 @@ Modules, one way down: `cli` (arguments) → `api` (the pipeline, `compare_dirs`
 `analysis` (per-configuration tables) → `frontier`, `arms`, `powerlaw`, `statistics` (arrays) and
 `loading` (runs, their status and provenance); `names` makes readable names; `results` holds the
 typed results the pipeline builds (the report, its arms and frontier, the study's ladder rungs) and
-writes as JSON; `report` renders markdown (comparison.md, and the study's ladder.md) and `plot` the
-figure, both from those results.
+writes as JSON (`tables`: the per-configuration tables among them); `report` renders markdown
+(comparison.md, and the study's ladder.md) and `plot` the figure, both from those results.
 
 Trust: only runs that finished with finite losses count. A run without summary.json, one whose summary
 says interrupted or diverged, one with a non-finite loss, one whose files contradict themselves, and
@@ -36,14 +36,29 @@ from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.cli import main, run_compare
 from mltrain.tools.compare.loading import CompareError
 from mltrain.tools.compare.report import params_text, render_ladder, render_markdown
-from mltrain.tools.compare.results import (Arm, Bound, BudgetReading, FitError, Frontier, Headline, Ladder, LossInterval,
-                                          Multiplier, Prediction, Report, Rung, RungArm, RunReading, Saving, Trend,
+from mltrain.tools.compare.results import (Arm, ArmTuning, Bound, BudgetReading, BudgetTried, ConfigurationMean,
+                                          EnvelopePoint, ExcludedRung, FitError, Frontier, FrontierRun, Gain,
+                                          GainReading, Headline, Ladder, LossInterval, Multiplier, PowerLawFit,
+                                          Prediction, Report, Rung, RungArm, RungTuning, RunnerUp, RunReading, Saving,
+                                          SeedEnvelope, SettingLosses, Trend, TriedSetting, WallclockFrontier,
                                           WallclockSaving, WithoutControl)
 from mltrain.tools.compare.statistics import first_reach, interval, moving_average
+from mltrain.tools.compare.tables import (Baseline, BootstrapRecord, ConfigurationRow, ConfigurationRun, ConfigVerdict,
+                                          FixedFlops, FixedFlopsCell, FixedFlopsRow, HeldOut, LeftOut, Outputs, Outside,
+                                          Reference, SeedInterval, SeedVsFrontier, SeedVsReference, TargetReading,
+                                          TargetSummary, UncountedCost, VsFrontier, VsReference)
 from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 
 __all__ = ["main", "run_compare", "compare_dirs", "compare_report", "CompareError", "first_reach", "interval",
            "moving_average", "markdown_safe", "render_markdown", "render_ladder", "params_text", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL",
            "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound", "BudgetReading", "LossInterval",
            "Saving", "WallclockSaving", "RunReading", "WithoutControl", "Ladder", "Rung", "RungArm",
-           "Trend", "Prediction"]
+           "Trend", "Prediction", "ExcludedRung", "RungTuning", "ArmTuning", "SettingLosses", "RunnerUp",
+           # the frontier's parts
+           "FrontierRun", "PowerLawFit", "ConfigurationMean", "EnvelopePoint", "SeedEnvelope", "WallclockFrontier",
+           "TriedSetting", "BudgetTried", "Gain", "GainReading",
+           # the per-configuration tables (tables.py)
+           "SeedInterval", "Outside", "Reference", "Baseline", "TargetReading", "SeedVsReference", "TargetSummary",
+           "VsReference", "SeedVsFrontier", "VsFrontier", "FixedFlopsCell", "FixedFlopsRow", "FixedFlops", "HeldOut",
+           "UncountedCost", "ConfigVerdict", "ConfigurationRun", "ConfigurationRow", "LeftOut", "BootstrapRecord",
+           "Outputs"]

@@ -45,7 +45,9 @@ from mltrain.tools.compare.loading import (
 from mltrain.tools.compare.names import readable
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law
 from mltrain.tools.compare.results import Arm as ArmResult
-from mltrain.tools.compare.results import FitError, Frontier, Report, WithoutControl
+from mltrain.tools.compare.results import (ConfigurationMean, EnvelopePoint, FitError, Frontier, FrontierRun, Report,
+                                          SeedEnvelope, WallclockFrontier, WithoutControl)
+from mltrain.tools.compare.tables import BootstrapRecord, LeftOut, Outputs
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
 from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
@@ -165,9 +167,9 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     errors = {id(plain): fit_error(plain_fit, plain), id(flops_frontier): error}
     kept = [a.selected for a in arms if a.run_kind == RunKind.single and a.selected is not None]
     baseline = choose_baseline(configs, baseline_label, kept)
-    tables = build_report(configs, baseline, flops_frontier, control_label, plain)
+    config_names, common = _name_configs(configs, tuned)
+    tables = build_report(configs, baseline, flops_frontier, config_names, control_label, plain)
     warnings += _report_warnings(runs, baseline, flops_frontier, fit, arms)
-    config_names = _name_configs(configs, tuned, tables)
     arm_results = tuple(_arm_result(a, readings[id(a)][1], draws.get(id(a), Draws()), fitted, readings[id(a)][0], clock,
                                     errors[id(readings[id(a)][0])], id(a) in control_ids) for a in arms)
     frontier = replace(_frontier(flops_frontier, clock, fit, config_names, tuned, select_seeds, arms), fit_error=error,
@@ -175,22 +177,22 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
                                                                           config_names, select_seeds)),
                        gains=tuple(dimensions.gains(flops_frontier, configs, arms, tuned, select_seeds,
                                                     [a for a in arms if a.run_kind != RunKind.single])),
-                       without_control=(WithoutControl(plain_fit.as_dict(), errors[id(plain)], len(plain.points))
+                       without_control=(WithoutControl(plain_fit.as_result(), errors[id(plain)], len(plain.points))
                                         if controls else None))
     report = Report(
         command=command, smooth=smooth, smoothing=f"trailing moving average over the last {smooth} level-0 train rows",
         pairing="by seed; a seed the reference lacks uses the reference's mean (and is left out of intervals)",
         interval_method=INTERVAL_METHOD, std="sample std (ddof=1) over seeds that reached the target; null with fewer than 2",
         tuned_keys=tuned, select_seeds=select_seeds, optimistic=not select_seeds or any(a.optimistic for a in arms),
-        bootstrap={"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "refits": fitted,
-                   "what": "evaluation seeds drawn with replacement, the frontier refitted on each draw"},
+        bootstrap=BootstrapRecord(BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, fitted,
+                                  "evaluation seeds drawn with replacement, the frontier refitted on each draw"),
         warnings=tuple(warnings),
         arms=arm_results,
         frontier=frontier,
-        excluded=tuple({"run": r.source, "label": r.label, "run_kind": r.run_kind, "seed": r.seed,
-                        "status": r.status, "reason": r.reason} for r in runs if not r.usable),
-        **{section: tuple(rows) if isinstance(rows, list) else rows for section, rows in tables.items()},
-        outputs={k: (str(out / f"comparison.{k}") if out and (k != "png" or plot) else None) for k in ("png", "md", "json")},
+        excluded=tuple(LeftOut(r.source, r.label, r.run_kind, r.seed, r.status, r.reason) for r in runs if not r.usable),
+        common_settings=common, **tables,
+        outputs=Outputs(*(str(out / f"comparison.{k}") if out and (k != "png" or plot) else None
+                          for k in ("png", "md", "json"))),
     )
     if out is not None:
         _write(report, out, configs, baseline, plot, logx, dpi)
@@ -245,21 +247,14 @@ def _name_arms(arms: list[Arm]) -> None:
         a.name = name
 
 
-def _name_configs(configs: list[Configuration], tuned: Sequence[str], report: dict) -> dict[tuple, str]:
-    """Readable names into every per-configuration entry of the report; (run kind, label) -> name."""
+def _name_configs(configs: list[Configuration], tuned: Sequence[str]) -> tuple[dict[tuple, str], dict[str, str]]:
+    """(each configuration's readable name, (run kind, label) -> name; the settings every one has, key -> value)."""
     items = []
     for c in configs:
         parts = {**setting_of(c.runs[0], tuned), **label_parts(c.label)}
         items.append((c.run_kind, parts))
     names, common = readable(items)
-    by_key = {c.key: n for c, n in zip(configs, names)}
-    report["common_settings"] = {k: str(v) for k, v in common.items()}
-    for section in ("configurations", "vs_baseline", "vs_control", "vs_frontier", "verdicts", "uncounted_costs"):
-        for e in report[section]:
-            e["name"] = by_key[(e["run_kind"], e["label"])]
-    for row in report["fixed_flops"]["rows"]:
-        row["name"] = by_key[(row["run_kind"], row["label"])]
-    return by_key
+    return {c.key: n for c, n in zip(configs, names)}, {k: str(v) for k, v in common.items()}
 
 
 def _arm_result(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, error: FitError,
@@ -303,30 +298,29 @@ def _frontier(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str], sele
     runs = {r.source: r for c in frontier.configs for r in c.runs}
     config_of = {r.source: c for c in frontier.configs for r in c.runs}
 
-    def env(points):
-        return [{"flops": p.flops, "final_val_loss": p.loss, "budget": p.budget} for p in points]
+    def env(points) -> tuple[EnvelopePoint, ...]:
+        return tuple(EnvelopePoint(p.flops, p.loss, p.budget) for p in points)
 
     points = []
     for p in frontier.points:
         r = runs[p.source]
-        points.append({"seed": r.seed, "flops": p.flops, "loss": p.loss, "run_kind": r.run_kind,
-                       "settings": {**setting_of(r, tuned), "train.budget": r.budget},
-                       "name": names[config_of[p.source].key], "run": r.source})
+        points.append(FrontierRun(r.seed, p.flops, p.loss, r.run_kind, {**setting_of(r, tuned), "train.budget": r.budget},
+                                  names[config_of[p.source].key], r.source))
     on_mean = {(p.flops, p.loss) for p in frontier.mean}
     return Frontier(
         available=frontier.why is None, why=frontier.why, built_from=_built_from(select_seeds, arms),
-        seeds=tuple(frontier.seeds), points=tuple(points), fit=fit.as_dict(),
+        seeds=tuple(frontier.seeds), points=tuple(points), fit=fit.as_result(),
         budgets=tuple(sorted({c.budget for c in frontier.configs})),
         configurations=tuple(_mean_of(c, frontier.seeds, names) for c in frontier.configs),
         mean_envelope=env(frontier.mean) if len(frontier.mean) >= 2 else None,
-        per_seed_envelope=tuple({"seed": s, "points": env(p)} for s, p in frontier.per_seed.items()),
+        per_seed_envelope=tuple(SeedEnvelope(s, env(p)) for s, p in frontier.per_seed.items()),
         dominated_budgets=tuple(p.budget for p in frontier.means if (p.flops, p.loss) not in on_mean),
-        wallclock={"available": clock.why is None, "why": clock.why, "time_basis": clock.basis[1] if clock.basis else None},
+        wallclock=WallclockFrontier(clock.why is None, clock.why, clock.basis[1] if clock.basis else None),
     )
 
 
-def _mean_of(c: Configuration, seeds: list, names: dict) -> dict:
+def _mean_of(c: Configuration, seeds: list, names: dict) -> ConfigurationMean:
     runs = [r for r in c.runs if r.seed in seeds and r.total_flops() and r.final("val") is not None]
     mean = (lambda xs: sum(xs) / len(xs) if xs else None)  # noqa: E731
-    return {"label": c.label, "name": names[c.key], "budget": c.budget, "seeds": [r.seed for r in runs],
-            "mean_flops": mean([r.total_flops() for r in runs]), "mean_final_val_loss": mean([r.final("val") for r in runs])}
+    return ConfigurationMean(c.label, names[c.key], c.budget, tuple(r.seed for r in runs),
+                             mean([r.total_flops() for r in runs]), mean([r.final("val") for r in runs]))

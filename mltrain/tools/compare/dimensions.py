@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from mltrain.tools.compare import frontier as frontiers
 from mltrain.tools.compare.arms import Arm, _mean_loss, select, setting_of
 from mltrain.tools.compare.loading import Configuration
 from mltrain.tools.compare.powerlaw import fit_power_law, read
+from mltrain.tools.compare.results import BudgetTried, Gain, GainReading, TriedSetting
 from mltrain.tools.compare.verdict import bound_value, log_mean_multiplier
 
 CONTROL = "schedule_control"
@@ -36,18 +37,18 @@ def family(c: Configuration) -> str:
 
 
 def tried_per_budget(frontier: frontiers.Frontier, configs: list[Configuration], arms: list[Arm],
-                     tuned: Sequence[str], names: dict, select_seeds: Optional[list]) -> list[dict]:
+                     tuned: Sequence[str], names: dict, select_seeds: Optional[list]) -> list[BudgetTried]:
     """Per budget, every single-level setting tried there: its family, tuned values, mean selection
     loss, whether its arm kept it at that budget and whether its runs are on the frontier's envelope."""
     kept = {id(c) for a in arms if a.run_kind in frontiers.SINGLE_LEVEL for c in a.selected_by_budget.values()}
     on_envelope = {p.source for p in frontier.points}
     out = []
     for budget in sorted({c.budget for c in configs if c.run_kind in frontiers.SINGLE_LEVEL}):
-        rows = [{"name": names[c.key], "run_kind": c.run_kind, "family": family(c),
-                 "settings": setting_of(c.runs[0], tuned), "selection_loss": _mean_loss(c, select_seeds or None),
-                 "kept": id(c) in kept, "on_frontier": any(r.source in on_envelope for r in c.runs)}
-                for c in configs if c.run_kind in frontiers.SINGLE_LEVEL and c.budget == budget]
-        out.append({"budget": budget, "settings": rows})
+        rows = tuple(TriedSetting(names[c.key], c.run_kind, family(c), setting_of(c.runs[0], tuned),
+                                  _mean_loss(c, select_seeds or None), id(c) in kept,
+                                  any(r.source in on_envelope for r in c.runs))
+                     for c in configs if c.run_kind in frontiers.SINGLE_LEVEL and c.budget == budget)
+        out.append(BudgetTried(budget, rows))
     return out
 
 
@@ -85,15 +86,15 @@ def _restricted(configs, arms: list[Arm], select_seeds, keep: Callable) -> front
     return frontiers.build([c for c in configs if keep(c)], sub, select_seeds)[0]
 
 
-def _reading(fit, runs) -> dict[str, Any]:
+def _reading(fit, runs) -> GainReading:
     log_m, beyond = log_mean_multiplier(fit, runs)
     if beyond:
-        return {"M": None, "bound": bound_value(fit, runs)}
-    return {"M": math.exp(log_m) if log_m is not None else None, "bound": None}
+        return GainReading(None, bound_value(fit, runs))
+    return GainReading(math.exp(log_m) if log_m is not None else None, None)
 
 
 def gains(full: frontiers.Frontier, configs: list[Configuration], arms: list[Arm], tuned: Sequence[str],
-          select_seeds: Optional[list], measured: list[Arm]) -> list[dict]:
+          select_seeds: Optional[list], measured: list[Arm]) -> list[Gain]:
     """Per dimension: the frontier without it, its gain_M and each measured arm's M against it."""
     candidates = [c for c in configs if c.run_kind in frontiers.SINGLE_LEVEL]
     out = []
@@ -101,11 +102,10 @@ def gains(full: frontiers.Frontier, configs: list[Configuration], arms: list[Arm
         fr = _restricted(candidates, arms, select_seeds, keep)
         pts = fr.points
         fit = fit_power_law([p.flops for p in pts], [p.loss for p in pts])
-        entry = {"dimension": dimension, "restricted_to": what, "n_points": len(pts), "fit_available": fit.available,
-                 "why": fit.why, "gain_M": None, "arms": {}}
+        gain, readings = None, {}
         if fit.available:
             logs = [math.log(r.multiplier) for p in full.points if (r := read(fit, p.flops, p.loss)).multiplier]
-            entry["gain_M"] = math.exp(float(np.mean(logs))) if logs else None
-            entry["arms"] = {a.name: _reading(fit, a.eval_runs) for a in measured if a.eval_runs}
-        out.append(entry)
+            gain = math.exp(float(np.mean(logs))) if logs else None
+            readings = {a.name: _reading(fit, a.eval_runs) for a in measured if a.eval_runs}
+        out.append(Gain(dimension, what, len(pts), fit.available, fit.why, gain, readings))
     return out

@@ -15,6 +15,7 @@ from mltrain.tools.compare.loading import Configuration, Run
 from mltrain.tools.compare.results import Report
 
 TITLES = {"val": "validation loss (fine model)"}
+FRONTIER_TITLE = "final val loss vs total FLOPs: tuned frontier and each arm's kept setting"
 LEGEND_COLUMNS = 3
 
 
@@ -73,13 +74,12 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
     import matplotlib.pyplot as plt
 
     frontier = report.frontier
-    in_frontier = {(c["run_kind"], c["label"]) for c in report.configurations if c["in_frontier"]}
-    name = {(c["run_kind"], c["label"]): c["name"] for c in report.configurations}
+    in_frontier = {(c.run_kind, c.label) for c in report.configurations if c.in_frontier}
+    name = {(c.run_kind, c.label): c.name for c in report.configurations}
     panels = ["train", "val"] + (["frontier"] if frontier.points else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5.6), layout="constrained")
     color_of = _colors(configs, baseline, in_frontier, plt.rcParams["axes.prop_cycle"].by_key()["color"])
-    titles = {"train": f"train loss (fine model, moving average of {report.smooth} rows)", **TITLES,
-              "frontier": "final val loss vs total FLOPs: tuned frontier and each arm's kept setting"}
+    titles = {"train": f"train loss (fine model, moving average of {report.smooth} rows)", **TITLES}
     for c in configs:
         if c.run_kind == RunKind.single and c is not baseline:
             continue  # the other single-level settings and budgets are points of the frontier panel
@@ -97,7 +97,7 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
         ax.grid(alpha=0.3)
     if frontier.points:
         _frontier_panel(axes[2], report, color_of)
-        axes[2].set_title(titles["frontier"], fontsize=9)
+        axes[2].set_title(FRONTIER_TITLE, fontsize=9)
     handles, labels = {}, []
     for ax in axes:
         for h, label in zip(*ax.get_legend_handles_labels()):
@@ -117,22 +117,22 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
 
 def _frontier_panel(ax, report: Report, color_of: dict) -> None:
     frontier = report.frontier
-    tried = [(np.mean([r["total_flops"] for r in c["runs"]]), np.mean([r["final_val_loss"] for r in c["runs"]]))
-             for c in report.configurations if c["run_kind"] == RunKind.single
-             and all(r["total_flops"] and r["final_val_loss"] is not None for r in c["runs"])]
+    tried = [(np.mean([r.total_flops for r in c.runs]), np.mean([r.final_val_loss for r in c.runs]))
+             for c in report.configurations if c.run_kind == RunKind.single
+             and all(r.total_flops and r.final_val_loss is not None for r in c.runs)]
     if tried:
         ax.plot(*zip(*tried), ".", color="0.6", ms=4, label="single-level settings tried (mean over seeds)")
     pts = frontier.points
-    ax.plot([p["flops"] for p in pts], [p["loss"] for p in pts], "o", color="black", ms=3.5,
+    ax.plot([p.flops for p in pts], [p.loss for p in pts], "o", color="black", ms=3.5,
             label="tuned frontier (per seed)")
     fit = frontier.fit
-    xs = [p["flops"] for p in pts]
+    xs = [p.flops for p in pts]
     for a in report.arms:
         xs += [r.flops for r in a.runs if r.flops] + [r.flops_eq for r in a.runs if r.flops_eq]
-    if fit["available"]:
+    if fit.available:
         grid = np.geomspace(min(xs) / 1.2, max(xs) * 1.2, 200)
-        ax.plot(grid, fit["E"] + fit["A"] * grid ** -fit["alpha"], "--", color="black", lw=1,
-                label=f"fit E + A·C^−α (α={fit['alpha']:.3g})")
+        ax.plot(grid, fit.E + fit.A * grid ** -fit.alpha, "--", color="black", lw=1,
+                label=f"fit E + A·C^−α (α={fit.alpha:.3g})")
     for a in report.arms:
         runs = [r for r in a.runs if r.flops and r.final_val_loss is not None]
         if not runs:

@@ -20,6 +20,8 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
+from mltrain.tools.compare.results import PowerLawFit
+
 FIT_LOSS = "soft_l1 on log residuals"
 F_SCALE = 0.02  # log residual (about 2% of the loss) beyond which soft_l1 grows linearly, not squared
 ALPHA_BOUNDS = (1e-3, 4.0)
@@ -79,13 +81,12 @@ class Fit:
     def available(self) -> bool:
         return self.law is not None and self.why is None
 
-    def as_dict(self) -> dict:
+    def as_result(self) -> PowerLawFit:
+        """The fit as the report holds it (comparison.json's `fit`)."""
         law = self.law if self.available else None
-        return {"available": self.available, "why": self.why,
-                "E": law.E if law else None, "A": law.A if law else None, "alpha": law.alpha if law else None,
-                "loss": FIT_LOSS, "n_points": self.n_points, "rms_log_residual": self.rms if law else None,
-                "degenerate": self.degenerate if law else None,
-                "flop_range": list(self.flop_range) if self.flop_range else None}
+        return PowerLawFit(self.available, self.why, law.E if law else None, law.A if law else None,
+                           law.alpha if law else None, FIT_LOSS, self.n_points, self.rms if law else None,
+                           self.degenerate if law else None, tuple(self.flop_range) if self.flop_range else None)
 
 
 def _residuals(p: np.ndarray, u: np.ndarray, log_y: np.ndarray) -> np.ndarray:

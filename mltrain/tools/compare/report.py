@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from mltrain.tools.compare.powerlaw import FIT_LOSS
 from mltrain.tools.compare.results import Arm, FitError, Ladder, Multiplier, Report, Rung, RungArm, Saving
 from mltrain.tools.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
+from mltrain.tools.compare.tables import Baseline, Reference, SeedInterval, TargetReading, VsReference
 
 
 def _fmt_flops(x: float | None) -> str:
@@ -36,44 +37,43 @@ def _pm(values: list, fmt) -> str:
     return fmt(float(np.mean(v))) + (f" ± {fmt(float(np.std(v, ddof=1)))}" if len(v) > 1 else "")
 
 
-def _ci(iv: Optional[dict], fmt) -> str:
+def _ci(iv: Optional[SeedInterval], fmt) -> str:
     """`mean [low, high] (n=…)`, with a `!` when the interval has a warning."""
-    if not iv or iv["n"] == 0:
+    if not iv or iv.n == 0:
         return "—"
-    text = fmt(iv["mean"])
-    if iv["ci_low"] is not None:
-        text += f" [{fmt(iv['ci_low'])}, {fmt(iv['ci_high'])}]"
-    text += f" (n={iv['n']})"
-    return text + (" !" if iv["warnings"] else "")
+    text = fmt(iv.mean)
+    if iv.ci_low is not None:
+        text += f" [{fmt(iv.ci_low)}, {fmt(iv.ci_high)}]"
+    text += f" (n={iv.n})"
+    return text + (" !" if iv.warnings else "")
 
 
-def _cell(e: dict) -> tuple[str, str]:
-    if e["target"] is None:
+def _cell(e: TargetReading) -> tuple[str, str]:
+    if e.target is None:
         return "no target", "—"
-    if not e["reached"]:
+    if not e.reached:
         return "not reached", "—"
-    return _fmt_flops(e["flops"]), _fmt_pct(e["saving"])
+    return _fmt_flops(e.flops), _fmt_pct(e.saving)
 
 
-def _md_table(entries: list[dict]) -> list[str]:
+def _md_table(entries: Sequence[VsReference]) -> list[str]:
     lines = [
         "| configuration | seed | train: FLOPs to target | train: saving | val: FLOPs to target | val: saving | val: saving, blocks-only FLOPs |",
         "|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        name = f"`{e['name']}`"
-        for i, s in enumerate(e["per_seed"]):
-            tf, ts = _cell(s["train"])
-            vf, vs = _cell(s["val"])
-            seed = f"{s['seed']}" + ("" if s["paired"] else "*")
-            lines.append(f"| {name if i == 0 else ''} | {seed} | {tf} | {ts} | {vf} | {vs} | {_fmt_pct(s['val']['saving_blocks'])} |")
+        name = f"`{e.name}`"
+        for i, s in enumerate(e.per_seed):
+            tf, ts = _cell(s.train)
+            vf, vs = _cell(s.val)
+            seed = f"{s.seed}" + ("" if s.paired else "*")
+            lines.append(f"| {name if i == 0 else ''} | {seed} | {tf} | {ts} | {vf} | {vs} | {_fmt_pct(s.val.saving_blocks)} |")
         cells = []
-        for m in ("train", "val"):
-            a = e[m]
-            reached = f" ({a['n_reached']}/{a['n_runs']} reached)"
-            cells.append(_pm([a["mean_flops"]], _fmt_flops) + reached if a["mean_flops"] is not None else "—" + reached)
-            cells.append(_ci(a["saving_interval"], _fmt_pct))
-        cells.append(_ci(e["val"]["saving_blocks_interval"], _fmt_pct))
+        for a in (e.train, e.val):
+            reached = f" ({a.n_reached}/{a.n_runs} reached)"
+            cells.append(_pm([a.mean_flops], _fmt_flops) + reached if a.mean_flops is not None else "—" + reached)
+            cells.append(_ci(a.saving_interval, _fmt_pct))
+        cells.append(_ci(e.val.saving_blocks_interval, _fmt_pct))
         lines.append(f"| | **mean [95% CI]** | {' | '.join(cells)} |")
     return lines
 
@@ -90,9 +90,9 @@ def _warnings(report: Report) -> list[str]:
         for what, measure in _measures(a):
             out += [f"- `{a.name}`, {what}: {w}" for w in measure.warnings]
     for v in report.verdicts:
-        for what, iv in (("saving", v["saving"]), ("saving vs the one baseline", v["saving_vs_one_baseline"])):
-            for w in (iv or {}).get("warnings", []):
-                out.append(f"- `{v['name']}`, {what}: {w}")
+        for what, iv in (("saving", v.saving), ("saving vs the one baseline", v.saving_vs_one_baseline)):
+            for w in iv.warnings if iv else ():
+                out.append(f"- `{v.name}`, {what}: {w}")
     return out
 
 
@@ -133,29 +133,29 @@ def render_markdown(report: Report) -> str:
         ]
         lines += _md_table(report.vs_baseline) if report.vs_baseline else ["(no other configuration)"]
     if report.vs_control:
-        by_ref: dict[tuple, list] = {}
+        by_ref: dict[tuple, list[VsReference]] = {}
         for e in report.vs_control:
-            by_ref.setdefault((e["reference"]["label"], e["reference"]["run_kind"]), []).append(e)
-        for (label, kind), entries in by_ref.items():
-            lines += ["", f"## vs schedule control `{_config_name(report, {'label': label, 'run_kind': kind})}`", ""]
+            by_ref.setdefault((e.reference.label, e.reference.run_kind), []).append(e)
+        for entries in by_ref.values():
+            lines += ["", f"## vs schedule control `{_config_name(report, entries[0].reference)}`", ""]
             lines += _md_table(entries)
             lines += ["", "| configuration | final val loss − control's, same seed |", "|---|---|"]
-            lines += [f"| `{e['name']}` | {_ci(e['val']['loss_diff_interval'], _fmt_diff)} |" for e in entries]
+            lines += [f"| `{e.name}` | {_ci(e.val.loss_diff_interval, _fmt_diff)} |" for e in entries]
     lines += [""]
     lines += _costs_section(report)
     warnings = _warnings(report)
     if warnings:
         lines += ["## Warnings", "", *warnings, ""]
-    if report.outputs["png"]:
-        lines += [f"Plot: `{report.outputs['png']}`", ""]
+    if report.outputs.png:
+        lines += [f"Plot: `{report.outputs.png}`", ""]
     return "\n".join(lines)
 
 
-def _config_name(report: Report, ref: dict) -> str:
+def _config_name(report: Report, ref: Baseline | Reference) -> str:
     for c in report.configurations:
-        if c["label"] == ref["label"] and c["run_kind"] == ref["run_kind"]:
-            return c["name"]
-    return f"{ref['label']} [{ref['run_kind']}]"
+        if c.label == ref.label and c.run_kind == ref.run_kind:
+            return c.name
+    return f"{ref.label} [{ref.run_kind}]"
 
 
 def _configurations_section(report: Report) -> list[str]:
@@ -166,13 +166,13 @@ def _configurations_section(report: Report) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for c in report.configurations:
-        mark = " **(baseline)**" if c["is_baseline"] else (" (frontier)" if c["in_frontier"] else "")
-        seeds = ", ".join(map(str, c["seeds"]))
-        runs = c["runs"]
+        mark = " **(baseline)**" if c.is_baseline else (" (frontier)" if c.in_frontier else "")
+        seeds = ", ".join(map(str, c.seeds))
+        runs = c.runs
         lines.append(
-            f"| `{c['name']}`{mark} | {c['run_kind']} | {c['budget']:g} | {c['n_seeds']} ({seeds}) "
-            f"| {_pm([r['final_train_loss_smoothed'] for r in runs], _fmt_loss)} "
-            f"| {_pm([r['final_val_loss'] for r in runs], _fmt_loss)} | {_pm([r['total_flops'] for r in runs], _fmt_flops)} |"
+            f"| `{c.name}`{mark} | {c.run_kind} | {c.budget:g} | {c.n_seeds} ({seeds}) "
+            f"| {_pm([r.final_train_loss_smoothed for r in runs], _fmt_loss)} "
+            f"| {_pm([r.final_val_loss for r in runs], _fmt_loss)} | {_pm([r.total_flops for r in runs], _fmt_flops)} |"
         )
     return lines + [""]
 
@@ -279,22 +279,22 @@ def _fit_error_lines(report: Report) -> list[str]:
 
 def _fit_lines(report: Report) -> list[str]:
     fit = report.frontier.fit
-    if not fit["available"]:
-        return [f"Compute multiplier unavailable: {fit['why']}.", ""]
+    if not fit.available:
+        return [f"Compute multiplier unavailable: {fit.why}.", ""]
     b = report.bootstrap
-    lo, hi = fit["flop_range"]
+    lo, hi = fit.flop_range
     clock = report.frontier.wallclock
     return [
-        f"Compute multiplier: L(C) = E + A·C^−α fitted to the frontier's {fit['n_points']} points "
-        f"({_fmt_flops(lo)} to {_fmt_flops(hi)} FLOPs): E = {fit['E']:.4g}, A = {fit['A']:.4g}, α = {fit['alpha']:.4g} "
-        f"(scipy.optimize.least_squares, {FIT_LOSS}; rms log residual {fit['rms_log_residual']:.3g}). "
+        f"Compute multiplier: L(C) = E + A·C^−α fitted to the frontier's {fit.n_points} points "
+        f"({_fmt_flops(lo)} to {_fmt_flops(hi)} FLOPs): E = {fit.E:.4g}, A = {fit.A:.4g}, α = {fit.alpha:.4g} "
+        f"(scipy.optimize.least_squares, {FIT_LOSS}; rms log residual {fit.rms_log_residual:.3g}). "
         "C_eq = the FLOPs at which the fitted frontier reaches a run's final held-out loss; M = C_eq / C_run "
         "(geometric mean over seeds). Interval: bootstrap over the evaluation seeds "
-        f"({b['resamples']} draws with the frontier refitted on each, numpy seed {b['seed']}; central "
+        f"({b.resamples} draws with the frontier refitted on each, numpy seed {b.seed}; central "
         f"{int(CONFIDENCE * 100)} percent). The interpolated saving reads the frontier's points instead "
         "(a run beyond its ends has only a bound).",
         "",
-        f"Wall-clock: {clock['time_basis'] or 'unavailable (' + str(clock['why']) + ')'}.",
+        f"Wall-clock: {clock.time_basis or 'unavailable (' + str(clock.why) + ')'}.",
         "",
     ]
 
@@ -316,12 +316,12 @@ def _per_configuration_section(report: Report) -> list[str]:
     ]
     for v in report.verdicts:
         outside = ""
-        if v["n_outside"] and any(v["n_outside"].values()):
-            outside = f"; outside the frontier: {v['n_outside']['below']} below, {v['n_outside']['above']} above"
+        if v.n_outside and v.n_outside.total:
+            outside = f"; outside the frontier: {v.n_outside.below} below, {v.n_outside.above} above"
         lines.append(
-            f"| `{v['name']}` | {v['n_seeds']} | {_ci(v['saving'], _fmt_pct)} "
-            f"| {_ci(v['saving_blocks'], _fmt_pct)} | {_ci(v['saving_vs_one_baseline'], _fmt_pct)} "
-            f"| {_ci(v['loss_gap_vs_frontier'], _fmt_diff)} | {v['verdict']}{outside} |"
+            f"| `{v.name}` | {v.n_seeds} | {_ci(v.saving, _fmt_pct)} "
+            f"| {_ci(v.saving_blocks, _fmt_pct)} | {_ci(v.saving_vs_one_baseline, _fmt_pct)} "
+            f"| {_ci(v.loss_gap_vs_frontier, _fmt_diff)} | {v.verdict}{outside} |"
         )
     lines += [
         "",
@@ -338,18 +338,18 @@ def _excluded_section(report: Report) -> list[str]:
         return []
     lines = ["## Left out (not in any statistic)", "", "| run | configuration | seed | status | why |", "|---|---|---|---|---|"]
     for e in report.excluded:
-        lines.append(f"| `{e['run']}` | `{e['label']}` ({e['run_kind']}) | {e['seed']} | **{e['status']}** | {e['reason']} |")
+        lines.append(f"| `{e.run}` | `{e.label}` ({e.run_kind}) | {e.seed} | **{e.status}** | {e.reason} |")
     return lines + [""]
 
 
 def _held_out_section(report: Report) -> list[str]:
     h = report.held_out
-    if h["se_median"] is None:
+    if h.se_median is None:
         return ["Held-out set: the runs did not record the standard error of their val loss.", ""]
-    size = f"{h['tokens']:,} tokens ({h['sequences']:,} sequences)" if h["tokens"] else "size not recorded"
+    size = f"{h.tokens:,} tokens ({h.sequences:,} sequences)" if h.tokens else "size not recorded"
     return [
         f"Held-out set: {size}, the same for every run. Standard error of a final val loss (over held-out "
-        f"sequences): median {h['se_median']:.4f}, max {h['se_max']:.4f}. Differences between runs on the same "
+        f"sequences): median {h.se_median:.4f}, max {h.se_max:.4f}. Differences between runs on the same "
         "set are less noisy than that; the intervals over seeds carry the seed-to-seed noise.",
         "",
     ]
@@ -374,11 +374,11 @@ def _frontier_section(report: Report) -> list[str]:
         "| seed | total FLOPs | final val loss | from |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {p['seed']} | {_fmt_flops(p['flops'])} | {_fmt_loss(p['loss'])} | `{p['name']}` |" for p in f.points]
+    lines += [f"| {p.seed} | {_fmt_flops(p.flops)} | {_fmt_loss(p.loss)} | `{p.name}` |" for p in f.points]
     lines += ["", "| train.budget | configuration | seeds | mean total FLOPs | mean final val loss |", "|---|---|---|---|---|"]
     for c in f.configurations:
-        lines.append(f"| {c['budget']:g} | `{c['name']}` | {len(c['seeds'])} | {_fmt_flops(c['mean_flops'])} "
-                     f"| {_fmt_loss(c['mean_final_val_loss'])} |")
+        lines.append(f"| {c.budget:g} | `{c.name}` | {len(c.seeds)} | {_fmt_flops(c.mean_flops)} "
+                     f"| {_fmt_loss(c.mean_final_val_loss)} |")
     lines += [
         "",
         "Read on the frontier: linear in log FLOPs between its points, per seed (the envelope of the means over "
@@ -391,20 +391,20 @@ def _frontier_section(report: Report) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for e in report.vs_frontier:
-        for i, s in enumerate(e["per_seed"]):
-            name = f"`{e['name']}`" if i == 0 else ""
-            seed = f"{s['seed']}" + ("" if s["paired"] else "*")
-            if s["outside"]:
-                op, bound = s["saving_bound"]
-                where = "outside the frontier (" + ("below the longest budget" if s["outside"] == "below"
+        for i, s in enumerate(e.per_seed):
+            name = f"`{e.name}`" if i == 0 else ""
+            seed = f"{s.seed}" + ("" if s.paired else "*")
+            if s.outside:
+                op, bound = s.saving_bound
+                where = "outside the frontier (" + ("below the longest budget" if s.outside == "below"
                                                      else "above the shortest budget") + ")"
                 fl, sv = where, f"{op} {_fmt_pct(bound)}"
             else:
-                fl, sv = _fmt_flops(s["frontier_flops"]), _fmt_pct(s["saving"])
-            lines.append(f"| {name} | {seed} | {_fmt_flops(s['flops'])} | {_fmt_loss(s['final_val_loss'])} | {fl} | {sv} "
-                         f"| {_fmt_pct(s['saving_blocks'])} | {_fmt_diff(s['loss_gap'])} |")
-        lines.append(f"| | **mean [95% CI]** | | | | {_ci(e['saving'], _fmt_pct)} | {_ci(e['saving_blocks'], _fmt_pct)} "
-                     f"| {_ci(e['loss_gap'], _fmt_diff)} |")
+                fl, sv = _fmt_flops(s.frontier_flops), _fmt_pct(s.saving)
+            lines.append(f"| {name} | {seed} | {_fmt_flops(s.flops)} | {_fmt_loss(s.final_val_loss)} | {fl} | {sv} "
+                         f"| {_fmt_pct(s.saving_blocks)} | {_fmt_diff(s.loss_gap)} |")
+        lines.append(f"| | **mean [95% CI]** | | | | {_ci(e.saving, _fmt_pct)} | {_ci(e.saving_blocks, _fmt_pct)} "
+                     f"| {_ci(e.loss_gap, _fmt_diff)} |")
     return lines + [""]
 
 
@@ -420,28 +420,28 @@ def _tuning_space_section(report: Report) -> list[str]:
              "budget on the selection seeds; ★ on the frontier's envelope.", "",
              "| train.budget | schedule | settings | selection loss | |", "|---|---|---|---|---|"]
     for b in f.tried_per_budget:
-        for i, e in enumerate(b["settings"]):
-            mark = ("✓" if e["kept"] else "") + ("★" if e["on_frontier"] else "")
-            budget = f"{b['budget']:g}" if i == 0 else ""
-            lines.append(f"| {budget} | {e['family']} | {_setting_text(e['settings'])} "
-                         f"| {_fmt_loss(e['selection_loss'])} | {mark} |")
+        for i, e in enumerate(b.settings):
+            mark = ("✓" if e.kept else "") + ("★" if e.on_frontier else "")
+            budget = f"{b.budget:g}" if i == 0 else ""
+            lines.append(f"| {budget} | {e.family} | {_setting_text(e.settings)} "
+                         f"| {_fmt_loss(e.selection_loss)} | {mark} |")
     if f.gains:
         lines += ["", "What each dimension added: the frontier rebuilt without it; gain = the full frontier's points "
                   "read on that frontier's fit (M > 1: the dimension saves that factor of compute), and each arm's M "
                   "against it.", "", "| without | keeps | gain | arms' M against it |", "|---|---|---|---|"]
         for g in f.gains:
-            arms = "; ".join(f"`{name}` " + (f"M > {r['bound']:.3g}" if r["bound"] else _times(r["M"]))
-                             for name, r in g["arms"].items()) or "—"
-            gain = _times(g["gain_M"]) if g["fit_available"] else f"no fit ({g['why']})"
-            lines.append(f"| {g['dimension']} | {g['restricted_to']} | {gain} | {arms} |")
+            arms = "; ".join(f"`{name}` " + (f"M > {r.bound:.3g}" if r.bound else _times(r.M))
+                             for name, r in g.arms.items()) or "—"
+            gain = _times(g.gain_M) if g.fit_available else f"no fit ({g.why})"
+            lines.append(f"| {g.dimension} | {g.restricted_to} | {gain} | {arms} |")
     return lines + [""]
 
 
 def _fixed_flops_section(report: Report) -> list[str]:
     fb = report.fixed_flops
-    if not fb["rows"]:
+    if not fb.rows:
         return []
-    head = " | ".join(f"{fr:g} × baseline ({_fmt_flops(f)})" for fr, f in zip(fb["flop_fractions"], fb["flops"]))
+    head = " | ".join(f"{fr:g} × baseline ({_fmt_flops(f)})" for fr, f in zip(fb.flop_fractions, fb.flops))
     lines = [
         "## Held-out loss at fixed FLOPs",
         "",
@@ -450,17 +450,17 @@ def _fixed_flops_section(report: Report) -> list[str]:
         "the frontier compares finished schedules).",
         "",
         f"| configuration | {head} |",
-        "|---|" + "---|" * len(fb["flops"]),
+        "|---|" + "---|" * len(fb.flops),
     ]
-    for row in fb["rows"]:
+    for row in fb.rows:
         cells = []
-        for c in row["cells"]:
-            text = _fmt_loss(c["mean_loss"])
-            if "diff" in c and c["diff"]["n"]:
-                text += f"; Δ {_ci(c['diff'], _fmt_diff)}"
+        for c in row.cells:
+            text = _fmt_loss(c.mean_loss)
+            if c.diff is not None and c.diff.n:
+                text += f"; Δ {_ci(c.diff, _fmt_diff)}"
             cells.append(text)
-        mark = " **(baseline)**" if row["is_baseline"] else ""
-        lines.append(f"| `{row['name']}`{mark} | {' | '.join(cells)} |")
+        mark = " **(baseline)**" if row.is_baseline else ""
+        lines.append(f"| `{row.name}`{mark} | {' | '.join(cells)} |")
     return lines + [""]
 
 
@@ -478,7 +478,7 @@ def _costs_section(report: Report) -> list[str]:
         "|---|---|---|",
     ]
     for c in costs:
-        lines.append(f"| `{c['name']}` | {_fmt_pct(c['diag_share'])} | {_fmt_pct(c['eval_share'])} |")
+        lines.append(f"| `{c.name}` | {_fmt_pct(c.diag_share)} | {_fmt_pct(c.eval_share)} |")
     return lines + [""]
 
 

@@ -8,34 +8,33 @@ consumer of it (the study's ladder, a script) reads, and what its Markdown is re
 
 `Report` holds the arms (`Arm`: the setting kept, the evaluation seeds, the final loss `LossInterval`, the
 compute multiplier `Multiplier` with its `Headline` and `Bound`, the savings read on the frontier's
-points `Saving`, one `RunReading` per run) and the frontier (`Frontier`: its fit's own error `FitError`).
-The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm, and
-one `Trend` per arm along the ladder's axis (with its `Prediction`s).
+points `Saving`, one `RunReading` per run) and the frontier (`Frontier`: its points `FrontierRun`, the
+power law fitted to them `PowerLawFit`, its fit's own error `FitError`, its configurations' means
+`ConfigurationMean`, its envelopes `SeedEnvelope` of `EnvelopePoint`s, its wall-clock twin
+`WallclockFrontier`, the settings it tried per budget `BudgetTried` of `TriedSetting`s, what each tuning
+dimension gained `Gain` with each arm's `GainReading`, and `WithoutControl`).
+The study's ladder is a `Ladder` of `Rung`s, one per scale, each with one `RungArm` per study arm and
+what stage 1 tried and chose there (`RungTuning`: per arm `ArmTuning`, with its `SettingLosses` and
+`RunnerUp`), and one `Trend` per arm along the ladder's axis (with its `Prediction`s and the rungs it
+left out, `ExcludedRung`).
 
 JSON: each class writes its object with `to_json`, in comparison.json's (and ladder.json's) keys and key
 order; `from_json` reads one back, also one written by an earlier mltrain-compare (a key it lacks takes
 its neutral value: no bound, no headline, no draws). The per-configuration tables of `analysis` (against
-the one baseline, the control and the frontier's points; at fixed FLOPs) are carried as the JSON they are.
+the one baseline, the control and the frontier's points; at fixed FLOPs; ...) are typed in `tables`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
-
-def _json(value: Any) -> Any:
-    """A result (or a list of them) as its JSON."""
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if isinstance(value, (list, tuple)):
-        return [_json(v) for v in value]
-    return value
-
-
-def _or_none(entry: Optional[dict], cls) -> Any:
-    return cls.from_json(entry) if entry else None
+from mltrain.tools.compare.tables import (Baseline, BootstrapRecord, ConfigurationRow, ConfigVerdict, FixedFlops, HeldOut,
+                                          LeftOut, Outputs, Outside, UncountedCost, VsFrontier, VsReference)
+from mltrain.tools.compare.tables import json_value as _json
+from mltrain.tools.compare.tables import listed
+from mltrain.tools.compare.tables import optional as _or_none
 
 
 @dataclass(frozen=True)
@@ -209,60 +208,263 @@ class FitError:
 
 
 @dataclass(frozen=True)
+class PowerLawFit:
+    """The power law L(C) = E + A·C^(−α) fitted to the frontier's points (powerlaw.Fit.result): whether it
+    is usable (`why` not), its parameters, the loss it was fitted with, how far its points lie off it
+    (rms of the log residuals), why it says little beyond them (`degenerate`) and its FLOPs range."""
+
+    available: bool
+    why: Optional[str] = None
+    E: Optional[float] = None
+    A: Optional[float] = None
+    alpha: Optional[float] = None
+    loss: Optional[str] = None
+    n_points: int = 0
+    rms_log_residual: Optional[float] = None
+    degenerate: Optional[str] = None
+    flop_range: Optional[tuple[float, float]] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "PowerLawFit":
+        span = e.get("flop_range")
+        return cls(bool(e.get("available")), e.get("why"), e.get("E"), e.get("A"), e.get("alpha"), e.get("loss"),
+                   e.get("n_points") or 0, e.get("rms_log_residual"), e.get("degenerate"),
+                   tuple(span) if span is not None else None)
+
+    def to_json(self) -> dict:
+        return {"available": self.available, "why": self.why, "E": self.E, "A": self.A, "alpha": self.alpha,
+                "loss": self.loss, "n_points": self.n_points, "rms_log_residual": self.rms_log_residual,
+                "degenerate": self.degenerate, "flop_range": list(self.flop_range) if self.flop_range else None}
+
+
+@dataclass(frozen=True)
 class WithoutControl:
     """The frontier built without the schedule control's runs (the control's own M is read on it)."""
 
-    fit: dict
+    fit: PowerLawFit
     fit_error: FitError
     n_points: int
 
     @classmethod
     def from_json(cls, entry: dict) -> "WithoutControl":
-        return cls(dict(entry.get("fit") or {}), FitError.from_json(entry.get("fit_error")), entry.get("n_points") or 0)
+        return cls(PowerLawFit.from_json(entry.get("fit") or {}), FitError.from_json(entry.get("fit_error")),
+                   entry.get("n_points") or 0)
 
     def to_json(self) -> dict:
-        return {"fit": self.fit, "fit_error": self.fit_error.to_json(), "n_points": self.n_points}
+        return {"fit": self.fit.to_json(), "fit_error": self.fit_error.to_json(), "n_points": self.n_points}
+
+
+@dataclass(frozen=True)
+class FrontierRun:
+    """One point of the frontier (a seed's envelope): the run there, its total FLOPs and final held-out loss,
+    its kind, settings (the tuned keys and train.budget), readable name and folder."""
+
+    seed: Any
+    flops: float
+    loss: float
+    run_kind: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    run: str = ""
+
+    @classmethod
+    def from_json(cls, e: dict) -> "FrontierRun":
+        return cls(e.get("seed"), e.get("flops"), e.get("loss"), e.get("run_kind", ""), dict(e.get("settings") or {}),
+                   e.get("name", ""), e.get("run", ""))
+
+    def to_json(self) -> dict:
+        return {"seed": self.seed, "flops": self.flops, "loss": self.loss, "run_kind": self.run_kind,
+                "settings": self.settings, "name": self.name, "run": self.run}
+
+
+@dataclass(frozen=True)
+class ConfigurationMean:
+    """One single-level configuration of the frontier: its mean total FLOPs and final val loss over the
+    evaluation seeds it has finished runs on."""
+
+    label: str
+    name: str
+    budget: Any
+    seeds: tuple = ()
+    mean_flops: Optional[float] = None
+    mean_final_val_loss: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "ConfigurationMean":
+        return cls(e.get("label", ""), e.get("name", ""), e.get("budget"), tuple(e.get("seeds") or ()),
+                   e.get("mean_flops"), e.get("mean_final_val_loss"))
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "name": self.name, "budget": self.budget, "seeds": list(self.seeds),
+                "mean_flops": self.mean_flops, "mean_final_val_loss": self.mean_final_val_loss}
+
+
+@dataclass(frozen=True)
+class EnvelopePoint:
+    """A point of a lower envelope: FLOPs, final val loss, the budget it comes from."""
+
+    flops: float
+    final_val_loss: float
+    budget: Any = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "EnvelopePoint":
+        return cls(e.get("flops"), e.get("final_val_loss"), e.get("budget"))
+
+    def to_json(self) -> dict:
+        return {"flops": self.flops, "final_val_loss": self.final_val_loss, "budget": self.budget}
+
+
+@dataclass(frozen=True)
+class SeedEnvelope:
+    """One evaluation seed's lower envelope."""
+
+    seed: Any
+    points: tuple[EnvelopePoint, ...] = ()
+
+    @classmethod
+    def from_json(cls, e: dict) -> "SeedEnvelope":
+        return cls(e.get("seed"), listed(e.get("points"), EnvelopePoint))
+
+    def to_json(self) -> dict:
+        return {"seed": self.seed, "points": _json(self.points)}
+
+
+@dataclass(frozen=True)
+class WallclockFrontier:
+    """Whether the frontier has a wall-clock twin (why not), and the time it reads."""
+
+    available: bool
+    why: Optional[str] = None
+    time_basis: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "WallclockFrontier":
+        return cls(bool(e.get("available")), e.get("why"), e.get("time_basis"))
+
+    def to_json(self) -> dict:
+        return {"available": self.available, "why": self.why, "time_basis": self.time_basis}
+
+
+@dataclass(frozen=True)
+class TriedSetting:
+    """One single-level setting tried at a budget: its family (schedule), tuned values, mean selection loss,
+    whether its arm kept it there and whether its runs are on the frontier's envelope."""
+
+    name: str
+    run_kind: str
+    family: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    selection_loss: Optional[float] = None
+    kept: bool = False
+    on_frontier: bool = False
+
+    @classmethod
+    def from_json(cls, e: dict) -> "TriedSetting":
+        return cls(e.get("name", ""), e.get("run_kind", ""), e.get("family", ""), dict(e.get("settings") or {}),
+                   e.get("selection_loss"), bool(e.get("kept")), bool(e.get("on_frontier")))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "run_kind": self.run_kind, "family": self.family, "settings": self.settings,
+                "selection_loss": self.selection_loss, "kept": self.kept, "on_frontier": self.on_frontier}
+
+
+@dataclass(frozen=True)
+class BudgetTried:
+    """Every single-level setting tried at one budget."""
+
+    budget: Any
+    settings: tuple[TriedSetting, ...] = ()
+
+    @classmethod
+    def from_json(cls, e: dict) -> "BudgetTried":
+        return cls(e.get("budget"), listed(e.get("settings"), TriedSetting))
+
+    def to_json(self) -> dict:
+        return {"budget": self.budget, "settings": _json(self.settings)}
+
+
+@dataclass(frozen=True)
+class GainReading:
+    """An arm's M against a restricted frontier: a point reading, or only a bound (M > bound) beyond its data."""
+
+    M: Optional[float] = None
+    bound: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "GainReading":
+        return cls(e.get("M"), e.get("bound"))
+
+    def to_json(self) -> dict:
+        return {"M": self.M, "bound": self.bound}
+
+
+@dataclass(frozen=True)
+class Gain:
+    """What one dimension of the frontier's tuning added: the frontier rebuilt without it (what it keeps,
+    its points, its fit), the full frontier's gain on it, and each measured arm's M against it (by name)."""
+
+    dimension: str
+    restricted_to: str
+    n_points: int = 0
+    fit_available: bool = False
+    why: Optional[str] = None
+    gain_M: Optional[float] = None
+    arms: dict[str, GainReading] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, e: dict) -> "Gain":
+        return cls(e.get("dimension", ""), e.get("restricted_to", ""), e.get("n_points") or 0, bool(e.get("fit_available")),
+                   e.get("why"), e.get("gain_M"), {str(k): GainReading.from_json(v) for k, v in (e.get("arms") or {}).items()})
+
+    def to_json(self) -> dict:
+        return {"dimension": self.dimension, "restricted_to": self.restricted_to, "n_points": self.n_points,
+                "fit_available": self.fit_available, "why": self.why, "gain_M": self.gain_M,
+                "arms": {k: v.to_json() for k, v in self.arms.items()}}
 
 
 @dataclass(frozen=True)
 class Frontier:
     """The tuned single-level frontier: its points (per seed, whatever each run's settings), the power law
-    fitted to them (`fit`, powerlaw.Fit.as_dict), its own error, and the tuning space it was built from."""
+    fitted to them (`fit`), its own error, and the tuning space it was built from."""
 
     available: bool = False
     why: Optional[str] = None
     built_from: str = ""
     seeds: tuple = ()
-    points: tuple[dict, ...] = ()  # seed, flops, loss, run_kind, settings, name, run
-    fit: Optional[dict] = None
+    points: tuple[FrontierRun, ...] = ()
+    fit: Optional[PowerLawFit] = None
     budgets: tuple = ()
-    configurations: tuple[dict, ...] = ()  # per single-level configuration: its mean FLOPs and final loss
-    mean_envelope: Optional[list] = None
-    per_seed_envelope: tuple[dict, ...] = ()
+    configurations: tuple[ConfigurationMean, ...] = ()
+    mean_envelope: Optional[tuple[EnvelopePoint, ...]] = None
+    per_seed_envelope: tuple[SeedEnvelope, ...] = ()
     dominated_budgets: tuple = ()
-    wallclock: Optional[dict] = None  # available, why, time_basis
+    wallclock: Optional[WallclockFrontier] = None
     fit_error: FitError = FitError(False)
-    tried_per_budget: tuple[dict, ...] = ()
-    gains: tuple[dict, ...] = ()
+    tried_per_budget: tuple[BudgetTried, ...] = ()
+    gains: tuple[Gain, ...] = ()
     without_control: Optional[WithoutControl] = None
 
     @classmethod
     def from_json(cls, entry: Optional[dict]) -> "Frontier":
         e = entry or {}
+        mean = e.get("mean_envelope")
         return cls(bool(e.get("available")), e.get("why"), e.get("built_from", ""), tuple(e.get("seeds") or ()),
-                   tuple(e.get("points") or ()), e.get("fit"), tuple(e.get("budgets") or ()),
-                   tuple(e.get("configurations") or ()), e.get("mean_envelope"), tuple(e.get("per_seed_envelope") or ()),
-                   tuple(e.get("dominated_budgets") or ()), e.get("wallclock"), FitError.from_json(e.get("fit_error")),
-                   tuple(e.get("tried_per_budget") or ()), tuple(e.get("gains") or ()),
+                   listed(e.get("points"), FrontierRun), _or_none(e.get("fit"), PowerLawFit), tuple(e.get("budgets") or ()),
+                   listed(e.get("configurations"), ConfigurationMean),
+                   listed(mean, EnvelopePoint) if mean is not None else None,
+                   listed(e.get("per_seed_envelope"), SeedEnvelope), tuple(e.get("dominated_budgets") or ()),
+                   _or_none(e.get("wallclock"), WallclockFrontier), FitError.from_json(e.get("fit_error")),
+                   listed(e.get("tried_per_budget"), BudgetTried), listed(e.get("gains"), Gain),
                    _or_none(e.get("without_control"), WithoutControl))
 
     def to_json(self) -> dict:
         return {"available": self.available, "why": self.why, "built_from": self.built_from, "seeds": list(self.seeds),
-                "points": list(self.points), "fit": self.fit, "budgets": list(self.budgets),
-                "configurations": list(self.configurations), "mean_envelope": self.mean_envelope,
-                "per_seed_envelope": list(self.per_seed_envelope), "dominated_budgets": list(self.dominated_budgets),
-                "wallclock": self.wallclock, "fit_error": self.fit_error.to_json(),
-                "tried_per_budget": list(self.tried_per_budget), "gains": list(self.gains),
+                "points": _json(self.points), "fit": _json(self.fit), "budgets": list(self.budgets),
+                "configurations": _json(self.configurations), "mean_envelope": _json(self.mean_envelope),
+                "per_seed_envelope": _json(self.per_seed_envelope), "dominated_budgets": list(self.dominated_budgets),
+                "wallclock": _json(self.wallclock), "fit_error": self.fit_error.to_json(),
+                "tried_per_budget": _json(self.tried_per_budget), "gains": _json(self.gains),
                 "without_control": _json(self.without_control)}
 
 
@@ -294,18 +496,19 @@ class Saving:
     saving_lo: Optional[float] = None
     saving_hi: Optional[float] = None
     n: int = 0
-    n_outside: Optional[dict] = None
+    n_outside: Optional[Outside] = None
     n_unpaired: int = 0
     warnings: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, e: dict) -> "Saving":
         return Saving(bool(e.get("available")), e.get("why"), e.get("saving"), e.get("saving_lo"), e.get("saving_hi"),
-                      e.get("n") or 0, e.get("n_outside"), e.get("n_unpaired") or 0, tuple(e.get("warnings") or ()))
+                      e.get("n") or 0, _or_none(e.get("n_outside"), Outside), e.get("n_unpaired") or 0,
+                      tuple(e.get("warnings") or ()))
 
     def to_json(self) -> dict:
         return {"available": self.available, "why": self.why, "saving": self.saving, "saving_lo": self.saving_lo,
-                "saving_hi": self.saving_hi, "n": self.n, "n_outside": self.n_outside, "n_unpaired": self.n_unpaired,
+                "saving_hi": self.saving_hi, "n": self.n, "n_outside": _json(self.n_outside), "n_unpaired": self.n_unpaired,
                 "warnings": list(self.warnings)}
 
 
@@ -441,31 +644,33 @@ class Report:
     std: str = ""
     tuned_keys: tuple[str, ...] = ()
     select_seeds: Optional[list] = None
-    bootstrap: Optional[dict] = None
-    excluded: tuple[dict, ...] = ()
-    baseline: Optional[dict] = None
-    configurations: tuple[dict, ...] = ()
-    vs_baseline: tuple[dict, ...] = ()
-    vs_control: tuple[dict, ...] = ()
-    vs_frontier: tuple[dict, ...] = ()
-    fixed_flops: Optional[dict] = None
-    held_out: Optional[dict] = None
-    uncounted_costs: tuple[dict, ...] = ()
-    verdicts: tuple[dict, ...] = ()
-    common_settings: Optional[dict] = None
-    outputs: Optional[dict] = None
+    bootstrap: Optional[BootstrapRecord] = None
+    excluded: tuple[LeftOut, ...] = ()
+    baseline: Optional[Baseline] = None
+    configurations: tuple[ConfigurationRow, ...] = ()
+    vs_baseline: tuple[VsReference, ...] = ()
+    vs_control: tuple[VsReference, ...] = ()
+    vs_frontier: tuple[VsFrontier, ...] = ()
+    fixed_flops: Optional[FixedFlops] = None
+    held_out: Optional[HeldOut] = None
+    uncounted_costs: tuple[UncountedCost, ...] = ()
+    verdicts: tuple[ConfigVerdict, ...] = ()
+    common_settings: Optional[dict] = None  # key -> value every configuration has (left out of their names)
+    outputs: Optional[Outputs] = None
 
     @classmethod
     def from_json(cls, report: dict) -> "Report":
         r = report
-        listed = {k: tuple(r.get(k) or ()) for k in ("tuned_keys", "excluded", "configurations", "vs_baseline",
-                                                     "vs_control", "vs_frontier", "uncounted_costs")}
         return cls(tuple(Arm.from_json(a) for a in r.get("arms") or ()), Frontier.from_json(r.get("frontier")),
                    tuple(r.get("warnings") or ()), r.get("optimistic"), r.get("command", ""), r.get("smooth"),
                    r.get("smoothing", ""), r.get("pairing", ""), r.get("interval_method", ""), r.get("std", ""),
-                   select_seeds=r.get("select_seeds"), bootstrap=r.get("bootstrap"), baseline=r.get("baseline"),
-                   fixed_flops=r.get("fixed_flops"), held_out=r.get("held_out"), verdicts=tuple(r.get("verdict") or ()),
-                   common_settings=r.get("common_settings"), outputs=r.get("outputs"), **listed)
+                   tuple(r.get("tuned_keys") or ()), r.get("select_seeds"), _or_none(r.get("bootstrap"), BootstrapRecord),
+                   listed(r.get("excluded"), LeftOut), _or_none(r.get("baseline"), Baseline),
+                   listed(r.get("configurations"), ConfigurationRow), listed(r.get("vs_baseline"), VsReference),
+                   listed(r.get("vs_control"), VsReference), listed(r.get("vs_frontier"), VsFrontier),
+                   _or_none(r.get("fixed_flops"), FixedFlops), _or_none(r.get("held_out"), HeldOut),
+                   listed(r.get("uncounted_costs"), UncountedCost), listed(r.get("verdict"), ConfigVerdict),
+                   r.get("common_settings"), _or_none(r.get("outputs"), Outputs))
 
     def to_json(self) -> dict:
         return {key: _json(getattr(self, name)) for key, name in _REPORT_KEYS}
@@ -504,6 +709,96 @@ class RungArm:
 
 
 @dataclass(frozen=True)
+class SettingLosses:
+    """One setting an arm tried on the selection seeds: its final val loss per seed (by the seed's text) and
+    their mean (None: no seed of the selection seeds)."""
+
+    setting: dict[str, Any]
+    losses: dict[str, float] = field(default_factory=dict)
+    mean: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "SettingLosses":
+        return cls(dict(e.get("setting") or {}), dict(e.get("losses") or {}), e.get("mean"))
+
+    def to_json(self) -> dict:
+        return {"setting": self.setting, "losses": self.losses, "mean": self.mean}
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """An arm's second best setting after a near tie, and its M against the same frontier (None: none had)."""
+
+    setting: dict[str, Any]
+    multiplier: Optional[Multiplier] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "RunnerUp":
+        return cls(dict(e.get("setting") or {}), _or_none(e.get("multiplier"), Multiplier))
+
+    def to_json(self) -> dict:
+        return {"setting": self.setting, "multiplier": _json(self.multiplier)}
+
+
+@dataclass(frozen=True)
+class ArmTuning:
+    """What one study arm tried at a rung (the pilots that fixed its grid counted in), every setting's
+    selection losses, and what it chose; the frontier's arm with a schedule control counts the control's
+    settings in (`control_settings_run`, `control_selection_losses`). `setting`, `by_budget` and
+    `control_by_budget` are None where the arm chose nothing."""
+
+    pilots: int
+    settings_run: int
+    settings_tried: int
+    selection_losses: tuple[SettingLosses, ...] = ()
+    control_settings_run: Optional[int] = None
+    control_selection_losses: Optional[tuple[SettingLosses, ...]] = None
+    setting: Optional[dict[str, Any]] = None
+    by_budget: Optional[dict[str, dict[str, Any]]] = None
+    control_by_budget: Optional[dict[str, dict[str, Any]]] = None
+    runner_up: Optional[RunnerUp] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "ArmTuning":
+        control = e.get("control_selection_losses")
+        return cls(e.get("pilots") or 0, e.get("settings_run") or 0, e.get("settings_tried") or 0,
+                   listed(e.get("selection_losses"), SettingLosses), e.get("control_settings_run"),
+                   listed(control, SettingLosses) if control is not None else None, e.get("setting"),
+                   e.get("by_budget"), e.get("control_by_budget"), _or_none(e.get("runner_up"), RunnerUp))
+
+    def to_json(self) -> dict:
+        out = {"pilots": self.pilots, "settings_run": self.settings_run, "settings_tried": self.settings_tried,
+               "selection_losses": _json(self.selection_losses)}
+        if self.control_selection_losses is not None:
+            out.update(control_settings_run=self.control_settings_run,
+                       control_selection_losses=_json(self.control_selection_losses))
+        if self.setting is not None:
+            out.update(setting=self.setting, by_budget=self.by_budget, control_by_budget=self.control_by_budget)
+        if self.runner_up is not None:
+            out["runner_up"] = self.runner_up.to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class RungTuning:
+    """Stage 1 at one rung, as the study records it: the frontier's budgets, the selection seeds, and per
+    study arm what it tried and chose."""
+
+    frontier_budgets: tuple[str, ...] = ()
+    selection_seeds: tuple = ()
+    arms: dict[str, ArmTuning] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, e: dict) -> "RungTuning":
+        return cls(tuple(e.get("frontier_budgets") or ()), tuple(e.get("selection_seeds") or ()),
+                   {str(k): ArmTuning.from_json(v) for k, v in (e.get("arms") or {}).items()})
+
+    def to_json(self) -> dict:
+        return {"frontier_budgets": list(self.frontier_budgets), "selection_seeds": list(self.selection_seeds),
+                "arms": {k: v.to_json() for k, v in self.arms.items()}}
+
+
+@dataclass(frozen=True)
 class Rung:
     """One scale of the ladder: its size, each study arm's verdict there, the verdict's warnings and fit error,
     the runs that did not end; `tuning` (what stage 1 tried and chose) when the study records it."""
@@ -520,7 +815,7 @@ class Rung:
     fit_error: Optional[FitError] = None
     optimistic: Optional[bool] = None
     missing_runs: tuple[str, ...] = ()
-    tuning: Optional[dict] = None
+    tuning: Optional[RungTuning] = None
 
     @classmethod
     def from_json(cls, s: dict) -> "Rung":
@@ -528,7 +823,7 @@ class Rung:
                    s.get("tokens_per_param"), tuple(RungArm.from_json(a) for a in s.get("arms") or ()),
                    s.get("verdict") is not None, s.get("why_no_verdict"), tuple(s.get("warnings") or ()),
                    _or_none(s.get("fit_error"), FitError), s.get("optimistic"), tuple(s.get("missing_runs") or ()),
-                   s.get("tuning"))
+                   _or_none(s.get("tuning"), RungTuning))
 
     def to_json(self, with_tuning: bool = False) -> dict:
         out = {"scale": self.scale, "x": self.x, "n_params": self.n_params, "max_steps": self.max_steps,
@@ -537,7 +832,7 @@ class Rung:
                "warnings": list(self.warnings), "fit_error": _json(self.fit_error), "optimistic": self.optimistic,
                "missing_runs": list(self.missing_runs)}
         if with_tuning:
-            out["tuning"] = self.tuning
+            out["tuning"] = _json(self.tuning)
         return out
 
 
@@ -560,6 +855,22 @@ class Prediction:
                 "beyond_largest": self.beyond_largest}
 
 
+@dataclass(frozen=True)
+class ExcludedRung:
+    """A rung left out of a trend's points (its M only a bound, its interval unbounded, too few seeds): its
+    value on the ladder's axis and why."""
+
+    x: float
+    why: str
+
+    @classmethod
+    def from_json(cls, e: dict) -> "ExcludedRung":
+        return cls(e.get("x"), e.get("why", ""))
+
+    def to_json(self) -> dict:
+        return {"x": self.x, "why": self.why}
+
+
 # A trend's fitted line: its keys, in ladder.json's order (only a trend with a slope has them)
 TREND_FIT_KEYS = ("slope", "slope_lo", "slope_hi", "intercept", "cov", "quantile", "method", "n_min", "n_max", "n_draws",
                   "monotone")
@@ -575,7 +886,7 @@ class Trend:
     verdict: str
     sentence: str = ""
     n_scales: int = 0
-    excluded: tuple[dict, ...] = ()
+    excluded: tuple[ExcludedRung, ...] = ()
     why: Optional[str] = None
     slope: Optional[float] = None
     slope_lo: Optional[float] = None
@@ -593,11 +904,11 @@ class Trend:
     @classmethod
     def from_json(cls, t: dict) -> "Trend":
         return cls(str(t.get("arm", "")), str(t.get("verdict", "")), t.get("sentence", ""), t.get("n_scales") or 0,
-                   tuple(t.get("excluded") or ()), t.get("why"), *(t.get(k) for k in TREND_FIT_KEYS),
+                   listed(t.get("excluded"), ExcludedRung), t.get("why"), *(t.get(k) for k in TREND_FIT_KEYS),
                    tuple(Prediction.from_json(p) for p in t.get("predictions") or ()))
 
     def to_json(self) -> dict:
-        out = {"arm": self.arm, "n_scales": self.n_scales, "excluded": list(self.excluded)}
+        out = {"arm": self.arm, "n_scales": self.n_scales, "excluded": _json(self.excluded)}
         if self.slope is not None:
             out.update({k: getattr(self, k) for k in TREND_FIT_KEYS})
         out["verdict"] = self.verdict

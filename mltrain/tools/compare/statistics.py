@@ -58,7 +58,8 @@ def value_at(flops: np.ndarray, loss: np.ndarray, at: float) -> float | None:
 
 @dataclass
 class Interval:
-    """Mean and 95% interval of per-seed values (paired differences or savings)."""
+    """Mean and 95% interval of per-seed values (paired differences or savings); the report holds it as
+    tables.SeedInterval."""
 
     n: int
     mean: Optional[float]
@@ -66,10 +67,6 @@ class Interval:
     low: Optional[float]
     high: Optional[float]
     warnings: list[str]
-
-    def as_dict(self) -> dict:
-        return {"n": self.n, "mean": self.mean, "std": self.std, "ci_low": self.low, "ci_high": self.high,
-                "confidence": CONFIDENCE, "warnings": list(self.warnings)}
 
     @property
     def crosses_zero(self) -> bool:

@@ -24,6 +24,7 @@ from mltrain.tools.compare.powerlaw import Fit, fit_power_law, fit_shift, read
 from mltrain.tools.compare.results import (Bound, BudgetReading, FitError, Headline, LossInterval, Multiplier,
                                           RunReading, Saving, WallclockSaving)
 from mltrain.tools.compare.statistics import CONFIDENCE, FrontierPoint, frontier_flops, interval
+from mltrain.tools.compare.tables import Outside
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
@@ -230,10 +231,9 @@ def fit_error(fit: Fit, frontier: Frontier) -> FitError:
 def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], Optional[float]]) -> Saving:
     """The saving 1 − x_run / x*, x* read on the frontier's points (linear in log x between them), over
     the runs; a run beyond the frontier's ends has only a bound and is left out (counted)."""
-    outside = {"below": 0, "above": 0}
     if frontier.why is not None:
-        return Saving(False, frontier.why, n_outside=outside)
-    values, unpaired = [], 0
+        return Saving(False, frontier.why, n_outside=Outside())
+    values, unpaired, sides = [], 0, []
     for r in runs:
         env, paired = frontier.envelope_for(r.seed)
         cost, loss = x(r), r.final("val")
@@ -241,14 +241,15 @@ def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], 
             continue
         reading = frontier_flops(env, loss)
         if reading.flops is None:
-            outside[reading.side] += 1
+            sides.append(reading.side)
             continue
         values.append(1 - cost / reading.flops)
         unpaired += not paired
+    outside = Outside(sides.count("below"), sides.count("above"))
     iv = interval(values, "no saving")
     if iv.n == 0:
-        why = (f"every run is outside the frontier ({outside['below']} below its longest budget, "
-               f"{outside['above']} above its shortest)" if sum(outside.values()) else "no run to read")
+        why = (f"every run is outside the frontier ({outside.below} below its longest budget, "
+               f"{outside.above} above its shortest)" if outside.total else "no run to read")
         return Saving(False, why, n_outside=outside, n_unpaired=unpaired, warnings=tuple(iv.warnings))
     return Saving(True, None, iv.mean, iv.low, iv.high, iv.n, outside, unpaired, tuple(iv.warnings))
 

@@ -33,15 +33,15 @@ beyond the ladder, with its interval, and is always printed as an extrapolation.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from mltrain import guarded
-from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, FitError, Ladder, Multiplier, Report, Rung, RungArm,
-                                   Trend, markdown_safe, params_text, render_ladder)
+from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, ExcludedRung, FitError, Ladder, Multiplier, Prediction,
+                                   Report, Rung, RungArm, RungTuning, Trend, markdown_safe, params_text, render_ladder)
 from mltrain.tools.study.axes import AXES  # how the report and the plot name each axis
 from mltrain.tools.study.plan import label_parts
 
@@ -136,16 +136,16 @@ def _monotone(y: np.ndarray) -> Optional[str]:
     return "growing" if np.all(steps > 0) else ("shrinking" if np.all(steps < 0) else None)
 
 
-def fit_trend(points: list[tuple]) -> dict:
+def fit_trend(points: list[tuple]) -> Trend:
     """Slope of log M against log x from (x, Multiplier, evaluation seeds[, FitError]) points
-    (see the module docstring)."""
+    (see the module docstring); the trend without its arm, sentence and predictions."""
     from scipy import stats
 
     points = [(*p, None)[:4] for p in points]
     measured = [p for p in points if _why_not_a_point(p[1], MIN_SEEDS_FOR_TREND) is None]
     usable = [p for p in measured if p[2] >= MIN_SEEDS_FOR_TREND]
-    excluded = [{"x": p[0], "why": w} for p in points if (w := _why_not_a_point(p[1], p[2])) and w != "no multiplier"]
-    out: dict[str, Any] = {"n_scales": len(usable), "excluded": excluded}
+    excluded = tuple(ExcludedRung(p[0], w) for p in points
+                     if (w := _why_not_a_point(p[1], p[2])) and w != "no multiplier")
     if len(usable) < MIN_SCALES_FOR_TREND:
         few_seeds = len(measured) - len(usable)
         word = "too few seeds to tell" if few_seeds and len(measured) >= MIN_SCALES_FOR_TREND else "too few scales to tell"
@@ -153,12 +153,13 @@ def fit_trend(points: list[tuple]) -> dict:
                + (f", {few_seeds} of them on fewer than {MIN_SEEDS_FOR_TREND} evaluation seeds" if few_seeds else "")
                + f"; a trend needs {MIN_SCALES_FOR_TREND} scales with {MIN_SEEDS_FOR_TREND} seeds or more each "
                "(two scales always lie on a line; fewer seeds give no interval to weigh a scale by)")
-        return {**out, "verdict": word, "why": why}
+        return Trend("", word, n_scales=len(usable), excluded=excluded, why=why)
     usable.sort(key=lambda p: p[0])
     rng = np.random.default_rng(TREND_SEED)
     draws = [_rung_draws(m, err, rng) for _, m, _, err in usable]
     if any(d is None for d in draws):
-        return {**out, "verdict": "cannot tell", "why": "a scale without an interval or bootstrap draws"}
+        return Trend("", "cannot tell", n_scales=len(usable), excluded=excluded,
+                     why="a scale without an interval or bootstrap draws")
     x, y = np.log([p[0] for p in usable]), np.log([p[1].M for p in usable])
     ys = np.stack(draws, axis=1)  # (draws, rungs)
     design = np.stack([np.ones_like(x), x], axis=1)
@@ -175,11 +176,10 @@ def fit_trend(points: list[tuple]) -> dict:
             method += f", widened by their scatter (reduced chi-square {chi2:.2f}, t with {dof} df)"
     lo, hi = b - (b - float(lo)) * scale, b + (float(hi) - b) * scale
     cov = np.cov(coef) * scale ** 2
-    out.update(slope=b, slope_lo=lo, slope_hi=hi, intercept=a, cov=cov.tolist(), quantile=Z95, method=method,
-               n_min=float(np.exp(x.min())), n_max=float(np.exp(x.max())), n_draws=TREND_DRAWS,
-               monotone=_monotone(y))
-    out["verdict"] = trend_word(lo, hi, out["monotone"])
-    return out
+    monotone = _monotone(y)
+    return Trend("", trend_word(lo, hi, monotone), n_scales=len(usable), excluded=excluded, slope=b, slope_lo=lo,
+                 slope_hi=hi, intercept=a, cov=cov.tolist(), quantile=Z95, method=method, n_min=float(np.exp(x.min())),
+                 n_max=float(np.exp(x.max())), n_draws=TREND_DRAWS, monotone=monotone)
 
 
 def trend_word(lo: float, hi: float, monotone: Optional[str] = None) -> str:
@@ -194,33 +194,31 @@ def trend_word(lo: float, hi: float, monotone: Optional[str] = None) -> str:
     return "cannot tell"
 
 
-def predict(trend: dict, n_params: float) -> Optional[dict]:
+def predict(trend: Trend, n_params: float) -> Optional[Prediction]:
     """M at `n_params` on the fitted line, with its interval (an extrapolation beyond the ladder)."""
-    if "slope" not in trend:
+    if trend.slope is None:
         return None
     t = math.log(n_params)
-    cov = np.array(trend["cov"])
-    y = trend["intercept"] + trend["slope"] * t
-    half = trend["quantile"] * math.sqrt(float(np.array([1, t]) @ cov @ np.array([1, t])))
-    return {"n_params": n_params, "M": math.exp(y), "M_lo": math.exp(y - half), "M_hi": math.exp(y + half),
-            "beyond_largest": n_params / trend["n_max"]}
+    cov = np.array(trend.cov)
+    y = trend.intercept + trend.slope * t
+    half = trend.quantile * math.sqrt(float(np.array([1, t]) @ cov @ np.array([1, t])))
+    return Prediction(n_params, math.exp(y), math.exp(y - half), math.exp(y + half), n_params / trend.n_max)
 
 
-def trend_sentence(arm: str, trend: dict, axis: str = "params") -> str:
+def trend_sentence(arm: str, trend: Trend, axis: str = "params") -> str:
     word, unit = AXES[axis].symbol, AXES[axis].unit
     along = "scale" if axis == "params" else word
-    if "slope" not in trend:
-        left = "; ".join(f"{axis_text(e['x'], axis)}: {e['why']}" for e in trend.get("excluded") or [])
-        return (f"{arm}: {trend['verdict']} how the compute multiplier changes with {along} ({trend['why']}"
+    left = "; ".join(f"{axis_text(e.x, axis)}: {e.why}" for e in trend.excluded)
+    if trend.slope is None:
+        return (f"{arm}: {trend.verdict} how the compute multiplier changes with {along} ({trend.why}"
                 + (f"; not used as points: {left}" if left else "") + ").")
-    span = f"over {trend['n_scales']} scales ({axis_text(trend['n_min'], axis)} to {axis_text(trend['n_max'], axis)} {unit})"
-    slope = f"slope of log M against log {word} {trend['slope']:+.3f} [{trend['slope_lo']:+.3f}, {trend['slope_hi']:+.3f}]"
-    left = "; ".join(f"{axis_text(e['x'], axis)}: {e['why']}" for e in trend.get("excluded") or [])
+    span = f"over {trend.n_scales} scales ({axis_text(trend.n_min, axis)} to {axis_text(trend.n_max, axis)} {unit})"
+    slope = f"slope of log M against log {word} {trend.slope:+.3f} [{trend.slope_lo:+.3f}, {trend.slope_hi:+.3f}]"
     span += f"; not used as points: {left}" if left else ""
-    if trend["verdict"] == "cannot tell":
-        bumpy = " (the rungs' M do not move one way)" if not trend.get("monotone") else ""
+    if trend.verdict == "cannot tell":
+        bumpy = " (the rungs' M do not move one way)" if not trend.monotone else ""
         return f"{arm}: cannot tell whether the compute multiplier changes with {along}: {slope} {span}{bumpy}."
-    return f"{arm}: the compute multiplier is {trend['verdict']} with {along}: {slope} {span}."
+    return f"{arm}: the compute multiplier is {trend.verdict} with {along}: {slope} {span}."
 
 
 def axis_text(x: float, axis: str) -> str:
@@ -231,7 +229,7 @@ def axis_text(x: float, axis: str) -> str:
 # The report
 
 
-def rung(result: ScaleResult, arms: list[str], tuning: Optional[dict] = None) -> Rung:
+def rung(result: ScaleResult, arms: list[str], tuning: Optional[RungTuning] = None) -> Rung:
     """One scale of the ladder from what stage 3 left: each study arm's verdict there."""
     verdict = result.comparison
     return Rung(result.name, result.x, result.n_params, result.max_steps, result.tokens_per_param,
@@ -241,7 +239,8 @@ def rung(result: ScaleResult, arms: list[str], tuning: Optional[dict] = None) ->
 
 
 def ladder_report(study: str, arms: list[str], frontier: str, results: list[ScaleResult],
-                  predict_params: list[float], axis: str = "params", tuning: Optional[dict] = None) -> Ladder:
+                  predict_params: list[float], axis: str = "params", tuning: Optional[dict[str, RungTuning]] = None
+                  ) -> Ladder:
     """The ladder's numbers (what ladder.json holds); `tuning` (scale -> stage 1's record) when the study
     records one per rung."""
     trends = []
@@ -251,9 +250,8 @@ def ladder_report(study: str, arms: list[str], frontier: str, results: list[Scal
         points = [(r.x, (a.multiplier or Multiplier(False)) if (a := r.arm(arm)) else Multiplier(False),
                    len(a.eval_seeds) if a else 0, r.fit_error) for r in results]
         trend = fit_trend(points)
-        predictions = [p for p in (predict(trend, n) for n in predict_params) if p] if axis == "params" else []
-        trends.append(Trend.from_json({"arm": arm, **trend, "sentence": trend_sentence(arm, trend, axis),
-                                       "predictions": predictions}))
+        predictions = tuple(p for p in (predict(trend, n) for n in predict_params) if p) if axis == "params" else ()
+        trends.append(replace(trend, arm=arm, sentence=trend_sentence(arm, trend, axis), predictions=predictions))
     rungs = tuple(rung(r, arms, (tuning or {}).get(r.name)) for r in results)
     return Ladder(study, axis, AXES[axis].title, frontier, FLAT_SLOPE, MIN_SCALES_FOR_TREND, MIN_SEEDS_FOR_TREND, rungs,
                   tuple(trends), with_tuning=tuning is not None)

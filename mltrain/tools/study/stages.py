@@ -21,7 +21,7 @@ import json
 import math
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
@@ -30,7 +30,7 @@ from mltrain import guarded
 from mltrain.plain import plain
 from mltrain.runs import rundir
 from mltrain.runs.provenance import redact_tree
-from mltrain.tools.compare import Report, compare_report
+from mltrain.tools.compare import ArmTuning, Multiplier, Report, RunnerUp, RungTuning, compare_report
 from mltrain.tools.study import compose, ladder, tuning
 from mltrain.tools.study.compose import setting_key
 from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
@@ -63,7 +63,7 @@ class Study:
     interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
     configs: dict[tuple, Config] = field(default_factory=dict)  # (scale, arm, setting) -> its typed run config
     counted: set = field(default_factory=set)  # run folders the progress has in its total
-    tuning: dict[str, dict] = field(default_factory=dict)  # scale -> what its tuning tried and chose (ladder.json)
+    tuning: dict[str, RungTuning] = field(default_factory=dict)  # scale -> what its tuning tried and chose (ladder.json)
 
     costs: dict[tuple, float] = field(default_factory=dict)  # (scale, arm, setting) -> its planned FLOPs
 
@@ -380,7 +380,8 @@ def _choose(study: Study, scale: str, sweeps: list[Sweep]) -> dict[str, Choice]:
             basis[name] = {"digest": choice_basis(used, choice), "runs": sorted(r.name for r in used)}
             record[name] = {"setting": choice.setting, "by_budget": choice.by_budget,
                             "control_by_budget": choice.control_by_budget, "runner_up": choice.runner_up,
-                            "selection_losses": tuning.settings_table(tuning.losses(runs), selection_seeds(cfg))}
+                            "selection_losses": [row.to_json() for row in
+                                                 tuning.settings_table(tuning.losses(runs), selection_seeds(cfg))]}
     guarded.write_json(study.layout.selection(scale), {
         "scale": scale, "selection_seeds": selection_seeds(cfg), "arms": record}, root=study.layout.root, indent=2)
     guarded.write_json(_basis_file(study.layout, scale), basis, root=study.layout.root, indent=2)
@@ -518,7 +519,7 @@ def _verdict(study: Study, scale: str, runs: list[Run]) -> ladder.ScaleResult:
     return result
 
 
-def _runner_up_multiplier(study: Study, scale: str, sweeps: list[Sweep], arm: str, choice: Choice) -> Optional[dict]:
+def _runner_up_multiplier(study: Study, scale: str, sweeps: list[Sweep], arm: str, choice: Choice) -> Optional[Multiplier]:
     """M of an arm's runner-up setting against the same frontier (mltrain-compare on the frontier's runs and
     the runner-up's alone); None when it cannot be had."""
     cfg = study.cfg
@@ -534,10 +535,11 @@ def _runner_up_multiplier(study: Study, scale: str, sweeps: list[Sweep], arm: st
         study.progress.say(f"mltrain-study: {scale}/{arm}: no M at the runner-up setting: {err}")
         return None
     entry = ladder.find_arm(found.arms, study.labels[scale][arm], study.kinds[(scale, arm)])
-    return entry.multiplier.to_json() if entry and entry.multiplier else None
+    return entry.multiplier if entry and entry.multiplier else None
 
 
-def _tuning_record(study: Study, scale: str, budgets: list[str], sweeps: list[Sweep], choices: dict[str, Choice]) -> dict:
+def _tuning_record(study: Study, scale: str, budgets: list[str], sweeps: list[Sweep],
+                   choices: dict[str, Choice]) -> RungTuning:
     """What each arm tried (the pilots that fixed its grid counted in), its per-setting selection losses, what
     it chose, and M at its runner-up: the ladder.json entry of a rung's tuning."""
     cfg, arms = study.cfg, {}
@@ -545,23 +547,24 @@ def _tuning_record(study: Study, scale: str, budgets: list[str], sweeps: list[Sw
     for arm in cfg.arms:
         runs = _arm_runs(study.layout, scale, sweeps, arm)
         ran = len({tuple((k, v) for k, v in sorted(r.setting.items()) if k != BUDGET) for r in runs})
-        entry = {"pilots": cfg.arms[arm].pilots, "settings_run": ran, "settings_tried": ran + cfg.arms[arm].pilots,
-                 "selection_losses": tuning.settings_table(tuning.losses(runs), selection_seeds(cfg))}
+        entry = ArmTuning(cfg.arms[arm].pilots, ran, ran + cfg.arms[arm].pilots,
+                          tuple(tuning.settings_table(tuning.losses(runs), selection_seeds(cfg))))
         choice = choices.get(arm)
         if arm == frontier_arm(cfg) and control:
             family = _arm_runs(study.layout, scale, sweeps, control + AT_FRONTIER)
-            entry["control_settings_run"] = len({tuple((k, v) for k, v in sorted(r.setting.items())
-                                                       if k not in (BUDGET, COARSE_STEPS)) for r in family})
-            entry["control_selection_losses"] = tuning.settings_table(tuning.losses(family), selection_seeds(cfg))
-            entry["settings_tried"] += entry["control_settings_run"]
+            control_ran = len({tuple((k, v) for k, v in sorted(r.setting.items()) if k not in (BUDGET, COARSE_STEPS))
+                               for r in family})
+            entry = replace(entry, control_settings_run=control_ran, settings_tried=entry.settings_tried + control_ran,
+                            control_selection_losses=tuple(tuning.settings_table(tuning.losses(family),
+                                                                                 selection_seeds(cfg))))
         if choice is not None:
-            entry.update({"setting": choice.setting, "by_budget": choice.by_budget,
-                          "control_by_budget": choice.control_by_budget})
+            entry = replace(entry, setting=choice.setting, by_budget=choice.by_budget,
+                            control_by_budget=choice.control_by_budget)
             if choice.runner_up:
-                entry["runner_up"] = {"setting": choice.runner_up,
-                                      "multiplier": _runner_up_multiplier(study, scale, sweeps, arm, choice)}
+                entry = replace(entry, runner_up=RunnerUp(choice.runner_up,
+                                                          _runner_up_multiplier(study, scale, sweeps, arm, choice)))
         arms[arm] = entry
-    return {"frontier_budgets": budgets, "selection_seeds": selection_seeds(cfg), "arms": arms}
+    return RungTuning(tuple(budgets), tuple(selection_seeds(cfg)), arms)
 
 
 def _missing(study: Study, runs: list[Run]) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional
 
-from mltrain.tools.compare import Report
+from mltrain.tools.compare import Report, SettingLosses
 from mltrain.tools.study.plan import (BUDGET, TUNE, Choice, Layout, Run, Sweep, setting_sweep, setting_text)
 from mltrain.tools.study.progress import ended, run_status
 from mltrain.tools.study.schema import frontier_arm
@@ -182,9 +182,9 @@ def _wider(study: Any, arm: str, is_frontier: bool, pick: dict, same: list[dict]
     return out
 
 
-def settings_table(table: Losses, seeds: list[int]) -> list[dict]:
+def settings_table(table: Losses, seeds: list[int]) -> list[SettingLosses]:
     """The per-setting selection losses, best first (what selection.json and ladder.json list)."""
-    rows = [{"setting": dict(s), "losses": {str(k): v for k, v in sorted(by_seed.items())},
-             "mean": mean_loss(table, s, seeds)} for s, by_seed in table.items()]
-    return sorted(rows, key=lambda r: (math.inf if r["mean"] is None else r["mean"], sorted(r["setting"].items())))
+    rows = [SettingLosses(dict(s), {str(k): v for k, v in sorted(by_seed.items())}, mean_loss(table, s, seeds))
+            for s, by_seed in table.items()]
+    return sorted(rows, key=lambda r: (math.inf if r.mean is None else r.mean, sorted(r.setting.items())))
 
