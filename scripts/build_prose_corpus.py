@@ -143,19 +143,29 @@ def osis_text(osis: str) -> str:
     osis = re.sub(r'<(l\b[^>]*\beID="[^"]*"[^>]*|lb\b[^>]*)/>', "\n", osis)
     osis = re.sub(r"<milestone\b[^>]*/>", "", osis)
     text = html.unescape(re.sub(r"<[^>]*>", "", osis))
-    return normalise(re.sub(r"(?<=\w)\0+(?=\w)", " ", text).replace("\0", ""))
+    return normalise(re.sub(r"(?<=[\w,;:.!?’”])\0+(?=\w)", " ", text).replace("\0", ""))
 
 
 def web_documents(deb: bytes) -> list[tuple[str, str]]:
+    """One document per book (`web/<OSIS id>`); the preface before the first book is `web/Preface`, text
+    after a book's end and before the next book (the glossary after Revelation) is `web/after-<book>`."""
     files = deb_member(deb, "")
     base = next(k.rsplit("/", 1)[0] for k in files if k.endswith("/ot.bzs"))
-    osis = "".join(
-        block for t in ("ot", "nt") for block in ztext_blocks(files[f"{base}/{t}.bzs"], files[f"{base}/{t}.bzz"])
-    )
-    parts = re.split(r'<div\b[^>]*\bosisID="([^"]+)"[^>]*\btype="book"[^>]*/>', osis)
-    docs = [("web/Preface", osis_text(parts[0]))]
-    for book, body in zip(parts[1::2], parts[2::2]):
-        docs.append((f"web/{book}", osis_text(body)))
+    blocks = [b for t in ("ot", "nt") for b in ztext_blocks(files[f"{base}/{t}.bzs"], files[f"{base}/{t}.bzz"])]
+    # the module stores a few blocks twice, the first copy cut short: keep the whole one
+    osis = "".join(b for b, after in zip(blocks, [*blocks[1:], ""]) if not (b and after.startswith(b)))
+    parts = re.split(r'<div\b(?=[^>]*\btype="book")([^>]*)/>', osis)
+    docs, book = [("web/Preface", osis_text(parts[0]))], None
+    for tag, body in zip(parts[1::2], parts[2::2]):
+        osis_id = re.search(r'\bosisID="([^"]+)"', tag).group(1)
+        if re.search(r"\bsID=", tag):
+            book = osis_id
+            docs.append((f"web/{book}", osis_text(body)))
+        else:  # a book's end: what follows, up to the next book, is not that book's text
+            docs.append((f"web/after-{osis_id}", osis_text(body)))
+    names = [n for n, t in docs if len(t) >= MIN_CHARS]
+    if len(names) != len(set(names)):
+        sys.exit(f"error: two documents share a name: {sorted(n for n in names if names.count(n) > 1)}")
     return docs
 
 
@@ -173,7 +183,7 @@ def write_parts(sources: dict[str, list[tuple[str, str]]]) -> dict:
         n_docs, n_bytes = n_docs + len(docs), n_bytes + text_bytes
         parts.append({"file": path.name, "source": name, "documents": len(docs), "text_bytes": text_bytes,
                       "sha256": hashlib.sha256(raw).hexdigest(), "xz_sha256": hashlib.sha256(packed).hexdigest(),
-                      "xz_bytes": len(packed), "xz_bits_per_text_byte": round(8 * len(packed) / len(raw), 3)})
+                      "xz_bytes": len(packed), "xz_bits_per_byte": round(8 * len(packed) / len(raw), 3)})
         print(f"{path.name}: {len(docs)} documents, {text_bytes:,} text bytes, {len(packed):,} bytes xz")
     return {"name": "prose", "sha256": corpus.hexdigest(), "documents": n_docs, "bytes": n_bytes,
             "parts": parts, "sources": {k: {f: v for f, v in s.items() if f != "fetch"} for k, s in SOURCES.items()}}
