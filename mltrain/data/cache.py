@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import random
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -136,13 +137,24 @@ class TokenCache:
                     self.meta_path, path.name, bad * chunk, (bad + 1) * chunk)
         return True
 
-    def build(self, dtype: np.dtype, fill: Callable[[dict[str, TokenWriter]], dict]) -> tuple[dict[str, np.memmap], dict]:
-        """Run `fill(writers)` (it writes each split's tokens and returns extra meta), commit, reload."""
+    def check_writable(self) -> None:
+        """DataError or StorageError, in one line, when the cache folder cannot be made or written: called
+        before a corpus is read (minutes, for data=packages), not only once its tokens are ready."""
         atomic.refuse_links([self.dir])  # a planted link would send the cache's files elsewhere
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise DataError(f"cannot create the token cache folder {self.dir} ({err}); set data.cache_dir") from err
+        try:
+            with tempfile.TemporaryFile(dir=self.dir):
+                pass
+        except OSError as err:
+            raise StorageError(f"cannot write the token cache in {self.dir} ({atomic.full_or_denied(err)}); free some "
+                               f"space or point data.cache_dir at a writable folder") from None
+
+    def build(self, dtype: np.dtype, fill: Callable[[dict[str, TokenWriter]], dict]) -> tuple[dict[str, np.memmap], dict]:
+        """Run `fill(writers)` (it writes each split's tokens and returns extra meta), commit, reload."""
+        self.check_writable()
         try:
             with contextlib.ExitStack() as stack:
                 writers = {s: _SplitWriter(stack.enter_context(atomic.atomic_open(self.split_path(s))), dtype) for s in SPLITS}

@@ -112,6 +112,7 @@ def _load_documents(c: Any, tok: Tokenizer, source: str, key: str, read: Callabl
     store = cache.TokenCache(c.cache_dir, source, tok.name, key)
     found = store.load()
     if found is None:
+        store.check_writable()  # before reading the corpus, which can take minutes (data=packages)
         docs = read()
         log.info("tokenizing the %s corpus (%d documents) with %s, once", source, len(docs), tok.name)
         names = [n for n, _ in docs]
