@@ -11,8 +11,8 @@ fraction), so edited data never hits a stale entry. Both .bin files are written 
 the meta file last: an entry without its meta file, or whose sizes disagree with it, is rebuilt.
 
 Each entry proves its bytes: the meta file holds the sha256 of every CHECK_CHUNK bytes of each .bin,
-computed while it is written. At open, an entry up to FULL_CHECK_BYTES is checked whole (~0.05 s for the
-prose corpus's 34 MB, see docs/configuration.md); a larger one is checked on its first and last chunk and
+computed while it is written. At open, an entry up to FULL_CHECK_BYTES is checked whole (0.044 s for the
+prose corpus's 32.6 MB train.bin, see docs/configuration.md); a larger one is checked on its first and last chunk and
 SAMPLE_CHUNKS others drawn at random, so a damaged file (a crash can leave one zero-filled at its right
 size) is found at once or within a few opens. An entry that fails is rebuilt, with one warning line,
 never used.
