@@ -4,7 +4,8 @@
     <dir>/<scale>/eval/<arm>/<chosen values>,seed=S    stage 2: the chosen setting on the evaluation
                                                         seeds; the single-level arm: each budget at the
                                                         setting chosen for that budget (the frontier)
-    <dir>/<scale>/tune/<control>@frontier/...          the control's schedule at the frontier's budgets
+    <dir>/<scale>/tune/<control>@frontier/...          the control's schedule at the frontier's budgets, each
+                                                        at the fine LR and warm-up chosen there
     <dir>/<scale>/eval/<control>@frontier/...          ... at the budgets where it was the best single-level run
     <dir>/<scale>/eval/<arm>@runner_up/...             an arm's runner-up setting (a near tie) on the evaluation seeds
     <dir>/<scale>/selection.json                       the settings stage 1 chose
@@ -36,7 +37,7 @@ from mltrain.tools.study.schema import BUDGET, SEED, eval_seeds, frontier_arm, t
 
 TUNE, EVAL = "tune", "eval"  # the stages that launch runs; also the runs' W&B job_type
 AT_FRONTIER, RUNNER_UP = "@frontier", "@runner_up"  # folder suffixes (arm names cannot hold '@')
-WARMUP, COARSE_STEPS = "schedule.warmup_steps", "multilevel.coarse_steps"
+WARMUP, COARSE_STEPS, FINE_LR = "schedule.warmup_steps", "multilevel.coarse_steps", "optim.lr"
 BOOKKEEPING = ("train.resume=true", "train.progress=false")
 
 _parser = OverridesParser.create()
@@ -285,20 +286,32 @@ def control_coarse_steps(study: Any, scale: str) -> int:
     return int(found[-1])
 
 
+def _own_values(study: Any, scale: str, arm: str, key: str) -> set[str]:
+    """The values of `key` the arm's own tuning runs have at a rung: its grid's, else its fixed override's."""
+    if key in study.arms[arm].grid:
+        return set(grid_values(study.arms[arm]).get(key, []))
+    return {override_value(o) for o in arm_overrides(study, scale, arm, None) if key_of(o) == key}
+
+
 def control_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int],
-                   budgets: list[str]) -> list[Sweep]:
-    """The control's schedule at each budget of the frontier, its grid on the first selection seed, its
-    length (coarse steps) scaled by the budget and each length factor. At budget 1 and factor 1 its own
-    tuning runs are that point already."""
+                   picks: dict[str, dict[str, str]]) -> list[Sweep]:
+    """The control's schedule at each budget of the frontier (`picks`: budget -> the frontier's chosen
+    setting there), at the fine LR and warm-up the frontier chose at that budget, tuning only its own knobs:
+    its grid's other keys on the first selection seed, its length (coarse steps) scaled by the budget and
+    each length factor. Where that is the control arm's own setting (budget 1, factor 1, its fine LR and
+    warm-up), its own tuning runs are that point already."""
     arm = study.frontier.control_arm
     if arm is None:
         return []
     base, sweeps = control_coarse_steps(study, scale), []
-    for budget in budgets:
+    for budget, pick in picks.items():
+        fine = {k: v for k, v in pick.items() if k in (FINE_LR, WARMUP)}
+        own = all(v in _own_values(study, scale, arm, k) for k, v in fine.items())
         lengths = [str(max(1, round(base * float(budget) * f))) for f in study.frontier.control_length_factors]
-        lengths = [n for n in dict.fromkeys(lengths) if not (float(budget) == 1.0 and int(n) == base)]
+        lengths = [n for n in dict.fromkeys(lengths) if not (own and float(budget) == 1.0 and int(n) == base)]
         if lengths:
-            values = {**grid_values(study.arms[arm]), COARSE_STEPS: lengths, BUDGET: [budget]}
+            values = {**grid_values(study.arms[arm]), **{k: [v] for k, v in fine.items()}, COARSE_STEPS: lengths,
+                      BUDGET: [budget]}
             sweep = _sweep(study, layout, scale, TUNE, arm, max_steps, values, study.selection_seeds[:1])
             sweeps.append(Sweep(scale, TUNE, arm, layout.sweep(scale, TUNE, arm + AT_FRONTIER), sweep.fixed, sweep.swept))
     return sweeps

@@ -7,8 +7,11 @@
 * ties: the settings within `tie_nats` of the best on the selection seeds also run on the
   `extra_selection_seeds`, and the choice is made on the mean over every selection seed each has
   (mltrain-compare's rule); the second best of them is the runner-up, evaluated too;
-* bracketing: while an arm's equal-loss point lies beyond the frontier's data, the frontier gets the
-  next budget (3, 4, ... times the steps) up to `frontier.max_budget`.
+* control: once a budget's frontier choice is settled (no rule above adds to it), the control's schedule
+  runs at that budget at the chosen fine LR and warm-up (plan.control_sweeps);
+* bracketing: while an arm under test has its equal-loss point beyond the frontier's data, the frontier
+  gets the next budget (3, 4, ... times the steps) up to `frontier.max_budget`. The control's own runs at
+  the frontier's budgets are not arms under test: they never trigger it.
 
 Every rule reads the runs on disk alone, so a study invoked again plans the same runs (and finds them
 ended). Torch-free.
@@ -19,14 +22,15 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional
 
-from mltrain.tools.compare import Report, SettingLosses
-from mltrain.tools.study.plan import (BUDGET, TUNE, Choice, Layout, Run, Sweep, setting_sweep, setting_text)
+from mltrain.tools.compare import SettingLosses
+from mltrain.tools.study.plan import (BUDGET, FINE_LR, TUNE, Choice, Layout, Run, Sweep, control_sweeps, setting_sweep,
+                                      setting_text)
 from mltrain.tools.study.progress import ended, run_status
 from mltrain.tools.study.schema import frontier_arm
 
 Setting = tuple  # a run's setting as sorted (key, value text) pairs: every swept key but the seed
 Losses = dict  # Setting -> {seed: final val loss}; a diverged run counts as +inf
-LR = "optim.lr"
+LR = FINE_LR
 
 
 def setting_of(run: Run) -> Setting:
@@ -124,13 +128,16 @@ def runner_up(table: Losses, close: list[Setting], seeds: list[int], chosen: Set
     return rest[0][1] if rest else None
 
 
-def next_budget(study: Any, budgets: list[str], comparison: Optional[Report]) -> Optional[str]:
-    """The frontier's next budget (the next whole multiple of the steps) while some arm's equal-loss point
-    lies beyond its data, up to frontier.max_budget; None otherwise."""
+def next_budget(study: Any, budgets: list[str], tested: Iterable[Any]) -> Optional[str]:
+    """The frontier's next budget (the next whole multiple of the steps) while some arm under test (`tested`:
+    the verdict's entries of the study's arms, the frontier's own and the control's runs at the frontier's
+    budgets left out) has its equal-loss point beyond the frontier's data, up to frontier.max_budget; None
+    otherwise."""
     cap = study.frontier.max_budget
-    if cap is None or comparison is None:
+    if cap is None:
         return None
-    beyond = [a for a in comparison.arms if not a.is_frontier and a.multiplier.past_the_data]
+    beyond = [a for a in tested if a is not None and not a.is_frontier and a.multiplier is not None
+              and a.multiplier.past_the_data]
     nxt = float(math.floor(max(map(float, budgets))) + 1)
     return setting_text(BUDGET, nxt) if beyond and nxt <= cap + 1e-9 else None
 
@@ -151,8 +158,11 @@ def more_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int]
         picks = [{**s, BUDGET: b} for b, s in choice.by_budget.items()] if arm == frontier else [choice.setting]
         for pick in picks:
             same = [r.setting for r in runs if r.setting.get(BUDGET) == pick.get(BUDGET)]
-            for setting, seeds in _wider(study, arm, arm == frontier, pick, same, table):
-                sweep = setting_sweep(study, layout, scale, TUNE, arm, setting, seeds, max_steps)
+            wider = _wider(study, arm, arm == frontier, pick, same, table)
+            found = [setting_sweep(study, layout, scale, TUNE, arm, setting, seeds, max_steps) for setting, seeds in wider]
+            if arm == frontier and not wider:  # the budget's choice is settled: the control's schedule at it
+                found = control_sweeps(study, layout, scale, max_steps, {pick[BUDGET]: pick})
+            for sweep in found:
                 if any(r.dir not in planned for r in sweep.runs()):
                     out.append(sweep)
                     planned |= {r.dir for r in sweep.runs()}

@@ -1,0 +1,226 @@
+"""What a study costs: every run its planner can launch, as a range, and the hours at a measured rate.
+
+    planned now   the runs every course of the study has: every arm's grid on the selection seeds (the
+                  frontier's with its warm-up lengths, at every budget of its grid), the two x sqrt(3)
+                  neighbours of each budget's chosen LR, the control's schedule at each budget, the chosen
+                  settings on the evaluation seeds
+    at most       ... and every adaptive rule of tuning.py firing once per choice: an edge extension per
+                  numeric tuned key (up to grid_extensions), a two-way near tie on the extra selection
+                  seeds, the runner-up on the evaluation seeds, and bracketing: the frontier's budgets 3,
+                  4, ... up to frontier.max_budget, each with all of the above
+
+A run's FLOPs are its arm's planned FLOPs at budget 1 (mltrain/method/cost.py, every phase of its plan)
+times its budget. The hours are those FLOPs at a measured rate: the seconds per FLOP of the study's own
+finished runs where it has some, else the default measured here (MEASURED_CPU_S_PER_FLOP, how below),
+over the runs that train at once (the local launcher's jobs). tests/tools/test_study_planned.py checks the
+"at most" against the planner's own functions (plan.py, tuning.py) with every rule made to fire.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from mltrain.tools.study.progress import measured, run_status
+from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, settings_count, tuned_keys
+
+# Seconds per FLOP of one depth_ladder run on one thread (OMP_NUM_THREADS=1, as the study's local workers
+# run), both cores busy: measured on this project's 2-core CPU machine with scripts/study_rate.py (the
+# 4- and 16-block rungs at budget 0.25; docs/studies.md gives the figures). The slower of the two, so the
+# hours it gives are an upper estimate where no run of the study has finished yet.
+MEASURED_CPU_S_PER_FLOP = 1 / 2.0e9
+RATE_SOURCE = "measured default: depth_ladder runs, 1 thread, both cores busy (scripts/study_rate.py)"
+
+ADAPTIVE = ("edge", "tie", "runner-up", "bracketing")  # the neighbours of a grid LR always run
+
+
+@dataclass(frozen=True)
+class Item:
+    """`runs` runs of one arm at one budget, added by one rule (`rule`: grid, control, evaluation, or
+    one of ADAPTIVE); `bracketing`: at a budget only bracketing adds."""
+
+    scale: str
+    arm: str
+    budget: float
+    runs: int
+    rule: str
+    bracketing: bool = False
+
+    @property
+    def adaptive(self) -> bool:
+        return self.rule in ADAPTIVE or self.bracketing
+
+
+@dataclass(frozen=True)
+class Count:
+    runs: int
+    flops: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The study's planned cost: its items, the runs and FLOPs planned now and at most."""
+
+    items: tuple[Item, ...]
+    now: Count
+    most: Count
+
+    def by_rule(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for item in self.items:
+            rule = "bracketing" if item.bracketing else item.rule
+            out[rule] = out.get(rule, 0) + item.runs
+        return out
+
+
+def _numeric_keys(arm: Any) -> int:
+    """Tuned keys an edge can extend: two or more positive numbers."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    return sum(1 for k in tuned_keys(arm) if len(arm.grid[k]) >= 2 and all(number(v) for v in arm.grid[k]))
+
+
+def frontier_budgets(study: Any) -> tuple[list[float], list[float]]:
+    """(the frontier's grid budgets, the budgets bracketing may add: the next whole multiples up to the cap)."""
+    base = [float(b) for b in study.arms[frontier_arm(study)].grid[BUDGET]]
+    cap, extra = study.frontier.max_budget, []
+    nxt = float(math.floor(max(base)) + 1)
+    while cap is not None and nxt <= cap + 1e-9:
+        extra.append(nxt)
+        nxt += 1
+    return base, extra
+
+
+def _adaptive(scale: str, arm: str, budget: float, study: Any, frontier: bool, bracketing: bool) -> list[Item]:
+    """The runs the tuning rules add to one choice when each fires once."""
+    cfg, sel, extra = study.arms[arm], len(study.selection_seeds), len(study.extra_selection_seeds)
+    items = [Item(scale, arm, budget, study.grid_extensions * _numeric_keys(cfg) * sel, "edge", bracketing)]
+    if frontier and study.frontier.lr_neighbours:
+        items.append(Item(scale, arm, budget, 2 * sel, "neighbours", bracketing))
+    if extra:
+        items.append(Item(scale, arm, budget, 2 * extra, "tie", bracketing))
+    return items
+
+
+def scale_items(study: Any, scale: str) -> list[Item]:
+    """Every run one rung can have, by arm, budget and rule (see the module docstring)."""
+    f, control = frontier_arm(study), study.frontier.control_arm
+    sel, evals = len(study.selection_seeds), len(eval_seeds(study, scale))
+    warmups = max(1, len(study.frontier.warmup_fractions))
+    base, more = frontier_budgets(study)
+    items: list[Item] = []
+    for budget in (*base, *more):
+        late = budget in more
+        items.append(Item(scale, f, budget, settings_count(study.arms[f]) * warmups * sel, "grid", late))
+        items += _adaptive(scale, f, budget, study, True, late)
+        if control is not None:
+            n = settings_count(study.arms[control]) * len(study.frontier.control_length_factors)
+            items.append(Item(scale, control, budget, n, "control", late))
+        items.append(Item(scale, f, budget, evals, "evaluation", late))
+    for arm in study.arms:
+        if arm == f:
+            continue
+        items.append(Item(scale, arm, 1.0, settings_count(study.arms[arm]) * sel, "grid"))
+        items += _adaptive(scale, arm, 1.0, study, False, False)
+        items.append(Item(scale, arm, 1.0, evals, "evaluation"))
+        if study.extra_selection_seeds:
+            items.append(Item(scale, arm, 1.0, evals, "runner-up"))
+    return [i for i in items if i.runs]
+
+
+def plan(study: Any, unit: Callable[[str, str], float]) -> Plan:
+    """The study's planned cost; `unit(scale, arm)`: the planned FLOPs of one run of the arm at budget 1."""
+    items = tuple(i for scale in study.ladder for i in scale_items(study, scale))
+
+    def count(chosen: Iterable[Item]) -> Count:
+        chosen = list(chosen)
+        return Count(sum(i.runs for i in chosen), sum(i.runs * i.budget * unit(i.scale, i.arm) for i in chosen))
+    return Plan(items, count(i for i in items if not i.adaptive), count(items))
+
+
+# ---------------------------------------------------------------------------------------------
+# The rate
+
+
+@dataclass(frozen=True)
+class Rate:
+    s_per_flop: float  # one run's seconds per FLOP
+    parallel: int  # runs that train at once
+    source: str  # how it was measured
+
+    def hours(self, flops: float) -> float:
+        return flops * self.s_per_flop / self.parallel / 3600
+
+    def text(self) -> str:
+        per_run = 1 / self.s_per_flop
+        both = f", {self.parallel} runs at once" if self.parallel > 1 else ""
+        return f"{per_run:.2g} FLOP/s a run{both} ({self.source})"
+
+
+def finished_rate(root: Path) -> Optional[tuple[float, int]]:
+    """(seconds per FLOP, runs) of the finished runs under a study's folder (<scale>/<stage>/<arm>/<run>);
+    None where none has finished."""
+    seconds = flops = 0.0
+    n = 0
+    for summary_file in sorted(root.glob("*/*/*/*/summary.json")) if root.is_dir() else []:
+        summary = run_status(summary_file.parent)
+        taken = measured(summary) if summary and summary.get("status", "finished") == "finished" else None
+        if taken is not None:
+            seconds, flops, n = seconds + taken[0], flops + taken[1], n + 1
+    return (seconds / flops, n) if flops > 0 and seconds > 0 else None
+
+
+def study_rate(study: Any, root: Path) -> Rate:
+    """The rate to plan with: the study's finished runs' own, else the measured default."""
+    jobs = max(1, study.launcher.n_jobs or 1) if study.launcher.name == "local" else 1
+    found = finished_rate(root)
+    if found is not None:
+        return Rate(found[0], jobs, f"measured: this study's {found[1]} finished run{'s' if found[1] != 1 else ''}")
+    return Rate(MEASURED_CPU_S_PER_FLOP, jobs, RATE_SOURCE)
+
+
+def summary_line(name: str, planned: Plan, rate: Rate) -> str:
+    """One line: runs, FLOPs and hours, planned now ... at most, and the rate."""
+    now, most = planned.now, planned.most
+    return (f"study {name} plans {now.runs:,} runs, {now.flops:.3g} FLOPs, {_hours(rate.hours(now.flops))} now; at "
+            f"most {most.runs:,} runs, {most.flops:.3g} FLOPs, {_hours(rate.hours(most.flops))} with every tuning rule "
+            f"and bracketing firing; at {rate.text()}")
+
+
+def _hours(hours: float) -> str:
+    return f"{hours:.1f} h" if hours >= 1 else f"{hours * 60:.0f} min" if hours * 60 >= 1 else f"{hours * 3600:.0f} s"
+
+
+def composed_units(study: Any, layout: Any, sizes: dict) -> Callable[[str, str], float]:
+    """unit(scale, arm) from one composed run config per scale and arm (its first tuning run's, divided by its
+    budget): what `--status` plans with, without composing every setting."""
+    from mltrain.config import validate_composed
+    from mltrain.tools.study.compose import Composer
+    from mltrain.tools.study.plan import tuning_sweeps
+    from mltrain.tools.study.sanity import run_cost
+
+    units: dict[tuple[str, str], float] = {}
+    with Composer() as composer:
+        for scale in study.ladder:
+            for sweep in tuning_sweeps(study, layout, scale, sizes[scale].max_steps):
+                run = sweep.runs()[0]
+                cfg = validate_composed(composer.compose(sweep.job_overrides(run, study, sizes[scale].tags),
+                                                         f"scale {scale}, arm {sweep.arm}"))
+                units[(scale, sweep.arm)] = run_cost(cfg)[0] / float(run.setting.get(BUDGET, 1.0))
+    return lambda scale, arm: units.get((scale, arm), 0.0)
+
+
+def status_lines(study: Any, root: Path) -> list[str]:
+    """`--status`'s cost lines: the summary, and the runs by rule (planned now ... at most)."""
+    from mltrain.tools.study.compose import Composer, ladder_sizes
+    from mltrain.tools.study.plan import Layout
+
+    with Composer() as composer:
+        sizes = ladder_sizes(study, composer)
+    layout = Layout(root, {name: size.max_steps for name, size in sizes.items()})
+    cost = plan(study, composed_units(study, layout, sizes))
+    rules = ", ".join(f"{rule} {n:,}" for rule, n in cost.by_rule().items())
+    return [summary_line(study.name, cost, study_rate(study, root)), f"  runs by rule (at most): {rules}"]
