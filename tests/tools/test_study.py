@@ -33,7 +33,8 @@ SHIPPED = {  # study -> (rungs at least, the arms' presets it must have)
     "smoke": (2, {"single", "multilevel"}),
     "cpu_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
     "paper_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
-    "depth_ladder": (3, {"single", "multilevel", "schedule_control", "random_control", "ode_step", "raptr"}),
+    "depth_ladder": (4, {"single", "multilevel", "schedule_control"}),
+    "depth_rivals": (1, {"single", "multilevel", "schedule_control", "random_control", "ode_step", "raptr"}),
     "data_ladder": (3, {"single", "multilevel", "schedule_control", "stacking", "raptr"}),
     "adamw_check": (1, {"single", "adamw_reset", "raptr"}),
 }

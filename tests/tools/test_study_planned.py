@@ -57,7 +57,8 @@ def no_rule(cfg, arm: str, setting: dict) -> float:
 
 def choose(cfg, layout, sweeps) -> dict[str, Choice]:
     """Stage 1's choice by hand: the lowest mean over the selection seeds each setting has; the frontier's
-    per budget; a non-frontier arm's near tie names its runner-up (stages._choose_arm's rule)."""
+    per budget; with extra selection seeds, a non-frontier arm's near tie names its runner-up
+    (stages._choose_arm's rule)."""
     choices, seeds, f = {}, selection_seeds(cfg), frontier_arm(cfg)
     for arm in cfg.arms:
         runs = [r for s in sweeps if s.dir == layout.sweep(RUNG, TUNE, arm) for r in s.runs()]
@@ -70,7 +71,7 @@ def choose(cfg, layout, sweeps) -> dict[str, Choice]:
             choices[arm] = Choice({}, by_budget)
             continue
         chosen = best(list(table))
-        close = tuning.tied(table, table, list(cfg.selection_seeds), cfg.tie_nats)
+        close = tuning.tied(table, table, list(cfg.selection_seeds), cfg.tie_nats) if cfg.extra_selection_seeds else []
         second = tuning.runner_up(table, close, seeds, chosen)
         choices[arm] = Choice(dict(chosen), runner_up=dict(second) if second else {})
     return choices
@@ -87,7 +88,7 @@ def simulate(cfg, layout, loss, budgets: list[str]) -> tuple[list, dict[str, Cho
                 summary = {"status": "finished", "final_val_loss": loss(cfg, run.sweep.arm, run.setting)}
                 (run.dir / "summary.json").write_text(json.dumps(summary))
         choices = choose(cfg, layout, sweeps)
-        more = tuning.more_sweeps(cfg, layout, RUNG, STEPS, sweeps, choices)
+        more = tuning.more_sweeps(cfg, layout, RUNG, STEPS, sweeps, choices, budgets)
         if not more:
             break
         sweeps += more
@@ -104,13 +105,13 @@ def flops(runs) -> float:
 
 
 def test_at_most_is_what_the_planner_adds_up_when_every_rule_and_bracketing_fire(tmp_path):
-    cfg = study(tmp_path)
+    cfg = study(tmp_path, "frontier.max_budget=3", "extra_selection_seeds=[100,101]", "frontier.ties=true")
     layout = Layout(tmp_path / "study", {RUNG: STEPS})
     base, more = planned.frontier_budgets(cfg)
     budgets = [setting_text(BUDGET, b) for b in (*base, *more)]  # bracketing to its cap
     runs, choices = simulate(cfg, layout, every_rule, budgets)
     items = planned.scale_items(cfg, RUNG)
-    assert more, "depth_ladder brackets (frontier.max_budget above its grid)"
+    assert more == [3.0]
     # every rule did fire: the edge beyond 1.0, the ties on the extra seeds, the runner-ups, the control
     assert any(r.setting.get("optim.lr") == "3.333" for r in runs)
     assert {r.seed for r in runs} >= set(cfg.extra_selection_seeds)
@@ -120,6 +121,22 @@ def test_at_most_is_what_the_planner_adds_up_when_every_rule_and_bracketing_fire
     assert most == pytest.approx(len(runs), rel=0.25)
     assert sum(i.runs * i.budget * unit(RUNG, i.arm) for i in items) == pytest.approx(flops(runs), rel=0.25)
     assert planned.plan(cfg, unit).most.runs == most * len(cfg.ladder)
+    # successive halving: budget 0.5 tried every warm-up, the budgets above only the one it chose
+    warmups = {b: {r.setting["schedule.warmup_steps"] for r in runs if r.sweep.dir.name == "single"
+                   and r.sweep.stage == TUNE and r.setting[BUDGET] == b} for b in budgets}
+    assert len(warmups["0.5"]) == len(cfg.frontier.warmup_fractions) and all(len(warmups[b]) == 1 for b in budgets[1:])
+
+
+def test_the_shipped_protocol_with_its_own_cuts_counts_what_its_planner_adds(tmp_path):
+    cfg = study(tmp_path)  # as shipped: no ties, no bracketing, the control at its own arm's choice
+    layout = Layout(tmp_path / "study", {RUNG: STEPS})
+    base, more = planned.frontier_budgets(cfg)
+    runs, _ = simulate(cfg, layout, every_rule, [setting_text(BUDGET, b) for b in base])
+    items = planned.scale_items(cfg, RUNG)
+    assert not more and sum(i.runs for i in items) == pytest.approx(len(runs), rel=0.25)
+    assert sum(i.runs * i.budget * unit(RUNG, i.arm) for i in items) == pytest.approx(flops(runs), rel=0.25)
+    control = [r for r in runs if r.sweep.dir.name == "schedule_control@frontier"]
+    assert {r.setting["multilevel.coarse_optim.lr"] for r in control} == {"1.0"}  # its arm's choice alone
 
 
 def test_planned_now_is_what_the_planner_adds_up_when_no_adaptive_rule_fires(tmp_path):
@@ -146,6 +163,7 @@ def test_the_rate_is_the_finished_runs_own_else_the_measured_default(tmp_path):
     rate = planned.study_rate(cfg, root)
     assert rate.s_per_flop == pytest.approx(40 / 6e10) and "2 finished runs" in rate.source
     assert rate.hours(6e10 * 3600) == pytest.approx(40 / cfg.launcher.n_jobs)
+    assert rate.hours(0, 3600) == pytest.approx(planned.MEASURED_START_S / cfg.launcher.n_jobs)  # start-up a run
 
 
 def test_status_prints_the_planned_range_and_the_rate(tmp_path, capsys):

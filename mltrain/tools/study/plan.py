@@ -253,7 +253,23 @@ def frontier_values(study: Any, layout: Layout, scale: str, max_steps: Optional[
     if warmups:
         values = {WARMUP: warmups, **{k: v for k, v in values.items() if k != WARMUP}}
     budget = values.pop(BUDGET)
-    return {**values, BUDGET: list(budgets) if budgets is not None else budget}
+    budget = list(budgets) if budgets is not None else budget
+    return {**values, BUDGET: [b for b in budget if halved(study, b) is False]}
+
+
+def halved(study: Any, budget: str) -> bool:
+    """Whether the frontier runs this budget at the best warm-ups of the budget below only (successive
+    halving: frontier.halving_from), not at every warm-up from the start."""
+    start = study.frontier.halving_from
+    return start is not None and float(budget) > start + 1e-9 and bool(study.frontier.warmup_fractions)
+
+
+def halving_sweep(study: Any, layout: Layout, scale: str, max_steps: Optional[int], budget: str,
+                  warmups: list[str]) -> Sweep:
+    """The frontier's grid at a halved budget, at the warm-ups kept from the budget below."""
+    values = frontier_values(study, layout, scale, max_steps, [])
+    values = {**values, WARMUP: list(warmups), BUDGET: [budget]}
+    return _sweep(study, layout, scale, TUNE, frontier_arm(study), max_steps, values, study.selection_seeds)
 
 
 def tuning_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int] = None,
@@ -294,24 +310,27 @@ def _own_values(study: Any, scale: str, arm: str, key: str) -> set[str]:
 
 
 def control_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int],
-                   picks: dict[str, dict[str, str]]) -> list[Sweep]:
+                   picks: dict[str, dict[str, str]], own_choice: Optional[dict[str, str]] = None) -> list[Sweep]:
     """The control's schedule at each budget of the frontier (`picks`: budget -> the frontier's chosen
     setting there), at the fine LR and warm-up the frontier chose at that budget, tuning only its own knobs:
     its grid's other keys on the first selection seed, its length (coarse steps) scaled by the budget and
-    each length factor. Where that is the control arm's own setting (budget 1, factor 1, its fine LR and
-    warm-up), its own tuning runs are that point already."""
+    each length factor; with frontier.control_grid false, only the setting its own arm chose (`own_choice`).
+    Where that is the control arm's own setting (budget 1, factor 1, its fine LR and warm-up), its own
+    tuning runs are that point already."""
     arm = study.frontier.control_arm
     if arm is None:
         return []
     base, sweeps = control_coarse_steps(study, scale), []
     for budget, pick in picks.items():
         fine = {k: v for k, v in pick.items() if k in (FINE_LR, WARMUP)}
+        values = grid_values(study.arms[arm])
+        if not study.frontier.control_grid and own_choice:  # its own arm's chosen setting, not its grid
+            values = {**values, **{k: [v] for k, v in own_choice.items() if k in values}}
         own = all(v in _own_values(study, scale, arm, k) for k, v in fine.items())
         lengths = [str(max(1, round(base * float(budget) * f))) for f in study.frontier.control_length_factors]
         lengths = [n for n in dict.fromkeys(lengths) if not (own and float(budget) == 1.0 and int(n) == base)]
         if lengths:
-            values = {**grid_values(study.arms[arm]), **{k: [v] for k, v in fine.items()}, COARSE_STEPS: lengths,
-                      BUDGET: [budget]}
+            values = {**values, **{k: [v] for k, v in fine.items()}, COARSE_STEPS: lengths, BUDGET: [budget]}
             sweep = _sweep(study, layout, scale, TUNE, arm, max_steps, values, study.selection_seeds[:1])
             sweeps.append(Sweep(scale, TUNE, arm, layout.sweep(scale, TUNE, arm + AT_FRONTIER), sweep.fixed, sweep.swept))
     return sweeps

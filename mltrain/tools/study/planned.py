@@ -1,7 +1,8 @@
 """What a study costs: every run its planner can launch, as a range, and the hours at a measured rate.
 
     planned now   the runs every course of the study has: every arm's grid on the selection seeds (the
-                  frontier's with its warm-up lengths, at every budget of its grid), the two x sqrt(3)
+                  frontier's with its warm-up lengths at every budget of its grid, the best few of them
+                  above frontier.halving_from), the two x sqrt(3)
                   neighbours of each budget's chosen LR, the control's schedule at each budget, the chosen
                   settings on the evaluation seeds
     at most       ... and every adaptive rule of tuning.py firing once per choice: an edge extension per
@@ -10,9 +11,9 @@
                   4, ... up to frontier.max_budget, each with all of the above
 
 A run's FLOPs are its arm's planned FLOPs at budget 1 (mltrain/method/cost.py, every phase of its plan)
-times its budget. The hours are those FLOPs at a measured rate: the seconds per FLOP of the study's own
-finished runs where it has some, else the default measured here (MEASURED_CPU_S_PER_FLOP, how below),
-over the runs that train at once (the local launcher's jobs). tests/tools/test_study_planned.py checks the
+times its budget. The hours are those FLOPs at a measured rate, plus each run's start-up, over the runs
+that train at once (the local launcher's jobs): the seconds per FLOP of the study's own finished runs
+where it has some, else the default measured here (MEASURED_CPU_S_PER_FLOP, how below). tests/tools/test_study_planned.py checks the
 "at most" against the planner's own functions (plan.py, tuning.py) with every rule made to fire.
 Torch-free.
 """
@@ -27,12 +28,15 @@ from typing import Any, Callable, Iterable, Optional
 from mltrain.tools.study.progress import measured, run_status
 from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, settings_count, tuned_keys
 
-# Seconds per FLOP of one depth_ladder run on one thread (OMP_NUM_THREADS=1, as the study's local workers
-# run), both cores busy: measured on this project's 2-core CPU machine with scripts/study_rate.py (the
-# 4- and 16-block rungs at budget 0.25; docs/studies.md gives the figures). The slower of the two, so the
-# hours it gives are an upper estimate where no run of the study has finished yet.
-MEASURED_CPU_S_PER_FLOP = 1 / 2.0e9
-RATE_SOURCE = "measured default: depth_ladder runs, 1 thread, both cores busy (scripts/study_rate.py)"
+# One run's time on one core to itself: start-up + FLOPs x seconds per FLOP, fitted (least squares) to the
+# process CPU time of six depth_ladder runs here, OMP_NUM_THREADS=1 as the study's local workers run
+# (scripts/study_rate.py: 4, 8 and 16 blocks at budgets 0.25, 0.25, 0.1, two at a time; 7.7 to 19.3 s each,
+# the fit within 0.1 s of every one): 1.74e10 FLOP/s and 4.9 s of start-up (Python, Hydra, data, model).
+# CPU time, not wall time: the machine was shared (load 5-9 on 2 cores), so its wall clock ran 1.2-6.5x
+# slower; the CPU time is what a run needs of a free core. docs/studies.md has the figures.
+MEASURED_CPU_S_PER_FLOP = 1 / 1.74e10
+MEASURED_START_S = 4.9
+RATE_SOURCE = "measured here: depth_ladder runs' CPU time, 1 thread, scripts/study_rate.py"
 
 ADAPTIVE = ("edge", "tie", "runner-up", "bracketing")  # the neighbours of a grid LR always run
 
@@ -100,24 +104,33 @@ def _adaptive(scale: str, arm: str, budget: float, study: Any, frontier: bool, b
     items = [Item(scale, arm, budget, study.grid_extensions * _numeric_keys(cfg) * sel, "edge", bracketing)]
     if frontier and study.frontier.lr_neighbours:
         items.append(Item(scale, arm, budget, 2 * sel, "neighbours", bracketing))
-    if extra:
+    if extra and (study.frontier.ties or not frontier):
         items.append(Item(scale, arm, budget, 2 * extra, "tie", bracketing))
     return items
+
+
+def _warmups(study: Any, budget: float) -> int:
+    """Warm-up lengths the frontier's grid runs at a budget (successive halving keeps the best few above
+    frontier.halving_from)."""
+    f = study.frontier
+    every = max(1, len(f.warmup_fractions))
+    halved = f.halving_from is not None and budget > f.halving_from + 1e-9 and f.warmup_fractions
+    return min(every, f.halving_keep) if halved else every
 
 
 def scale_items(study: Any, scale: str) -> list[Item]:
     """Every run one rung can have, by arm, budget and rule (see the module docstring)."""
     f, control = frontier_arm(study), study.frontier.control_arm
     sel, evals = len(study.selection_seeds), len(eval_seeds(study, scale))
-    warmups = max(1, len(study.frontier.warmup_fractions))
     base, more = frontier_budgets(study)
     items: list[Item] = []
     for budget in (*base, *more):
         late = budget in more
-        items.append(Item(scale, f, budget, settings_count(study.arms[f]) * warmups * sel, "grid", late))
+        items.append(Item(scale, f, budget, settings_count(study.arms[f]) * _warmups(study, budget) * sel, "grid", late))
         items += _adaptive(scale, f, budget, study, True, late)
         if control is not None:
-            n = settings_count(study.arms[control]) * len(study.frontier.control_length_factors)
+            grid = settings_count(study.arms[control]) if study.frontier.control_grid else 1
+            n = grid * len(study.frontier.control_length_factors)
             items.append(Item(scale, control, budget, n, "control", late))
         items.append(Item(scale, f, budget, evals, "evaluation", late))
     for arm in study.arms:
@@ -150,14 +163,15 @@ class Rate:
     s_per_flop: float  # one run's seconds per FLOP
     parallel: int  # runs that train at once
     source: str  # how it was measured
+    start_s: float = MEASURED_START_S  # each run's start-up (its process, config, data, model)
 
-    def hours(self, flops: float) -> float:
-        return flops * self.s_per_flop / self.parallel / 3600
+    def hours(self, flops: float, runs: int = 0) -> float:
+        return (flops * self.s_per_flop + runs * self.start_s) / self.parallel / 3600
 
     def text(self) -> str:
         per_run = 1 / self.s_per_flop
         both = f", {self.parallel} runs at once" if self.parallel > 1 else ""
-        return f"{per_run:.2g} FLOP/s a run{both} ({self.source})"
+        return f"{per_run:.3g} FLOP/s a run and {self.start_s:g} s start-up{both} ({self.source})"
 
 
 def finished_rate(root: Path) -> Optional[tuple[float, int]]:
@@ -185,8 +199,9 @@ def study_rate(study: Any, root: Path) -> Rate:
 def summary_line(name: str, planned: Plan, rate: Rate) -> str:
     """One line: runs, FLOPs and hours, planned now ... at most, and the rate."""
     now, most = planned.now, planned.most
-    return (f"study {name} plans {now.runs:,} runs, {now.flops:.3g} FLOPs, {_hours(rate.hours(now.flops))} now; at "
-            f"most {most.runs:,} runs, {most.flops:.3g} FLOPs, {_hours(rate.hours(most.flops))} with every tuning rule "
+    return (f"study {name} plans {now.runs:,} runs, {now.flops:.3g} FLOPs, {_hours(rate.hours(now.flops, now.runs))} "
+            f"now; at most {most.runs:,} runs, {most.flops:.3g} FLOPs, {_hours(rate.hours(most.flops, most.runs))} with "
+            f"every tuning rule "
             f"and bracketing firing; at {rate.text()}")
 
 
@@ -194,33 +209,8 @@ def _hours(hours: float) -> str:
     return f"{hours:.1f} h" if hours >= 1 else f"{hours * 60:.0f} min" if hours * 60 >= 1 else f"{hours * 3600:.0f} s"
 
 
-def composed_units(study: Any, layout: Any, sizes: dict) -> Callable[[str, str], float]:
-    """unit(scale, arm) from one composed run config per scale and arm (its first tuning run's, divided by its
-    budget): what `--status` plans with, without composing every setting."""
-    from mltrain.config import validate_composed
-    from mltrain.tools.study.compose import Composer
-    from mltrain.tools.study.plan import tuning_sweeps
-    from mltrain.tools.study.sanity import run_cost
 
-    units: dict[tuple[str, str], float] = {}
-    with Composer() as composer:
-        for scale in study.ladder:
-            for sweep in tuning_sweeps(study, layout, scale, sizes[scale].max_steps):
-                run = sweep.runs()[0]
-                cfg = validate_composed(composer.compose(sweep.job_overrides(run, study, sizes[scale].tags),
-                                                         f"scale {scale}, arm {sweep.arm}"))
-                units[(scale, sweep.arm)] = run_cost(cfg)[0] / float(run.setting.get(BUDGET, 1.0))
-    return lambda scale, arm: units.get((scale, arm), 0.0)
-
-
-def status_lines(study: Any, root: Path) -> list[str]:
-    """`--status`'s cost lines: the summary, and the runs by rule (planned now ... at most)."""
-    from mltrain.tools.study.compose import Composer, ladder_sizes
-    from mltrain.tools.study.plan import Layout
-
-    with Composer() as composer:
-        sizes = ladder_sizes(study, composer)
-    layout = Layout(root, {name: size.max_steps for name, size in sizes.items()})
-    cost = plan(study, composed_units(study, layout, sizes))
+def status_lines(name: str, cost: Plan, rate: Rate) -> list[str]:
+    """`--status`'s cost lines: the summary, and the runs by rule (at most)."""
     rules = ", ".join(f"{rule} {n:,}" for rule, n in cost.by_rule().items())
-    return [summary_line(study.name, cost, study_rate(study, root)), f"  runs by rule (at most): {rules}"]
+    return [summary_line(name, cost, rate), f"  runs by rule (at most): {rules}"]

@@ -145,6 +145,34 @@ def unit_costs(configs: dict[tuple, Config]) -> Callable[[str, str], float]:
     return unit
 
 
+def composed_units(study: Any, layout: Layout, sizes: dict) -> Callable[[str, str], float]:
+    """unit(scale, arm) from one composed run config per scale and arm (its first tuning run's, divided by its
+    budget): what `--status` plans with, without composing every setting."""
+    from mltrain.config import validate_composed
+    from mltrain.tools.study.compose import Composer
+
+    units: dict[tuple[str, str], float] = {}
+    with Composer() as composer:
+        for scale in study.ladder:
+            for sweep in tuning_sweeps(study, layout, scale, sizes[scale].max_steps):
+                run = sweep.runs()[0]
+                cfg = validate_composed(composer.compose(sweep.job_overrides(run, study, sizes[scale].tags),
+                                                         f"scale {scale}, arm {sweep.arm}"))
+                units[(scale, sweep.arm)] = run_cost(cfg)[0] / float(run.setting.get(BUDGET, 1.0))
+    return lambda scale, arm: units.get((scale, arm), 0.0)
+
+
+def status_cost_lines(study: Any, root: Any) -> list[str]:
+    """`--status`'s planned cost (planned.py): every run the study can add, as a range, at the measured rate."""
+    from mltrain.tools.study.compose import Composer, ladder_sizes
+
+    with Composer() as composer:
+        sizes = ladder_sizes(study, composer)
+    layout = Layout(root, {name: size.max_steps for name, size in sizes.items()})
+    cost = planned.plan(study, composed_units(study, layout, sizes))
+    return planned.status_lines(study.name, cost, planned.study_rate(study, root))
+
+
 def _nominal(study: Any, cfg: Config) -> Optional[Rate]:
     """The nominal rate where the runs are not on a CPU (the measured default is a CPU's); None on a CPU."""
     import torch
@@ -173,7 +201,7 @@ def check_study_duration(study: Any, out: TextIO) -> None:
     speed = planned.study_rate(cfg, study.layout.root) if rate else (
         _nominal(cfg, next(iter(configs.values()))) or planned.study_rate(cfg, study.layout.root))
     line = planned.summary_line(cfg.name, cost, speed)
-    seconds = speed.hours(cost.most.flops) * 3600
+    seconds = speed.hours(cost.most.flops, cost.most.runs) * 3600
     if seconds > sanity.LONG_S and not cfg.allow_long:
         raise ConfigError(f"{line}: more than this machine should be given without asking: add allow_long=true to "
                           "start it anyway, or make it smaller; nothing was started")

@@ -273,7 +273,7 @@ def _tune(study: Study, scale: str, budgets: list[str]) -> tuple[list[Sweep], di
         _grow(study, [r for s in sweeps for r in s.runs()])
         _launch(study, sweeps)
         choices = _choose(study, scale, sweeps)
-        more = tuning.more_sweeps(cfg, study.layout, scale, steps, sweeps, choices)
+        more = tuning.more_sweeps(cfg, study.layout, scale, steps, sweeps, choices, budgets)
         if not more:
             break
         sweeps += more
