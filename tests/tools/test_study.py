@@ -56,8 +56,9 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
     assert len(counts) == 1
     rungs, presets = SHIPPED[name]
     assert len(cfg.ladder) >= rungs and {a.experiment for a in cfg.arms.values()} >= presets
-    if name != "smoke":  # tuned on seed 0 alone, 4 settings per arm, 6 evaluation seeds (4 at a costly rung)
-        assert list(cfg.selection_seeds) == [0] and counts.pop() >= 4
+    if name != "smoke":  # tuned on seed 0 alone, 3 settings per arm or more (the depth ladders' 3, with the
+        # frontier's LR neighbours and edges), 4 evaluation seeds or more
+        assert list(cfg.selection_seeds) == [0] and counts.pop() >= 3
         assert all(len(schema.eval_seeds(cfg, r)) >= 4 for r in cfg.ladder)
     layout = Layout(Path("unused"))
     with compose.Composer() as composer:
@@ -336,7 +337,7 @@ def test_the_new_ladders_hold_their_stated_rungs():
         assert (l8.model.n_layer, l8.model.n_embd, l8.model.block_size, l8.train.batch_size) == (8, 32, 32, 8)
         assert sizes["depth"]["L8"].max_steps == 3360 and sizes["depth"]["L8"].tokens_per_param == pytest.approx(8.0)
         assert [s.on_axis("depth") for s in sizes["depth"].values()] == [4, 8, 12, 16]
-        assert all(schema.eval_seeds(study, rung) == [1, 2, 3, 4, 5, 6] for study in (depth, data) for rung in study.ladder)
+        assert all(schema.eval_seeds(study, rung) == [1, 2, 3, 4, 5] for study in (depth, data) for rung in study.ladder)
         assert [round(s.tokens_per_param) for s in sizes["data"].values()] == [8, 16, 32]
         for name, study in (("depth", depth), ("data", data)):
             for rung, size in sizes[name].items():
