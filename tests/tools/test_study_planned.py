@@ -172,3 +172,18 @@ def test_status_prints_the_planned_range_and_the_rate(tmp_path, capsys):
     line = next(x for x in out.splitlines() if x.startswith("study smoke plans"))
     now, most = (int(x.split(" runs")[0].replace(",", "")) for x in line.split("plans ")[1].split("at most "))
     assert 0 < now <= most and "FLOP/s a run" in line
+
+
+def test_halving_budgets_are_planned_later_but_checked_up_front_and_bad_halving_is_one_line(tmp_path):
+    from mltrain.errors import ConfigError
+    from mltrain.tools.study.plan import possible_evaluation_runs
+
+    cfg = study(tmp_path)
+    layout = Layout(tmp_path / "study", {RUNG: STEPS})
+    first = tuning_sweeps(cfg, layout, RUNG, STEPS)[0]
+    assert dict(first.swept)[BUDGET] == ("0.5",)  # budgets 1 and 2 wait for budget 0.5's warm-up choice
+    assert {r.setting[BUDGET] for r in possible_evaluation_runs(cfg, layout, RUNG) if r.sweep.arm == "single"} == {
+        "0.5", "1.0", "2.0"}  # ... but a stale run folder at any budget is found before the study starts
+    for bad in ("frontier.halving_keep=0", "frontier.halving_from=-1"):
+        with pytest.raises(ConfigError, match="halving"):
+            study(tmp_path, bad)

@@ -254,7 +254,7 @@ def frontier_values(study: Any, layout: Layout, scale: str, max_steps: Optional[
         values = {WARMUP: warmups, **{k: v for k, v in values.items() if k != WARMUP}}
     budget = values.pop(BUDGET)
     budget = list(budgets) if budgets is not None else budget
-    return {**values, BUDGET: [b for b in budget if halved(study, b) is False]}
+    return {**values, BUDGET: [b for b in budget if not halved(study, b)]}  # the halved ones follow (tuning.py)
 
 
 def halved(study: Any, budget: str) -> bool:
@@ -379,10 +379,13 @@ def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str,
 def possible_evaluation_runs(study: Any, layout: Layout, scale: str) -> list[Run]:
     """Every run stage 2 could launch whatever stage 1 chooses: each grid point on the evaluation
     seeds (what a check of earlier runs on disk must cover before anything starts)."""
-    runs = []
+    runs, frontier = [], frontier_arm(study)
+    every = tuple(setting_text(BUDGET, b) for b in study.arms[frontier].grid[BUDGET])  # the halved ones too
     for sweep in tuning_sweeps(study, layout, scale):
         seeds = tuple(str(s) for s in eval_seeds(study, scale))
         swept = tuple((k, v) if k != SEED else (k, seeds) for k, v in sweep.swept)
+        if sweep.arm == frontier:
+            swept = tuple((k, every) if k == BUDGET else (k, v) for k, v in swept)
         runs += Sweep(scale, EVAL, sweep.arm, layout.sweep(scale, EVAL, sweep.arm), sweep.fixed, swept).runs()
     return runs
 
