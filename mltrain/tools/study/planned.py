@@ -2,9 +2,8 @@
 
     planned now   the runs every course of the study has: every arm's grid on the selection seeds (the
                   frontier's with its warm-up lengths at every budget of its grid, the best few of them
-                  above frontier.halving_from), the two x sqrt(3)
-                  neighbours of each budget's chosen LR, the control's schedule at each budget, the chosen
-                  settings on the evaluation seeds
+                  above frontier.halving_from), the two x sqrt(3) neighbours of each budget's chosen LR,
+                  the control's schedule at each budget, the chosen settings on the evaluation seeds
     at most       ... and every adaptive rule of tuning.py firing once per choice: an edge extension per
                   numeric tuned key (up to grid_extensions), a two-way near tie on the extra selection
                   seeds, the runner-up on the evaluation seeds, and bracketing: the frontier's budgets 3,
@@ -13,8 +12,10 @@
 A run's FLOPs are its arm's planned FLOPs at budget 1 (mltrain/method/cost.py, every phase of its plan)
 times its budget. The hours are those FLOPs at a measured rate, plus each run's start-up, over the runs
 that train at once (the local launcher's jobs): the seconds per FLOP of the study's own finished runs
-where it has some, else the default measured here (MEASURED_CPU_S_PER_FLOP, how below). tests/tools/test_study_planned.py checks the
-"at most" against the planner's own functions (plan.py, tuning.py) with every rule made to fire.
+where it has some, else the default measured here (MEASURED_CPU_S_PER_FLOP, how below).
+tests/tools/test_study_planned.py checks "at most" and "planned now" against the planner's own functions
+(plan.py, tuning.py) with every rule, and no adaptive rule, made to fire. A chain (an edge value that wins
+and gets its own neighbours) can add a few runs beyond "at most".
 Torch-free.
 """
 
