@@ -72,11 +72,15 @@ def test_a_flat_top_of_the_frontier_gives_an_unbounded_upper_end_not_a_number(tm
     assert m["M_lo"] is not None and m["M_hi"] is None and m["M_hi_unbounded"] is True
     assert m["degenerate_share"] > 0.025 and any("upper end is unbounded" in w for w in m["warnings"])
     assert report["frontier"]["fit"]["degenerate"].startswith("the floor E")
-    # the fit's own error is far wider than ±5%: the frontier's own points lead
-    assert m["headline"]["kind"] == "interpolated" and m["headline"]["M"] == pytest.approx(m["M_interpolated"])
+    # one run lies below its seed's lowest frontier loss (not all, not with confidence), and the fit's own
+    # error is far wider than ±5%: the data-only bound leads, the lower confidence limit of the censored M
+    on_data = m["on_data"]
+    assert on_data["kind"] is None and on_data["n_below"] == 1 and on_data["gap_upper"] > 0
+    assert m["headline"]["kind"] == "bound" and m["headline"]["M_lo"] == pytest.approx(on_data["lower_limit"])
+    assert 1 < m["bound"]["value"] < m["M_interpolated"] and m["bound"]["what"].startswith("some runs below")
     row = next(line for line in (tmp_path / "out" / "comparison.md").read_text().splitlines()
                if line.startswith("| `multilevel"))
-    assert "read on the frontier's points" in row and ", ∞)" in row
+    assert f"M > {m['bound']['value']:.3g} (n=5, data only: 1 of 5 runs below" in row
 
 
 def test_the_joint_fit_recovers_a_known_shift_and_a_fit_at_its_bounds_says_so():
