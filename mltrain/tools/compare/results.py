@@ -918,15 +918,35 @@ class ExcludedRung:
         return {"x": self.x, "why": self.why}
 
 
-# A trend's fitted line: its keys, in ladder.json's order (only a trend with a slope has them)
+@dataclass(frozen=True)
+class Step:
+    """Between two neighbouring rungs of a trend: the change in log M, its standard error, and the word:
+    "up" or "down" where the change is at least twice its standard error, else "unresolved"."""
+
+    x_from: float
+    x_to: float
+    diff: float
+    se: float
+    word: str
+
+    @classmethod
+    def from_json(cls, e: dict) -> "Step":
+        return cls(e.get("x_from"), e.get("x_to"), e.get("diff"), e.get("se"), e.get("word", ""))
+
+    def to_json(self) -> dict:
+        return {"x_from": self.x_from, "x_to": self.x_to, "diff": self.diff, "se": self.se, "word": self.word}
+
+
+# A trend's fitted line: its keys, in ladder.json's order (only a trend with a slope has them); `steps` after them
 TREND_FIT_KEYS = ("slope", "slope_lo", "slope_hi", "intercept", "cov", "quantile", "method", "n_min", "n_max", "n_draws",
-                  "monotone")
+                  "monotone", "dof", "contrast", "contrast_lo", "contrast_hi")
 
 
 @dataclass(frozen=True)
 class Trend:
     """One arm's trend along the ladder's axis: the slope of log M against log x with its interval (none
-    where too few rungs tell: `why` says so), its word (`verdict`), its sentence and its predictions; the
+    where too few rungs tell: `why` says so), the first-to-last contrast with its interval, each step
+    between neighbouring rungs (`steps`), its word (`verdict`), its sentence and its predictions; the
     rungs left out as points (`excluded`: x and why)."""
 
     arm: str
@@ -946,18 +966,23 @@ class Trend:
     n_max: Optional[float] = None
     n_draws: Optional[int] = None
     monotone: Optional[str] = None
+    dof: Optional[float] = None  # the t quantile's degrees of freedom (Satterthwaite; None: a normal)
+    contrast: Optional[float] = None  # log M_last − log M_first, with its interval
+    contrast_lo: Optional[float] = None
+    contrast_hi: Optional[float] = None
     predictions: tuple[Prediction, ...] = ()
+    steps: tuple[Step, ...] = ()
 
     @classmethod
     def from_json(cls, t: dict) -> "Trend":
         return cls(str(t.get("arm", "")), str(t.get("verdict", "")), t.get("sentence", ""), t.get("n_scales") or 0,
                    listed(t.get("excluded"), ExcludedRung), t.get("why"), *(t.get(k) for k in TREND_FIT_KEYS),
-                   tuple(Prediction.from_json(p) for p in t.get("predictions") or ()))
+                   tuple(Prediction.from_json(p) for p in t.get("predictions") or ()), listed(t.get("steps"), Step))
 
     def to_json(self) -> dict:
         out = {"arm": self.arm, "n_scales": self.n_scales, "excluded": _json(self.excluded)}
         if self.slope is not None:
-            out.update({k: getattr(self, k) for k in TREND_FIT_KEYS})
+            out.update({k: getattr(self, k) for k in TREND_FIT_KEYS}, steps=_json(self.steps))
         out["verdict"] = self.verdict
         if self.slope is None:
             out["why"] = self.why
