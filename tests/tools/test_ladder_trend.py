@@ -73,3 +73,23 @@ def test_a_resolved_step_against_the_slope_makes_it_cannot_tell():
              (16, interpolated(1.60, 0.01), 6)]
     t = ladder.fit_trend(rungs)
     assert [s.word for s in t.steps] == ["up", "down", "up"] and t.verdict == "cannot tell" and t.monotone is None
+
+
+def test_a_rung_read_on_the_frontiers_points_alone_is_shown_and_used(tmp_path):
+    """A rung whose frontier has no fit (two FLOPs points) still has its interpolated headline: the ladder
+    shows it and the trend uses it."""
+    from mltrain.tools.compare import Report
+
+    labels = {"single": "experiment=single", "multilevel": "experiment=multilevel"}
+    results = []
+    for x, m in ((4, 1.2), (8, 1.3), (12, 1.45)):
+        head = interpolated(m).headline.to_json()
+        arms = [{"label": labels["single"], "run_kind": "single", "eval_seeds": [1, 2, 3, 4, 5, 6]},
+                {"label": labels["multilevel"], "run_kind": "multilevel", "eval_seeds": [1, 2, 3, 4, 5, 6],
+                 "multiplier": {"available": False, "why": "no fit of the frontier", "headline": head}}]
+        results.append(ladder.ScaleResult(f"L{x}", 10_000 * x, 100, 8.0, labels, axis_value=x,
+                                          comparison=Report.from_json({"arms": arms, "warnings": []})))
+    report = ladder.ladder_report("t", ["single", "multilevel"], "single", results, [], "depth")
+    assert report.trends[0].n_scales == 3 and report.trends[0].slope is not None
+    md = ladder.render_markdown(report)
+    assert "| 1.200 [" in md and "(interpolated)" in md and "unavailable" not in md

@@ -186,7 +186,8 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
         interval_method=INTERVAL_METHOD, std="sample std (ddof=1) over seeds that reached the target; null with fewer than 2",
         tuned_keys=tuned, select_seeds=select_seeds, optimistic=not select_seeds or any(a.optimistic for a in arms),
         bootstrap=BootstrapRecord(BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, fitted,
-                                  "evaluation seeds drawn with replacement, the frontier refitted on each draw"),
+                                  "evaluation seeds drawn with replacement, the frontier refitted on each draw; "
+                                  "the interval t-calibrated: log M ± t(n − 1) · sd of the draws' log M · √(n/(n − 1))"),
         warnings=tuple(warnings),
         arms=arm_results,
         frontier=frontier,

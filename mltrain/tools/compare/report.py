@@ -535,11 +535,12 @@ def _ladder_multiplier(m: Optional[Multiplier]) -> tuple[str, str]:
         return "—", "—"
     if m.bound is not None and m.bound.kind == "lower":
         return f"M > {m.bound.value:.3f}", f"> {_fmt_pct(1 - 1 / m.bound.value)}"
-    if not m.available:
-        return f"unavailable ({m.why or 'no reason given'})", "—"
     head = m.led_by()
+    if head.M is None:
+        return f"unavailable ({m.why or 'no reason given'})", "—"
     lo, hi, mid = head.M_lo, head.M_hi, head.M
-    mark = (" †" if m.extrapolated else "") + {"interpolated": " (interpolated)"}.get(head.kind, "")
+    mark = (" †" if m.extrapolated and head.kind != "interpolated" else "") + {"interpolated": " (interpolated)"}.get(
+        head.kind, "")
 
     def span(f) -> str:
         return _span(lo, hi, head.M_hi_unbounded, f)
@@ -607,9 +608,9 @@ def render_ladder(ladder: Ladder, word: str) -> str:
              f"the tuned single-level frontier (arm `{ladder.frontier_arm}`); the numbers are "
              "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
              "FLOPs for the same held-out loss over the run's FLOPs); saving = 1 - 1/M; 95% intervals. "
-             "The fit's own error: M read at the frontier's own points (each budget's, over the evaluation "
-             "seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) is "
-             "within the fit's error, not a saving.", "",
+             "The fit's own error: M read at the frontier's own points (each configuration's at each FLOPs, over "
+             "the evaluation seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) "
+             "is within the fit's error, not a saving.", "",
              f"## Trend along {along}" + (" (one rung: none to tell)" if one else ""), ""]
     lines += _ladder_trend_lines(ladder)
     extra = ladder.axis not in ("params", "tokens_per_param")
@@ -619,9 +620,10 @@ def render_ladder(ladder: Ladder, word: str) -> str:
               "|---|" + ("---|" if extra else "") + "---|---|---|---|---|---|---|---|---|"]
     lines += [_ladder_row(ladder, r, row, i == 0, extra) for r in ladder.rungs for i, row in enumerate(r.arms)]
     lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md). "
-              "‡ within the fit's own error at that rung: not a saving. M > x: the arm's equal-loss point lies past "
-              "the frontier's largest budget, only a bound (no point for the trend). [lo, ∞): too many degenerate "
-              "bootstrap draws for an upper end (no point for the trend either)."]
+              "‡ within the fit's own error at that rung: not a saving. M > x: the arm's runs lie below the "
+              "frontier's lowest loss (with 97.5% confidence, or some of them with no fit to trust), only a lower "
+              "confidence limit (no point for the trend). [lo, ∞): too many degenerate bootstrap draws for an upper "
+              "end (no point for the trend either)."]
     notes = [(r.scale, w) for r in ladder.rungs for w in r.warnings]
     if notes:
         lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]
