@@ -80,6 +80,10 @@ def test_a_flat_top_of_the_frontier_gives_an_unbounded_upper_end_not_a_number(tm
     row = next(line for line in (tmp_path / "out" / "comparison.md").read_text().splitlines()
                if line.startswith("| `multilevel"))
     assert f"M > {m['bound']['value']:.3g} (n=5, data only: 1 of 5 runs below" in row
+    # what comparison.json calls degenerate, comparison.md says: the fit at its bound, the draws that were
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert f"The fit is degenerate: {report['frontier']['fit']['degenerate']}" in md
+    assert f"{m['n_degenerate']} degenerate bootstrap draws ({100 * m['degenerate_share']:.1f}%" in md
 
 
 def test_the_joint_fit_recovers_a_known_shift_and_a_fit_at_its_bounds_says_so():
