@@ -8,18 +8,17 @@ with BOOTSTRAP_SEED, so a report is reproducible); each draw refits the frontier
 points and takes each arm's multiplier over its runs on the drawn seeds. The fit of a draw depends only
 on the seeds drawn and how often, so each such multiset is fitted once. The interval is t-calibrated:
 log M ± t(0.975, n − 1) · sd(log M over the draws) · sqrt(n / (n − 1)), n the arm's seeds (the
-bootstrap's spread of a mean is (n − 1)/n of the plain one, and its percentiles cover about 80% at 4
-seeds where a t interval covers 95%).
+bootstrap's spread of a mean is sqrt((n − 1)/n) of the plain standard error, and its percentiles use the
+normal's tails where n − 1 degrees of freedom call for Student's: at 4 seeds they undercover).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
-
 from scipy import stats
 
 from mltrain.tools.compare.arms import Arm
@@ -170,7 +169,7 @@ def _intervals(m: Multiplier, draws: Draws, fitted: int, n_seeds: int) -> Multip
     unbounded = share > DEGENERATE_SHARE
     warnings = list(m.warnings)
     m = replace(m, n_degenerate=draws.degenerate, degenerate_share=share,
-                draws=tuple(float(f"{v:.6g}") for v in draws.values))  # the draws, for the ladder's trend
+                draws=tuple(float(f"{v:.6g}") for v in draws.values))  # the draws, kept in comparison.json (bootstrap_M)
     if len(draws.values) < BOOTSTRAP_RESAMPLES / 2:
         warnings.append(f"only {len(draws.values)} of {BOOTSTRAP_RESAMPLES} resamples gave a multiplier: no interval")
         return replace(m, warnings=tuple(warnings))
