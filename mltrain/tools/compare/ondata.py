@@ -33,8 +33,7 @@ from scipy import stats
 from mltrain.tools.compare.results import DataReading
 from mltrain.tools.compare.statistics import CONFIDENCE, FrontierPoint, frontier_flops, smooth_frontier_flops
 
-BEYOND_CONFIDENCE = 0.975  # one-sided: the arm lies beyond the data in at least this share of the t distribution
-INTERVAL = "Student t interval on the runs' log M (n − 1 degrees of freedom)"
+BEYOND_CONFIDENCE = 0.975  # one-sided confidence that the arm lies beyond the data; and of its bound
 
 
 @dataclass(frozen=True)
