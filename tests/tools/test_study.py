@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_main, typed
+from helpers import REPO, run_main, typed
 
 from mltrain.errors import ConfigError
 from mltrain.tools.compare import Arm, Report
@@ -401,7 +401,7 @@ def test_the_studies_on_prose_never_pass_half_an_epoch(name):
     tokens, which = _largest_run_tokens(study)
     epochs = tokens / PROSE_TRAIN_TOKENS
     assert epochs < 0.5, (which, epochs)
-    comment = (Path(compose.__file__).parents[3] / "conf" / "study" / f"{name}.yaml").read_text()
+    comment = (REPO / "conf" / "study" / f"{name}.yaml").read_text()
     assert f"{tokens:,} tokens = {epochs:.2f} epochs" in comment, (which, tokens, epochs)
 
 
