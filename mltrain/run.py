@@ -269,6 +269,8 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
         # printed, not logged: the run's own log file stays as it was
         say(f"{previous.describe()}: nothing to resume, left untouched")
         return previous.summary.get("final_val_loss")
+    if previous is not None:  # made elsewhere (another torch, code, ...): refused before anything is written
+        environment.check_resume(previous.summary, run_dir, torch.get_num_threads())
     distributed.init(world)
     with _claimed(run_dir, world, resuming(cfg.train.resume)):
         session = build(cfg, _no_tracker_yet)

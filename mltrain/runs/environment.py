@@ -132,3 +132,26 @@ def same_machine(summary: dict) -> bool:
     """Whether a run's summary says it ran on this machine (one without an environment did not say)."""
     env = summary.get("environment")
     return isinstance(env, dict) and env.get("machine_id") == machine_id()
+
+
+ALLOW_VARIABLE = "MLTRAIN_ALLOW_ENV_CHANGE"  # comma-separated MUST_EQUAL names a resume may differ in
+
+
+def check_resume(summary: dict, run_dir: Any, threads: int) -> None:
+    """ConfigError (one line) when the interrupted run in `run_dir` (its summary.json) was made where code,
+    Python, torch, numpy or the thread count differ from this process's, unless $MLTRAIN_ALLOW_ENV_CHANGE
+    names the value (a study sets it from its allow_env_change)."""
+    import numpy
+    import torch
+
+    from mltrain.errors import ConfigError
+
+    mine = {"code": code_digest(), "python": platform.python_version(), "torch": torch.__version__,
+            "numpy": numpy.__version__, "threads": int(threads)}
+    allowed = {a.strip() for a in os.environ.get(ALLOW_VARIABLE, "").split(",")}
+    there = recorded(summary)
+    for key, value in mine.items():
+        if key in there and str(there[key]) != str(value) and key not in allowed:
+            raise ConfigError(f"{run_dir} holds a run made with {key} {there[key]}; here it is {value}: a run "
+                              f"continues only where its {key} is the same; run it there, or accept the change with "
+                              f"{ALLOW_VARIABLE}={key} (nothing was changed)")

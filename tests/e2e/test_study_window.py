@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import made_smoke_study, run_main
+from helpers import TOOL_SMOKE, made_smoke_study, refused, run_main, smoke_run, tool
 
 from mltrain.tools.study import progress, stages, window
 
@@ -123,3 +123,20 @@ def test_a_record_made_with_another_corpus_or_torch_is_refused_unless_accepted(s
     assert "runs made in another environment were accepted (allow_env_change): torch (0.0.1, " in out
     assert "Runs made in another environment were accepted" in (root / "ladder.md").read_text()
     assert json.loads((root / "environment.json").read_text())["accepted_changes"]["torch"][0] == "0.0.1"
+
+
+def test_a_run_resumed_where_torch_differs_is_refused_unless_the_change_is_accepted(tmp_path):
+    run = smoke_run(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["environment"]["torch"] and summary["environment"]["code"]
+    summary.update(status="interrupted")  # stopped at its last checkpoint, on a machine with another torch
+    summary["environment"]["torch"] = "0.0.1"
+    (run / "summary.json").write_text(json.dumps(summary))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".mltrain.lock"}
+    resume = [*TOOL_SMOKE, "train.resume=true", f"hydra.run.dir={run}"]
+    line = refused(tool("mltrain", *resume, cwd=tmp_path), f"{run} holds a run made with torch 0.0.1; here it is ")
+    assert "MLTRAIN_ALLOW_ENV_CHANGE=torch" in line
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".mltrain.lock"} == before
+    proc = tool("mltrain", *resume, cwd=tmp_path, env={"MLTRAIN_ALLOW_ENV_CHANGE": "torch"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"

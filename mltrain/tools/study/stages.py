@@ -411,7 +411,7 @@ def _launch_batch(study: Study, todo: list[Sweep]) -> None:
     lines = [s.overrides(study.cfg, study.sizes[s.scale].tags) for s in todo]
     started = time_window.now()
     with Watcher(pending, on_end) as watcher:
-        code = multirun(lines, dict(study.cfg.launcher.env), **({"stop": _window_ends(window)} if window else {}))
+        code = multirun(lines, _run_env(study.cfg), **({"stop": _window_ends(window)} if window else {}))
         study.launched += len(todo)
     if window is not None:
         window.measured(time_window.now() - started, [t for s in finished if (t := measured(s)) is not None])
@@ -426,6 +426,13 @@ def _launch_batch(study: Study, todo: list[Sweep]) -> None:
         why = failure_reason(run, text)
         study.failures[run.name] = why
         study.progress.settle(run, study.cost(run), f"FAILED: {why}")
+
+
+def _run_env(cfg: StudyConfig) -> dict[str, str]:
+    """The runs' environment: the launcher's, and the changes allow_env_change accepts (a run resumed
+    where one differs would refuse itself otherwise: mltrain/runs/environment.py check_resume)."""
+    accept = {environment.ALLOW_VARIABLE: ",".join(cfg.allow_env_change)} if cfg.allow_env_change else {}
+    return {**cfg.launcher.env, **accept}
 
 
 def _window_ends(window: Window):
