@@ -140,3 +140,16 @@ def test_a_run_resumed_where_torch_differs_is_refused_unless_the_change_is_accep
     proc = tool("mltrain", *resume, cwd=tmp_path, env={"MLTRAIN_ALLOW_ENV_CHANGE": "torch"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+
+
+def test_a_window_that_ends_before_the_first_run_ends_stops_the_installed_study_with_its_line(tmp_path):
+    """As a person runs it: the installed mltrain-study, a one-second window (over while the study checks
+    its settings, or while its first run trains): exit 0, the one line, and what it says is on disk."""
+    root = tmp_path / "study"
+    proc = tool("mltrain-study", *ONE_RUNG, f"dir={root}", "--for", "1s", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+    m = re.fullmatch(r"mltrain-study: the time window \(--for 1s\) ended: (\d+)/16 runs done, .* FLOPs done, .*; "
+                     r"continue with: (.+)", proc.stdout.strip().splitlines()[-1])
+    assert m and m[2] == shlex.join(["mltrain-study", *ONE_RUNG, f"dir={root}"]), proc.stdout[-3000:]
+    assert int(m[1]) == len(ended_runs(root)) < 16
+    assert (root / ".gitignore").exists() and (root / "environment.json").exists()
