@@ -1,15 +1,16 @@
 """A study's time window: `mltrain-study ... --for 2h30m` or `--until 18:40` (or an ISO date and time).
 
 The window opens when the command starts. Before a sweep is launched, the runs it would start are
-set against the time left at the seconds per FLOP this invocation's own batches of runs took on this
-machine (their wall time over the FLOPs of the runs that finished in them: start-up included); a run
-whose estimated end passes the window is not launched (of a sweep that does not fit whole, the runs
-that fit are launched one by one). Before any run of this invocation has finished there is no rate:
-the first runs (one per parallel worker) are launched to measure it. When the window ends while runs
-train, they are stopped as a Ctrl-C would stop them (SIGTERM to the sweep's process group: each run
-checkpoints after its step and is resumed by the next invocation). The study then ends with exit
-status 0 and one line (`closing_line`): runs done / planned, FLOPs done / planned, the time the rest
-is estimated at, and the command that continues it.
+set against the time left at the seconds per FLOP this invocation's own finished runs took on this
+machine (their summary.json's wall time over their FLOPs, shared among the parallel workers), plus the
+last batch's start-up (its wall time beyond its runs' own); a run whose estimated end passes the window
+is not launched (of a sweep that does not fit whole, the runs that fit are launched, each as a sweep of
+its own). Before any run of this invocation has finished there is no rate: the first runs (one per
+parallel worker) are launched to measure it. When the window ends while runs train, they are stopped as
+a Ctrl-C at the terminal stops them (SIGINT to the sweep's process group: each run checkpoints after its
+step and is resumed by the next invocation). The study then ends with exit status 0 and one line
+(`closing_line`): runs done / planned, FLOPs done / planned, the time the rest is estimated at, and the
+command that continues it.
 """
 
 from __future__ import annotations
