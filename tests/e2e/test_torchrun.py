@@ -24,7 +24,7 @@ register_configs()
 
 TOL = 1e-5
 TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=8",
-        "train.max_steps=16", "train.eval_interval=8", "train.eval_batches=2", "train.log_interval=2",
+        "train.max_steps=16", "train.eval_interval=8", "train.eval_tokens=256", "train.log_interval=2",
         "train.progress=false", "schedule.warmup_steps=2", "optim.lr=0.05", "device=cpu"]
 ML = ["multilevel.n_cycles=2", "multilevel.coarse_steps=3", "multilevel.coarse_log_interval=1"]
 
