@@ -29,12 +29,15 @@ from mltrain.tools.compare.arms import (TUNED_KEYS, Arm, group_arms, label_parts
 from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.loading import (
     METRICS,
+    RUN_RECORD,
+    SUMMARY,
     CompareError,
     Configuration,
     Run,
     comparability,
     data_groups,
     describe_group,
+    differing_fields,
     drop_duplicates,
     find_run_dirs,
     group_runs,
@@ -60,7 +63,8 @@ log = logging.getLogger("mltrain.tools.compare")
 def load_dirs(paths: Sequence[str | Path]) -> list[Run]:
     dirs = find_run_dirs(paths)
     if not dirs:
-        raise CompareError(f"no run directories (folders with {METRICS}) found under: {', '.join(map(str, paths))}")
+        raise CompareError(f"no run directories (folders with {METRICS}, {SUMMARY} or {RUN_RECORD}) found under: "
+                           f"{', '.join(map(str, paths))}")
     return [unreadable_metrics(d) or load_run_dir(d) for d in dirs]
 
 
@@ -101,8 +105,9 @@ def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optio
     reference = _preferred_run(groups[0], baseline_label) if groups else None
     if len(groups) < 2:
         return reference, None
-    line = (f"runs differ in data: compared {describe_group(groups[0])}; left out "
-            + "; ".join(describe_group(g) + f" ({', '.join(r.source for r in g)})" for g in groups[1:])
+    fields = differing_fields(groups)  # what differs, named: the data, the held-out set, the model's size, ...
+    line = (f"runs differ in {', '.join(fields)}: compared {describe_group(groups[0], fields)}; left out "
+            + "; ".join(describe_group(g, fields) + f" ({', '.join(r.source for r in g)})" for g in groups[1:])
             + (" (chosen with --data-group)" if data_group is not None else " (the largest group; choose another with "
                "--data-group)"))
     return reference, line
@@ -133,7 +138,7 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     for r in runs:
         r.smoothed = moving_average(r.train.loss, smooth)
         vet(r)
-    said = [drop_duplicates(runs)]
+    said = drop_duplicates(runs)
     reference, other_data = _reference(runs, baseline_label, data_group)
     said.append(other_data)
     if reference is not None:
