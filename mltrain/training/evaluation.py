@@ -34,18 +34,22 @@ class Evaluator:
         self.n_sequences = int(held_out.shape[1])
         world = trainer.world.size
         self.per_rank = -(-self.n_sequences // world)
-        self.chunk = max(1, -(-int(batch_size) // world))  # this rank's sequences a forward pass
+        self.chunk = max(1, min(-(-int(batch_size) // world), self.per_rank))  # this rank's sequences a forward pass
         # where each rank's real losses sit among the gathered (padded) ones
         m, n = self.per_rank, self.n_sequences
         self._kept = torch.cat([torch.arange(r * m, r * m + max(0, min(m, n - r * m))) for r in range(world)])
         self._batches: Optional[list] = None
 
     def batches(self) -> list:
-        """This rank's share of the held-out set in forward-pass chunks, moved to the device once."""
+        """This rank's share of the held-out set in forward passes of `chunk` sequences each, moved to the
+        device once, as (x, y, k): a short last pass is padded with copies of its first row to the others'
+        shape (a compiled model sees one batch shape, no recompilation), only its first k losses counted."""
         if self._batches is None:
             lo = self.trainer.world.rank * self.per_rank
             x, y = self.held[:, lo : lo + self.per_rank].unbind(0)
-            self._batches = [self.trainer.to_device((xs, ys)) for xs, ys in zip(x.split(self.chunk), y.split(self.chunk))]
+            self._batches = [(*self.trainer.to_device((_padded(xs, self.chunk), _padded(ys, self.chunk))), len(xs))
+                             for xs, ys in zip(x.split(self.chunk), y.split(self.chunk)) if len(xs)]
+            self._kept = self._kept.to(self.trainer.device)
         return self._batches
 
     def held_out(self) -> dict:
@@ -68,17 +72,17 @@ class Evaluator:
         t.model.eval()
         mine = torch.full((self.per_rank,), math.nan, device=t.device)  # padded: ranks gather equal shapes
         done = 0
-        for x, y in self.batches():  # this rank's share, a forward pass at a time
+        for x, y, k in self.batches():  # this rank's share, a forward pass at a time
             with t.autocast():
                 logits, _ = view(x)
             loss = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")
-            mine[done : done + len(x)] = loss.mean(dim=1)
-            done += len(x)
+            mine[done : done + k] = loss.mean(dim=1)[:k]
+            done += k
         # forward only, the whole set (every rank counts all ranks' FLOPs, as for a training step)
         t.state.eval_flops += t.flops_per_token(view.n_blocks) / 3 * self.n_sequences * self.held.shape[2]
         t.model.train(was_training)
         # Every rank's per-sequence losses, so the mean and its error are the one-process figures.
-        losses = distributed.gather_rows(mine)[self._kept.to(mine.device)]
+        losses = distributed.gather_rows(mine)[self._kept]
         se = losses.std() / math.sqrt(losses.numel()) if losses.numel() > 1 else torch.zeros((), device=losses.device)
         mean, se = torch.stack([losses.mean(), se]).tolist()  # one host sync
         return mean, se
@@ -97,3 +101,8 @@ class Evaluator:
         t.last_loss["val"] = loss
         t.last_loss["val_se"] = se
         return loss
+
+
+def _padded(rows: torch.Tensor, n: int) -> torch.Tensor:
+    """`rows` with copies of its first row appended up to `n` rows (as it is when it has them)."""
+    return rows if len(rows) >= n else torch.cat([rows, rows[:1].expand(n - len(rows), -1)])

@@ -71,6 +71,8 @@ def assert_same_training(a, b):
 
 @pytest.mark.parametrize("name,extra", [
     ("single", []),
+    # a held-out set the ranks split unevenly (13 sequences), in forward passes of 2 (the last one padded)
+    ("single odd held-out", ["train.eval_tokens=208", "train.eval_batch_size=3"]),
     # grad_accum=2: the first micro-batch of each rank runs under no_sync, the second reduces
     ("evenodd", ["coarsening=evenodd", *ML, "train.grad_accum=2"]),
     # coarse blocks with storage of their own, created before the DDP wrapper; Euler steps of size k
