@@ -140,3 +140,8 @@ def test_runs_of_two_model_sizes_are_told_apart_by_their_parameter_count(tmp_pat
     assert "left out 2 runs with model (parameters) 1,625,088" in said[0] and "differ in data" not in said[0]
     report = json.loads((out / "comparison.json").read_text())
     assert sorted(e["status"] for e in report["excluded"]) == ["mismatch", "mismatch"]
+
+    proc, _ = compare(tmp_path, runs, "--data-group", "no such data")  # the groups named by their size
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert "3 runs with model (parameters) 812,544; 2 runs with model (parameters) 1,625,088" in errors[0]

@@ -88,15 +88,16 @@ def compare_report(paths: list, out: Path | None = None, select_seeds: list | No
 def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optional[str] = None
                ) -> tuple[Optional[Run], Optional[str]]:
     """The run the others must match in data, tokenizer, held-out set, FLOP convention and model, and
-    the line that names the runs on other data when they differ: the reference comes from the group
-    `data_group` names (its data description, tokenizer or held-out fingerprint), else from the largest
-    group (a tie: the one holding the baseline), never silently."""
+    the line that names the fields that differ and the runs left out for them: the reference comes from
+    the group `data_group` names (its data description, tokenizer, held-out fingerprint or parameter
+    count), else from the largest group (a tie: the one holding the baseline), never silently."""
     groups = data_groups(runs)
     if data_group is not None:
         chosen = [g for g in groups if data_group in {str(v) for v in comparability(g[0]).values()}]
         if not chosen:
+            fields = differing_fields(groups) if len(groups) > 1 else None
             raise CompareError(f"--data-group {data_group!r}: no usable run was trained on it (the groups: "
-                               + "; ".join(describe_group(g) for g in groups) + ")")
+                               + "; ".join(describe_group(g, fields) for g in groups) + ")")
         groups = [chosen[0]] + [g for g in groups if g is not chosen[0]]  # the largest that matches
     elif len(groups) > 1 and len(groups[0]) == len(groups[1]):
         tied = [g for g in groups if len(g) == len(groups[0])]
