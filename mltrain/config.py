@@ -41,7 +41,7 @@ from omegaconf.errors import OmegaConfBaseException
 from mltrain.checks import check_optim, check_schedule, positive
 from mltrain.choice import Choice
 from mltrain.data.config import DataConfig, Source
-from mltrain.errors import ConfigError, first_line
+from mltrain.errors import RETIRED_KEYS, ConfigError, first_line
 from mltrain.method.coarsening import CoarseningConfig, scheme_class
 from mltrain.method.layer_drop import LayerDropConfig
 from mltrain.method.multilevel import Control, MultilevelConfig
@@ -208,6 +208,9 @@ def _check_tree(node: DictConfig | Config, schema: type, prefix: str = "") -> It
         name = f"{prefix}{key}"
         if not prefix and key in _NOT_OURS:
             continue
+        if key not in hints and name in RETIRED_KEYS:
+            yield RETIRED_KEYS[name]
+            continue
         if key not in hints:
             close = difflib.get_close_matches(str(key), list(hints), n=1)
             hint = (f"did you mean {prefix}{close[0]}?" if close
@@ -281,8 +284,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError("data=shards needs data.dir (a folder of .bin token shards)")
     if not 0.0 < cfg.data.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction} must be in (0, 1)")
-    for key in ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval"):
+    for key in ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_tokens", "log_interval"):
         positive(getattr(t, key), f"train.{key}")
+    if t.eval_batch_size is not None:
+        positive(t.eval_batch_size, "train.eval_batch_size")
     positive(t.grad_clip, "train.grad_clip", zero_ok=True)
     if not 0.0 < t.budget <= 10.0 or math.isnan(t.budget):
         raise ConfigError(f"train.budget={t.budget} must be in (0, 10] (a fraction of train.max_steps)")

@@ -103,11 +103,21 @@ def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
 
 
+# Keys this version no longer has, and what replaced them: said in the one line that refuses them.
+RETIRED_KEYS = {
+    "train.eval_batches": "train.eval_batches is gone: the held-out set is train.eval_tokens tokens "
+                          "(e.g. train.eval_tokens=32768), the same whatever train.batch_size",
+}
+
+
 def _nearest_key(err: BaseException) -> str:
-    """`; did you mean <key>?` for a key OmegaConf found no field of (a misspelt key), or ''."""
+    """`; did you mean <key>?` for a key OmegaConf found no field of (a misspelt key), or ''; for a
+    retired key, what replaced it."""
     import dataclasses
     import difflib
 
+    if str(getattr(err, "full_key", "") or "") in RETIRED_KEYS:
+        return "; " + RETIRED_KEYS[str(err.full_key)]
     section, missing = str(getattr(err, "full_key", "") or "").rpartition(".")[::2]
     schema = getattr(err, "object_type", None)
     if not missing or not dataclasses.is_dataclass(schema):

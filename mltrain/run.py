@@ -53,11 +53,12 @@ from mltrain.training.batches import DeviceBatches
 from mltrain.training.checkpoint import CheckpointFolder, CheckpointSaver, load_latest
 from mltrain.training.compiling import compile_model, compile_options, compiles
 from mltrain.training.devices import enable_tf32, peak_flops, resolve_device, resolve_dtype, sweep_placement
-from mltrain.training.evaluation import EVAL_SEED, Evaluator
+from mltrain.training.evaluation import Evaluator
 from mltrain.training.optim import build_optimizer
 from mltrain.training.resume import StopSignals, resume_command, say
 from mltrain.training.rows import NonFiniteLoss
 from mltrain.training.runner import PlanRunner, Samplers
+from mltrain.training.settings import eval_batch_size, held_out_sequences
 from mltrain.training.trainer import Trainer, TrainState
 from mltrain.views import Hierarchy
 
@@ -178,7 +179,9 @@ def build(cfg: Config, emit: Callable[[dict], None]) -> Session:
     fine = BatchSampler(data.train, B, T, seed=cfg.seed, **shared)
     coarse = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **shared)
     diag = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **shared)
-    val_sampler = BatchSampler(data.val, B, T, seed=EVAL_SEED, split="val", **shared)
+    # the held-out set: fixed sequences of the validation split, whatever the batch, seed or ranks
+    val = BatchSampler(data.val, 1, T, seed=0, split="val", vocab_size=data.vocab_size)
+    held_out = val.spread(held_out_sequences(t, T))
     gpt_config = model_config(cfg.model, data.vocab_size)
     cfg = dataclasses.replace(cfg, model=gpt_config)  # resolved: recorded in W&B and used by the plan
 
@@ -199,7 +202,7 @@ def build(cfg: Config, emit: Callable[[dict], None]) -> Session:
     # MFU only means something against the bf16 peak, i.e. under bf16 autocast (or a peak given for the run)
     peak = peak_flops(device, t.peak_flops) if dtype == torch.bfloat16 or t.peak_flops else None
     trainer = Trainer(model, t, device, dtype, emit, peak_flops=peak, world=world, compiled=compiled)
-    evaluator = Evaluator(trainer, val_sampler, t.eval_batches)
+    evaluator = Evaluator(trainer, held_out, eval_batch_size(t), val.arrays)
     fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
     runner = PlanRunner(cfg, trainer, evaluator, hierarchy, fine_optimizer, samplers, device)
     if world.distributed:  # one DDP wrapper for every level: see mltrain/training/distributed.py

@@ -417,12 +417,12 @@ NANOGPT_RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile
 def mltrain_recipe(data: Path, iters: int, run_dir: Path) -> list[str]:
     """The same run in mltrain's terms: the same text split 90/10 (its last tenth held out), byte tokens
     (one per character of this ASCII text), the model, batch, AdamW settings, LR schedule (warm-up 100,
-    cosine to 1e-4), clipping, evaluation every 250 steps on 20 batches, layer norms with a weight and no
+    cosine to 1e-4), clipping, evaluation every 250 steps on 15,360 held-out tokens (20 batches of 12), layer norms with a weight and no
     bias (nanoGPT's); the defaults for the rest."""
     return ["data=text", f"data.path={data}", "data.val_fraction=0.1", "model=tiny", "model.n_layer=4",
             "model.n_head=4", "model.n_embd=128", "model.block_size=64", "model.dropout=0.0", "model.norm_affine=true",
             "train.batch_size=12",
-            f"train.max_steps={iters}", "train.eval_interval=250", "train.eval_batches=20", "optim=adamw",
+            f"train.max_steps={iters}", "train.eval_interval=250", "train.eval_tokens=15360", "optim=adamw",
             "optim.lr=1e-3", "optim.betas=[0.9,0.99]", "optim.weight_decay=0.1", "schedule.warmup_steps=100",
             "schedule.min_lr=1e-4", "train.grad_clip=1.0", "train.progress=false", f"hydra.run.dir={run_dir}"]
 
@@ -474,7 +474,7 @@ def nanogpt_on_held_out(work: Path, checkpoint: Path, data: Path, iters: int) ->
     comparison, free of the two estimates' sampling noise."""
     import pickle
 
-    from mltrain.training.evaluation import EVAL_SEED
+    from mltrain.training.settings import held_out_sequences
 
     sys.path.insert(0, str(work))
     try:
@@ -493,11 +493,11 @@ def nanogpt_on_held_out(work: Path, checkpoint: Path, data: Path, iters: int) ->
     register_configs()
     with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
         cfg = typed(compose("config", overrides=mltrain_recipe(data, iters, Path("unused"))[:-1]))
-    val = BatchSampler(load_tokens(cfg.data).val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")
+    val = BatchSampler(load_tokens(cfg.data).val, 1, cfg.model.block_size, seed=0, split="val")
+    held_out = val.spread(held_out_sequences(cfg.train, cfg.model.block_size))
     losses = []
     with torch.no_grad():
-        for i in range(cfg.train.eval_batches):
-            x, y = val.batch(i)
+        for x, y in zip(*(part.split(cfg.train.batch_size) for part in held_out.unbind(0))):
             logits, _ = model(table[x], table[y])
             losses.append(F.cross_entropy(logits.transpose(1, 2), table[y], reduction="none").mean(dim=1))
     per_sequence = torch.cat(losses)

@@ -32,7 +32,7 @@ from mltrain.run import build
 
 register_configs()
 
-BASE = ["train.batch_size=2", "train.progress=false", "device=cpu", "train.eval_batches=1",
+BASE = ["train.batch_size=2", "train.progress=false", "device=cpu", "train.eval_tokens=128",
         "data.tokenizer=bytes"]
 
 

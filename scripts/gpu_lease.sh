@@ -122,7 +122,7 @@ if [ $DRY = 1 ]; then
   BENCH=(--model tiny --device cpu --threads 1 --compile --speed-options --steps 10 --repeats 1 --run-repeats 1 --cycles 1
          --coarse-steps 10 --after 10)
   PAPER=(scale=cpu model.n_layer=4 train.max_steps=30 schedule.warmup_steps=3 multilevel.n_cycles=3
-         multilevel.coarse_steps=4 train.eval_interval=10 train.eval_batches=2)
+         multilevel.coarse_steps=4 train.eval_interval=10 train.eval_tokens=2048)
   SMOKE=(scale=smoke train.max_steps=10)
   # seconds: each part's cold cost with --inductor (docs/testing.md) x 1.5 or more
   default_timeouts=(device=15 bench=410 paper=250 syncs=180 cuda_tests=60 smoke=200)
@@ -135,7 +135,7 @@ else
   # the paper's shape and schedule, shortened: warm-up 5% (the paper's 715 of 16,000), cycles in the first
   # steps with about as many coarse steps per fine step as the paper's 35 x 2 x 100 in 16,000
   PAPER=(scale=paper data=embedded train.max_steps=300 schedule.warmup_steps=15 multilevel.n_cycles=7
-         multilevel.coarse_steps=10 train.eval_interval=50 train.eval_batches=10)
+         multilevel.coarse_steps=10 train.eval_interval=50 train.eval_tokens=163840)
   [ "$TOKENS" = bytes ] && PAPER+=(data.tokenizer=bytes model.vocab_size=50257)
   SMOKE=(scale=smoke train.max_steps=50)
   # each part's cold cost measured with --dry-run --inductor x 0.75 (docs/testing.md), at least 30 s;

@@ -38,7 +38,7 @@ MLTRAIN = str(Path(__file__).resolve().parents[1] / "mltrain")
 CONVERSIONS = ("item", "__bool__", "__float__", "__int__", "tolist", "cpu", "numpy")
 ROWS = ("train row", "eval row", "diag row")
 TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=8",
-        "train.eval_batches=1", "train.progress=false", "train.checkpoint_interval=0", "train.log_interval=8",
+        "train.eval_tokens=128", "train.progress=false", "train.checkpoint_interval=0", "train.log_interval=8",
         "schedule.warmup_steps=2", "train.stop_check_interval=16",
         "train.eval_interval=8"]  # the first evaluation (and its graph) inside the warm-up
 WARMUP = 16  # optimizer steps before counting: compiling, the first optimizer steps

@@ -51,7 +51,7 @@ GPT2_CACHE_NAMES = {
 # The tests' one training size: seconds on 2 CPU cores, big enough to learn. `ML` adds a short
 # multilevel plan (3 cycles of 2 coarse models x 4 steps).
 TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-        "train.max_steps=24", "train.eval_interval=12", "train.eval_batches=2", "train.log_interval=4",
+        "train.max_steps=24", "train.eval_interval=12", "train.eval_tokens=128", "train.log_interval=4",
         "train.progress=false", "schedule.warmup_steps=2"]
 ML = ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=4", "multilevel.coarse_log_interval=2"]
 
@@ -109,7 +109,7 @@ def read_rows(run_dir: Path) -> list[dict]:
 
 # A smoke-sized multilevel run, spelt out (not a preset) so that preset changes do not move it.
 SMALL = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-         "train.eval_batches=1", "schedule.warmup_steps=1", "train.progress=false", "device=cpu"]
+         "train.eval_tokens=64", "schedule.warmup_steps=1", "train.progress=false", "device=cpu"]
 TIME_COLUMNS = {"time_s", "train_time_s", "tokens_per_s", "mfu", "wall_time_s"}
 # One intra-op thread: these models are tiny, and on a shared 2-core machine a second spinning thread per
 # process slows a step tenfold. (Exactness needs only the same setting in the runs compared.)

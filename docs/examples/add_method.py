@@ -56,7 +56,7 @@ def redraw(runner, phase, hooks):
 # 4. Run it as `mltrain depth_method=redraw_last` would, at a tiny size.
 register_configs()  # depth_method= now takes redraw_last
 tiny = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-        "train.max_steps=16", "train.eval_interval=8", "train.eval_batches=1", "train.log_interval=4",
+        "train.max_steps=16", "train.eval_interval=8", "train.eval_tokens=64", "train.log_interval=4",
         "train.progress=false", "device=cpu"]
 with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
     cfg = compose("config", overrides=["depth_method=redraw_last", *tiny])

@@ -29,7 +29,7 @@ from mltrain.run import run
 from mltrain.training.rows import Step, row_metric
 
 TINY = ["model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-        "train.max_steps=8", "train.log_interval=4", "train.eval_interval=8", "train.eval_batches=1",
+        "train.max_steps=8", "train.log_interval=4", "train.eval_interval=8", "train.eval_tokens=64",
         "train.progress=false", "schedule.warmup_steps=1", "train.grad_clip=1.0"]
 
 

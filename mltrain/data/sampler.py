@@ -10,7 +10,12 @@ block_size tokens of the window, y the last block_size (x shifted by one).
 
 The global batch does not depend on world_size: rank r of W returns rows [r*B/W, (r+1)*B/W), so any
 number of ranks together see exactly the single-process batch. Nothing is consumed: resuming needs
-only `position` (see state_dict), and evaluation can ask for `batch(i)` directly.
+only `position` (see state_dict).
+
+The held-out set is no batch of it: `spread(count)` gives `count` windows evenly spaced over the valid
+starts of all arrays together, a function of the arrays, block_size and count alone (no seed, no batch
+size, no ranks), so every run of one data set, block size and train.eval_tokens is measured on the same
+tokens (training/evaluation.py).
 """
 
 from __future__ import annotations
@@ -117,8 +122,13 @@ class BatchSampler:
         for k in range(count):
             flat[k] = np.random.default_rng([self.seed, start + k]).integers(0, self.n_windows, size=self.batch_size,
                                                                             dtype=np.int64)
-        flat = flat[:, lo : lo + n].reshape(-1)
-        out = np.empty((2, count * n, self.block_size), dtype=np.int64)
+        out = self._rows(flat[:, lo : lo + n].reshape(-1))
+        return torch.from_numpy(out.reshape(2, count, n, self.block_size).transpose(1, 0, 2, 3).copy())
+
+    def _rows(self, flat: np.ndarray) -> np.ndarray:
+        """The windows at flat starts `flat` (over all arrays together) as (2, len(flat), block_size): x,
+        then y; one gather per array the windows fall in, every id checked against the vocabulary."""
+        out = np.empty((2, len(flat), self.block_size), dtype=np.int64)
         if len(self.arrays) == 1:
             which, offset = np.zeros_like(flat), flat
             rows = self.arrays[0][flat[:, None] + self._window]
@@ -131,7 +141,24 @@ class BatchSampler:
                 rows = self.arrays[a][offset[mask, None] + self._window]
                 out[0][mask], out[1][mask] = rows[:, :-1], rows[:, 1:]
         self._check_vocabulary(out, which, offset)
-        return torch.from_numpy(out.reshape(2, count, n, self.block_size).transpose(1, 0, 2, 3).copy())
+        return out
+
+    def spread(self, count: int) -> torch.Tensor:
+        """The held-out set: `count` windows evenly spaced over the valid starts of all arrays together,
+        as one int64 tensor (2, count, block_size), x then y, on the host, whole (not this rank's slice).
+        Depends on the arrays, block_size and `count` only. Windows at least block_size apart never share
+        an input token; a split too short for `count` of them gives as many as it holds (a warning says
+        so) rather than repeating tokens."""
+        if count <= 0:
+            raise ValueError(f"count={count} must be > 0")
+        room = max(1, self.n_windows // self.block_size)  # windows block_size apart that fit
+        if count > room:
+            log.warning("the %s split holds %d windows of %d tokens that do not overlap, fewer than the %d asked "
+                        "(train.eval_tokens): the held-out set is those %d (%s tokens)", self.split, room,
+                        self.block_size, count, room, f"{room * self.block_size:,}")  # fmt: skip
+            count = room
+        flat = (np.arange(count, dtype=np.int64) * self.n_windows) // count
+        return torch.from_numpy(self._rows(flat))
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows [rank*B/W, (rank+1)*B/W) of global batch `index`: int64 (x, y), y = x shifted by one."""

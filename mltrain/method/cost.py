@@ -11,7 +11,8 @@ duration check and the study's ETA.
   blocks its policy runs (the mean over up to PATH_SAMPLES of the phase's steps, evenly spread);
 * measurements, kept apart as the run keeps them (summary.json `eval_flops`, `diag_flops`): every
   held-out evaluation (at step 0, every train.eval_interval fine steps, at the last one, and each
-  evaluate phase; forward only, train.eval_batches batches of the fine model) and each cycle's
+  evaluate phase; forward only, the fine model on the held-out set's train.eval_tokens tokens,
+  rounded up to whole sequences) and each cycle's
   diagnostics (forward and backward of the coarse model and its parent on one batch).
 
 Plain arithmetic on the config (no torch, no data): `vocab_size` is the tokenizer's, given by the caller.
@@ -79,7 +80,10 @@ def _measure(cfg: RunSettings, plan: list[Phase], per_token: "_PerToken", depths
     evaluations = 1 + n // t.eval_interval + (1 if n % t.eval_interval else 0)
     evaluations += sum(1 for p in plan if p.kind == PhaseKind.evaluate)
     tokens = t.batch_size * m.block_size
-    flops = evaluations * t.eval_batches * tokens * per_token(m.n_layer) / 3  # forward only
+    # the held-out set: ceil(eval_tokens / block_size) sequences (training/settings.py held_out_sequences; a
+    # validation split too short for them holds fewer, so this is a bound), whatever the batch size
+    held_out = -(-int(t.eval_tokens) // int(m.block_size)) * m.block_size
+    flops = evaluations * held_out * per_token(m.n_layer) / 3  # forward only
     for p in plan:
         if p.kind == PhaseKind.diagnose:
             level = len(p.path)

@@ -37,6 +37,7 @@ BOOKKEEPING_KEYS = (
     "train.peak_flops",
     "train.prefetch",
     "train.stop_check_interval",
+    "train.eval_batch_size",
     "data.cache_dir",
     "data.prepare_if_missing",
 )

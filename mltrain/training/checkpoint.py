@@ -134,7 +134,7 @@ def identity(runner: PlanRunner) -> dict:
         "plan": [_phase_text(p) for p in runner.plan],
         "config": config,
         "config_sha256": config_digest(config),
-        "data": data_fingerprint(runner.samplers.fine.arrays, runner.evaluator.val_sampler.arrays),
+        "data": data_fingerprint(runner.samplers.fine.arrays, runner.evaluator.val_arrays),
     }
 
 

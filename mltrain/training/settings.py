@@ -34,7 +34,14 @@ class TrainConfig:
     grad_accum: int = 1
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
     eval_interval: int = 100  # fine steps between held-out evaluations (also at step 0 and at the end)
-    eval_batches: int = 8
+    # The held-out set: ceil(eval_tokens / model.block_size) sequences of the validation split, evenly spread
+    # over it (data/sampler.py `spread`): the same tokens for every run of one data set, block size and
+    # eval_tokens, whatever its batch size, seed or number of ranks. (train.eval_batches, which made it
+    # eval_batches x batch_size sequences, is gone: naming it is refused in one line.)
+    eval_tokens: int = 32768
+    # held-out sequences per forward pass, all ranks together; null: the training micro-batch
+    # (batch_size / grad_accum). Changes no figure a run records beyond float rounding (bookkeeping).
+    eval_batch_size: Optional[int] = None
     log_interval: int = 10  # fine steps between train rows in metrics.jsonl (a phase of its own: its `row_every`)
     dtype: DType = DType.auto
     # torch.compile the model, one graph per depth (mltrain/training/compiling.py): auto (on for CUDA, off on
@@ -58,6 +65,17 @@ class TrainConfig:
     # A run that would take more than a day on this machine (its planned FLOPs at a rate no run reaches
     # here, mltrain/runs/sanity.py) is refused before it starts unless this is true.
     allow_long: bool = False
+
+
+def held_out_sequences(t: "TrainConfig", block_size: int) -> int:
+    """Sequences of block_size tokens the held-out set asks for: at least train.eval_tokens tokens."""
+    return -(-int(t.eval_tokens) // int(block_size))
+
+
+def eval_batch_size(t: "TrainConfig") -> int:
+    """Held-out sequences per forward pass, all ranks together (train.eval_batch_size, null: the training
+    micro-batch)."""
+    return int(t.eval_batch_size or max(1, t.batch_size // t.grad_accum))
 
 
 _COMPILE_VALUES = {"auto": None, "true": True, "false": False}

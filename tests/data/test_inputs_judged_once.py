@@ -23,7 +23,7 @@ from mltrain.errors import DataError
 from helpers import TOOL_SMOKE, edited_copy, made_once, refused, smoke_run, tool
 
 TINY = ["model.n_layer=2", "model.n_embd=16", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-        "train.max_steps=2", "train.eval_batches=1", "train.progress=false", "device=cpu"]
+        "train.max_steps=2", "train.eval_tokens=64", "train.progress=false", "device=cpu"]
 PREPARE = ["prepare.tokenizer=bytes", "prepare.shard_tokens=2000", "prepare.val_tokens=1000", "prepare.progress=false",
            "prepare.docs_per_task=4", "prepare.workers=1"]
 

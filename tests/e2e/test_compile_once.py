@@ -15,7 +15,7 @@ from mltrain.run import build
 from mltrain.training.compiling import CompileLimitError
 
 TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
-        "train.max_steps=24", "train.eval_interval=4", "train.eval_batches=1", "train.progress=false",
+        "train.max_steps=24", "train.eval_interval=4", "train.eval_tokens=64", "train.progress=false",
         "device=cpu", "train.compile=true"]
 ML = ["coarsening=evenodd", "multilevel.n_cycles=3", "multilevel.coarse_steps=2"]
 

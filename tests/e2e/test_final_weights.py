@@ -29,13 +29,14 @@ def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(t
 
     # The saved model is the one that was evaluated last: the same held-out batches give the same loss.
     from mltrain.data import BatchSampler, load_tokens
-    from mltrain.training.evaluation import EVAL_SEED
+    from mltrain.training.settings import held_out_sequences
 
     data = load_tokens(cfg.data)
-    val = BatchSampler(data.val, cfg.train.batch_size, cfg.model.block_size, seed=EVAL_SEED, split="val")
+    val = BatchSampler(data.val, 1, cfg.model.block_size, seed=0, split="val")
+    x, y = val.spread(held_out_sequences(cfg.train, cfg.model.block_size)).unbind(0)
     with torch.no_grad():
-        losses = [model(*val.batch(i))[1].item() for i in range(cfg.train.eval_batches)]
-    assert sum(losses) / len(losses) == pytest.approx(summary["final_val_loss"], rel=1e-5)
+        loss = model(x, y)[1].item()  # the mean over every held-out token: equal-length sequences
+    assert loss == pytest.approx(summary["final_val_loss"], rel=1e-5)
 
 
 def test_console_scripts_exit_2_with_one_line(tmp_path):

@@ -13,7 +13,7 @@ from mltrain.run import build
 from mltrain.training.checkpoint import save_checkpoint
 
 
-PLAN = ["train.max_steps=12", "train.eval_interval=6", "train.eval_batches=1", "multilevel.n_cycles=3",
+PLAN = ["train.max_steps=12", "train.eval_interval=6", "train.eval_tokens=64", "multilevel.n_cycles=3",
         "multilevel.coarse_steps=5"]
 
 

@@ -187,8 +187,8 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, 
 
 def test_a_study_changed_since_its_runs_is_refused_before_any_run(smoke_study, capsys):
     code, _, err = run_main("study=smoke", f"dir={smoke_study[0]}", "common=['scale=smoke','train.eval_interval=4',"
-                            "'train.eval_batches=3','multilevel.eval_every_cycle=false','device=cpu']", capsys=capsys)
-    assert code == 2 and "holds a run made with other settings than this study's (train.eval_batches (2 there, 3 here))" in err
+                            "'train.eval_tokens=192','multilevel.eval_every_cycle=false','device=cpu']", capsys=capsys)
+    assert code == 2 and "holds a run made with other settings than this study's (train.eval_tokens (128 there, 192 here))" in err
 
 
 # cpu_ladder's case is in tests/tools/test_study.py (its fixed-setting test prepares it already)
@@ -223,7 +223,7 @@ def test_a_failing_run_is_named_with_its_reason_and_the_study_goes_on(verdict, t
 AXIS_STUDY = """# @package _global_
 name: axis_{axis}
 ladder_axis: {axis}
-common: [scale=smoke, train.eval_interval=4, train.eval_batches=2, multilevel.eval_every_cycle=false, device=cpu]
+common: [scale=smoke, train.eval_interval=4, train.eval_tokens=128, multilevel.eval_every_cycle=false, device=cpu]
 arms:
   single: {{experiment: single, grid: {{optim.lr: [0.3], train.budget: [0.5, 2.0]}}}}
   multilevel: {{experiment: multilevel, grid: {{optim.lr: [0.3]}}}}

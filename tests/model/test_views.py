@@ -84,7 +84,7 @@ class ListSampler:
 
 
 def train_view(model, view, steps=3):
-    train_cfg = types.SimpleNamespace(grad_accum=1, grad_clip=1.0, progress=False, eval_batches=1, on_nonfinite="stop")
+    train_cfg = types.SimpleNamespace(grad_accum=1, grad_clip=1.0, progress=False, eval_tokens=64, on_nonfinite="stop")
     trainer = Trainer(model, train_cfg, torch.device("cpu"), None, lambda row: None)
     params = list(model.parameters()) + ([p for b in view.blocks for p in b.parameters()] if view.owns_blocks else [])
     sgd = OmegaConf.create({"name": "sgd", "lr": 0.5, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0})

@@ -24,7 +24,7 @@ register_configs()
 STEP = Trainer.train_step  # the real one, whatever a test patches
 
 TINY = ["model.n_layer=2", "model.n_embd=16", "model.n_head=2", "model.block_size=8", "train.batch_size=2",
-        "train.max_steps=10", "train.eval_interval=5", "train.eval_batches=2", "train.log_interval=2",
+        "train.max_steps=10", "train.eval_interval=5", "train.eval_tokens=32", "train.log_interval=2",
         "train.progress=false", "schedule.warmup_steps=1", "multilevel.n_cycles=3", "multilevel.coarse_steps=3",
         "multilevel.coarse_log_interval=1"]
 RUNS = {

@@ -24,7 +24,7 @@ from mltrain.training import checkpoint as ckpt
 def small_session(*overrides: str):
     from mltrain.run import build
 
-    return build(typed(compose_config("train.max_steps=6", "train.eval_batches=1", *overrides)), lambda row: None)
+    return build(typed(compose_config("train.max_steps=6", "train.eval_tokens=64", *overrides)), lambda row: None)
 
 
 @pytest.fixture(scope="module")

@@ -29,12 +29,15 @@ from mltrain.tools.compare.arms import (TUNED_KEYS, Arm, group_arms, label_parts
 from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.loading import (
     METRICS,
+    RUN_RECORD,
+    SUMMARY,
     CompareError,
     Configuration,
     Run,
     comparability,
     data_groups,
     describe_group,
+    differing_fields,
     drop_duplicates,
     find_run_dirs,
     group_runs,
@@ -61,7 +64,8 @@ log = logging.getLogger("mltrain.tools.compare")
 def load_dirs(paths: Sequence[str | Path]) -> list[Run]:
     dirs = find_run_dirs(paths)
     if not dirs:
-        raise CompareError(f"no run directories (folders with {METRICS}) found under: {', '.join(map(str, paths))}")
+        raise CompareError(f"no run directories (folders with {METRICS}, {SUMMARY} or {RUN_RECORD}) found under: "
+                           f"{', '.join(map(str, paths))}")
     return [unreadable_metrics(d) or load_run_dir(d) for d in dirs]
 
 
@@ -85,15 +89,16 @@ def compare_report(paths: list, out: Path | None = None, select_seeds: list | No
 def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optional[str] = None
                ) -> tuple[Optional[Run], Optional[str]]:
     """The run the others must match in data, tokenizer, held-out set, FLOP convention and model, and
-    the line that names the runs on other data when they differ: the reference comes from the group
-    `data_group` names (its data description, tokenizer or held-out fingerprint), else from the largest
-    group (a tie: the one holding the baseline), never silently."""
+    the line that names the fields that differ and the runs left out for them: the reference comes from
+    the group `data_group` names (its data description, tokenizer, held-out fingerprint or parameter
+    count), else from the largest group (a tie: the one holding the baseline), never silently."""
     groups = data_groups(runs)
     if data_group is not None:
         chosen = [g for g in groups if data_group in {str(v) for v in comparability(g[0]).values()}]
         if not chosen:
+            fields = differing_fields(groups) if len(groups) > 1 else None
             raise CompareError(f"--data-group {data_group!r}: no usable run was trained on it (the groups: "
-                               + "; ".join(describe_group(g) for g in groups) + ")")
+                               + "; ".join(describe_group(g, fields) for g in groups) + ")")
         groups = [chosen[0]] + [g for g in groups if g is not chosen[0]]  # the largest that matches
     elif len(groups) > 1 and len(groups[0]) == len(groups[1]):
         tied = [g for g in groups if len(g) == len(groups[0])]
@@ -102,8 +107,9 @@ def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optio
     reference = _preferred_run(groups[0], baseline_label) if groups else None
     if len(groups) < 2:
         return reference, None
-    line = (f"runs differ in data: compared {describe_group(groups[0])}; left out "
-            + "; ".join(describe_group(g) + f" ({', '.join(r.source for r in g)})" for g in groups[1:])
+    fields = differing_fields(groups)  # what differs, named: the data, the held-out set, the model's size, ...
+    line = (f"runs differ in {', '.join(fields)}: compared {describe_group(groups[0], fields)}; left out "
+            + "; ".join(describe_group(g, fields) + f" ({', '.join(r.source for r in g)})" for g in groups[1:])
             + (" (chosen with --data-group)" if data_group is not None else " (the largest group; choose another with "
                "--data-group)"))
     return reference, line
@@ -134,7 +140,7 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     for r in runs:
         r.smoothed = moving_average(r.train.loss, smooth)
         vet(r)
-    said = [drop_duplicates(runs)]
+    said = drop_duplicates(runs)
     reference, other_data = _reference(runs, baseline_label, data_group)
     said.append(other_data)
     if reference is not None:

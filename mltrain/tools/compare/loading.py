@@ -20,7 +20,7 @@ import numpy as np
 
 from mltrain.errors import CompareError, first_line
 from mltrain.method.kinds import RunKind
-from mltrain.runs.files import METRICS, SUMMARY, read_metrics, read_run_record, read_summary
+from mltrain.runs.files import METRICS, RUN_RECORD, SUMMARY, read_metrics, read_run_record, read_summary
 from mltrain.runs.keys import BUDGET_KEY, label_overrides, override_key, override_value, seed_of
 from mltrain.runs.names import run_label
 
@@ -208,10 +208,14 @@ def classify(summary: Optional[dict], rows: list[dict]) -> tuple[str, Optional[s
     return FINISHED, None
 
 
+RUN_FILES = (METRICS, SUMMARY, RUN_RECORD)  # any of them marks a run dir
+
+
 def find_run_dirs(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """Run directories (holding metrics.jsonl; summary.json once finished) at or below each path,
-    sorted, unique. A metrics.jsonl that is a folder still marks a run dir, so that the report lists
-    it as unreadable (see `unreadable_metrics`) instead of dropping it unseen."""
+    """Run directories (holding metrics.jsonl, summary.json or run.json) at or below each path, sorted,
+    unique. A folder with a run's files but no readable metrics.jsonl (none, or a folder of that name)
+    is still a run dir, so that the report lists it as left out with the reason (`unreadable_metrics`)
+    instead of dropping it unseen."""
     found: dict[str, Path] = {}
     for p in paths:
         p = Path(p)
@@ -220,7 +224,7 @@ def find_run_dirs(paths: Sequence[str | os.PathLike]) -> list[Path]:
         if not p.is_dir():
             raise CompareError(f"not a directory: {p}")
         for dirpath, dirnames, filenames in os.walk(p):
-            if METRICS in filenames or METRICS in dirnames:
+            if METRICS in dirnames or any(name in filenames for name in RUN_FILES):
                 found.setdefault(os.path.realpath(dirpath), Path(dirpath))
                 dirnames[:] = []  # a run dir's own subfolders (wandb/, .hydra/) hold no runs
             else:
@@ -280,9 +284,11 @@ def load_run_dir(run_dir: Path) -> Run:
 
 
 def unreadable_metrics(run_dir: Path) -> Optional[Run]:
-    """An excluded run when the dir's metrics.jsonl is not a regular file (a folder, a pipe: opening a
-    pipe would wait for ever), else None."""
+    """An excluded run when the dir's metrics.jsonl is missing (its summary.json or run.json there: named
+    by them) or not a regular file (a folder, a pipe: opening a pipe would wait for ever), else None."""
     path = run_dir / METRICS
+    if not os.path.lexists(path):
+        return _without_metrics(run_dir)
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)
     except OSError as err:  # a dangling link, no permission
@@ -293,6 +299,23 @@ def unreadable_metrics(run_dir: Path) -> Optional[Run]:
     what = "a folder" if path.is_dir() else "not a regular file"
     return Run(str(run_dir), "?", "?", None, {}, Curve.empty(), Curve.empty(), "unreadable",
                f"{METRICS} is {what}")
+
+
+def _without_metrics(run_dir: Path) -> Run:
+    """A run dir holding summary.json or run.json but no metrics.jsonl, left out: named by what its files
+    say it is (kind, label, seed), its curves missing."""
+    record: dict = {}
+    for read in (read_summary, read_run_record):
+        try:
+            record = read(run_dir) or {}
+        except (OSError, ValueError):
+            record = {}
+        if record:
+            break
+    present = " and ".join(name for name in (SUMMARY, RUN_RECORD) if (run_dir / name).exists())
+    return Run(str(run_dir), str(record.get("label") or "?"), str(record.get("run_kind") or "?"), record.get("seed"),
+               {}, Curve.empty(), Curve.empty(), "no metrics",
+               f"no {METRICS} beside its {present}: its loss curves are missing (copied without it, or removed)")
 
 
 # A summary's total_flops and the last FLOPs its rows logged agree unless one of them is damaged.
@@ -367,26 +390,52 @@ def mismatch(run: Run, reference: Run) -> Optional[str]:
 
 def identity(run: Run) -> tuple:
     """What a run is, by content: the digest of what it computes (run.json's config_digest; a run from an
-    older version: its kind and label), its seed, and the data it saw (comparability). A folder copied
-    beside its original has the same identity: it is one run, not another seed."""
+    older version: its kind and label), its seed, and the data it saw (comparability)."""
     what = run.summary.get("config_digest") or (run.run_kind, run.label)
     return (what, str(run.seed), tuple(sorted((k, str(v)) for k, v in comparability(run).items())))
 
 
-def drop_duplicates(runs: list[Run]) -> Optional[str]:
-    """Leave out (status "duplicate") every usable run whose identity an earlier one (by source) has;
-    the one line naming them, or None."""
+def result(run: Run) -> tuple:
+    """What a run gave: its final losses and FLOPs as summary.json records them, and its logged curves'
+    lengths and ends. A folder copied beside its original gives the same; a rerun at another commit or on
+    another machine may not."""
+    s = run.summary
+    recorded = tuple(repr(s.get(k)) for k in ("final_val_loss", "final_train_loss", "total_flops", "fine_steps"))
+    curves = tuple((len(c), repr(float(c.loss[-1])) if len(c) else None) for c in (run.train, run.val))
+    return recorded + curves
+
+
+def _said(run: Run) -> str:
+    """A run in a warning line: its folder and what it gave."""
+    val, flops = run.summary.get("final_val_loss"), run.summary.get("total_flops")
+    what = [f"final val loss {val:.6g}" if _finite(val) else None, f"{flops:.4g} FLOPs" if _finite(flops) else None]
+    return f"{run.source} ({', '.join(w for w in what if w) or 'no final figures'})"
+
+
+def drop_duplicates(runs: list[Run]) -> list[str]:
+    """Duplicates are the same run *and* the same result: every usable run whose identity and result an
+    earlier one (by source) has is left out (status "duplicate"), counted once. Runs of one identity (config
+    digest, seed, data) with different results are all kept, as replicates, and named: no folder is
+    chosen over another by its path. The warning lines (none when nothing was found)."""
     first: dict[tuple, Run] = {}
-    dropped = []
+    dropped, by_identity = [], {}
     for r in sorted((r for r in runs if r.usable), key=lambda r: r.source):
-        kept = first.setdefault(identity(r), r)
+        kept = first.setdefault((identity(r), result(r)), r)
         if kept is not r:
-            r.status, r.reason = "duplicate", f"the same run as {kept.source} (config digest, seed and data)"
+            r.status, r.reason = "duplicate", f"the same run and result as {kept.source} (config digest, seed, data, " \
+                                              "final losses and FLOPs)"
             dropped.append(f"{r.source} = {kept.source}")
-    if not dropped:
-        return None
-    return (f"{len(dropped)} run folder(s) hold a run already counted (the same config, seed and data), counted "
-            f"once: {'; '.join(dropped)}")
+        else:
+            by_identity.setdefault(identity(r), []).append(r)
+    lines = []
+    if dropped:
+        lines.append(f"{len(dropped)} run folder(s) hold a run already counted (the same config, seed, data and "
+                     f"result), counted once: {'; '.join(dropped)}")
+    for same in (rs for rs in by_identity.values() if len(rs) > 1):
+        lines.append(f"{len(same)} run folders hold the same config and seed {same[0].seed} on the same data with "
+                     f"different results (a rerun at another commit or on another machine?): all kept, as "
+                     f"replicates of that seed: {'; '.join(_said(r) for r in same)}")
+    return lines
 
 
 def data_groups(runs: Iterable[Run]) -> list[list[Run]]:
@@ -398,11 +447,31 @@ def data_groups(runs: Iterable[Run]) -> list[list[Run]]:
     return sorted(groups.values(), key=len, reverse=True)
 
 
-def describe_group(runs: list[Run]) -> str:
-    """`3 runs on data 'X', tokenizer 'bytes'`: a group of data_groups in words."""
+DATA_FIELDS = ("data", "tokenizer", "held-out set")  # a group is "on" these; "with" the others
+
+
+def differing_fields(groups: list[list[Run]]) -> list[str]:
+    """The comparability fields (e.g. "held-out set", "model (parameters)") whose values differ between
+    the groups of data_groups, in comparability's order: what a line about them names."""
+    seen = [comparability(g[0]) for g in groups]
+    keys = list(dict.fromkeys(k for c in seen for k in c))
+    return [k for k in keys if len({str(c.get(k)) for c in seen}) > 1]
+
+
+def describe_group(runs: list[Run], fields: Optional[Sequence[str]] = None) -> str:
+    """`3 runs on data 'X', tokenizer 'bytes'`, `2 runs with model (parameters) 812,544`: a group of
+    data_groups in words, by `fields` (those that differ between the groups; None: its data, tokenizer
+    and held-out set)."""
     seen = comparability(runs[0])
-    what = ", ".join(f"{k} {seen[k]!r}" for k in ("data", "tokenizer", "held-out set") if k in seen)
-    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}" + (f" on {what}" if what else "")
+    fields = [k for k in (fields if fields is not None else DATA_FIELDS) if k in seen]
+    on = ", ".join(f"{k} {seen[k]!r}" for k in fields if k in DATA_FIELDS)
+    with_ = ", ".join(f"{k} {_figure(seen[k])}" for k in fields if k not in DATA_FIELDS)
+    return (f"{len(runs)} run{'s' if len(runs) != 1 else ''}" + (f" on {on}" if on else "")
+            + (f" with {with_}" if with_ else ""))
+
+
+def _figure(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
 
 
 # ---------------------------------------------------------------------------------------------
