@@ -71,6 +71,13 @@ class Run:
         return self.status == FINISHED
 
     @property
+    def machine(self) -> Optional[str]:
+        """The machine the run was made on (summary.json's environment.machine_id), None when unrecorded."""
+        env = self.summary.get("environment")
+        machine = env.get("machine_id") if isinstance(env, dict) else None
+        return str(machine) if machine else None
+
+    @property
     def budget(self) -> float:
         """The fraction of train.max_steps this run trained for (its schedule ended there)."""
         value = self.summary.get("budget")
