@@ -38,7 +38,7 @@ from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP
                                       control_sweeps, evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
                                       setting_text, tuning_sweeps)
 from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, run_status
-from mltrain.tools.study.sanity import repeated_data, run_cost
+from mltrain.tools.study.sanity import check_held_out, repeated_data, run_cost
 from mltrain.tools.study.schema import BUDGET, StudyConfig, eval_seeds, frontier_arm, selection_seeds, varied_keys
 
 if TYPE_CHECKING:  # the training stack is imported when a run config is made, not with this module
@@ -108,7 +108,9 @@ def prepare(cfg: StudyConfig, out: Optional[TextIO] = None) -> Study:
     earlier += [r for scale in cfg.ladder for r in possible_evaluation_runs(cfg, layout, scale) if r.dir.exists()]
     compose.check_earlier_runs(earlier, composed)
     guarded.refuse_linked(_owned_paths(cfg, layout), layout.root)  # no write of the study through a link
-    return Study(cfg, layout, sizes, kinds, labels, out, configs=configs)
+    study = Study(cfg, layout, sizes, kinds, labels, out, configs=configs)
+    check_held_out(study)  # every arm on the frontier's held-out set, or no verdict could use it
+    return study
 
 
 def _owned_paths(cfg: StudyConfig, layout: Layout) -> list[Path]:
