@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, TextIO
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.runs import sanity
 from mltrain.runs.files import read_summary
-from mltrain.runs.keys import override_key
+from mltrain.runs.keys import override_key, override_value
+from mltrain.runs.sweep import THREADS_LINE, threaded
 from mltrain.tools.study.plan import Layout, possible_evaluation_runs, tuning_sweeps
 from mltrain.tools.study.schema import BUDGET, eval_seeds
 
@@ -72,6 +73,9 @@ def check(study: Any) -> None:
         if not override_key(o).startswith("hydra.launcher."):
             raise ConfigError(f"launcher.overrides: {o!r} is not a hydra.launcher.* setting (put run settings in "
                               "common or an arm's overrides)")
+    set_keys = {override_key(o).removeprefix("hydra.launcher."): override_value(o) for o in study.launcher.overrides}
+    if study.launcher.name == "local" and (what := threaded(set_keys)):
+        raise ConfigError(f"launcher.overrides: {THREADS_LINE.format(what=what)}")
     check_launcher(study)
 
 
