@@ -139,3 +139,20 @@ def test_a_threads_backend_is_refused_in_one_line(tmp_path, setting, capsys):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"mltrain: error: {setting} runs"), proc.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("status", [130, 143, 129])
+def test_a_stage_stopped_by_a_signal_stops_the_study_with_that_status(tmp_path, monkeypatch, status):
+    import io
+
+    from mltrain.tools.study import compose, stages
+    from mltrain.tools.study.cli import compose_study
+
+    study = stages.prepare(compose.typed_study(compose_study(["study=smoke", f"dir={tmp_path / 'study'}", "~ladder.d32"])))
+    launched = []
+    monkeypatch.setattr(stages, "multirun", lambda sweeps, env: launched.append(sweeps) or status)
+    out = io.StringIO()
+    study.out = out
+    assert stages.run(study, "mltrain-study study=smoke") == status
+    assert len(launched) == 1  # the first stage's sweeps, and nothing after them
+    assert out.getvalue().splitlines()[-1].startswith("mltrain-study: stopped; every finished run is kept")

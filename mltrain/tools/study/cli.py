@@ -8,7 +8,8 @@ status view or the stages run.
 
 Exit status: 0 every run finished and every report was written; 1 some run failed or a scale has no
 verdict (the ladder report says what is missing); 2 bad input (one `mltrain-study: error:` line,
-before any run); 130 stopped by Ctrl-C (one line: run the same command to continue).
+before any run); 130 stopped by Ctrl-C, 128 + its number by a signal handed on to the runs (143
+SIGTERM, 129 SIGHUP, 138 SIGUSR1; one line: run the same command to continue).
 """
 
 from __future__ import annotations

@@ -173,6 +173,15 @@ def _orphaned() -> None:
         os.killpg(group, signal.SIGKILL)
 
 
+class Stopped(KeyboardInterrupt):
+    """The study stops because a sweep was stopped by a signal: `status` is its exit status (130 Ctrl-C,
+    143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 def Interrupts() -> CtrlC:
     """While inside: Ctrl-C (SIGINT) stops the study, as Python's own handler would, and is also
     remembered (`requested`), so one that lands where Python cannot raise (a finaliser) still stops the

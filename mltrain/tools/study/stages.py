@@ -33,7 +33,7 @@ from mltrain.runs.provenance import redact_tree
 from mltrain.tools.compare import ArmTuning, Multiplier, Report, RunnerUp, RungTuning, compare_report
 from mltrain.tools.study import compose, ladder, tuning
 from mltrain.tools.study.compose import setting_key
-from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
+from mltrain.tools.study.launch import STOPPED, Interrupts, Stopped, multirun, output_to
 from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP, TUNE, Choice, Layout, Run, Sweep,
                                       control_sweeps, evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
                                       setting_text, tuning_sweeps)
@@ -139,10 +139,10 @@ def run(study: Study, command: str) -> int:
             report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
                                           cfg.ladder_axis, tuning=study.tuning)
             ladder.write_ladder(report, layout.ladder, root=layout.root)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
               f"the same command: {command}", file=study.out or sys.stdout, flush=True)
-        return 130
+        return stop.status if isinstance(stop, Stopped) else 130  # 143 after SIGTERM, 130 after Ctrl-C
     out = study.out or sys.stdout
     for trend in report.trends:
         print(trend.sentence, file=out)
@@ -324,7 +324,7 @@ def _launch(study: Study, sweeps: list[Sweep]) -> None:
         code = multirun([s.overrides(study.cfg, study.sizes[s.scale].tags) for s in todo], dict(study.cfg.launcher.env))
         study.launched += len(todo)
     if code in STOPPED or study.interrupts.requested:
-        raise KeyboardInterrupt
+        raise Stopped(code if code in STOPPED else 130)
     with open(log, "rb") as f:
         f.seek(offset)
         text = f.read().decode("utf-8", errors="replace")
