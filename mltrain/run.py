@@ -151,6 +151,7 @@ def data_record(data) -> dict:
         "vocab_size": data.vocab_size,
         "train_tokens": int(sum(len(a) for a in data.train)),
         "val_tokens": int(sum(len(a) for a in data.val)),
+        "corpus": getattr(data, "corpus", None) or None,
     }
 
 
@@ -458,6 +459,7 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
         "eval_flops": s.eval_flops,
         "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
         "data": session.data,
+        "corpus": session.data.get("corpus"),  # the text's identity: name, sha256, documents, bytes
         "held_out": session.evaluator.held_out(),
         "provenance": origin,
         "coarsening": cfg.coarsening.name,

@@ -80,6 +80,8 @@ def docstrings(source: bytes) -> str:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):  # a file for another Python version; not ours to judge
         return ""
+    except (RecursionError, MemoryError):  # a generated module with a huge expression: no prose in it
+        return ""
     docs = []
     module_doc = ast.get_docstring(tree)
     if module_doc:

@@ -1,18 +1,24 @@
 """`load_tokens(cfg.data)`: the train and validation token arrays of the configured source.
 
+* `prose`: the English prose corpus shipped with mltrain (see prose.py), split by document: the same
+  bytes on every machine.
 * `embedded`: the Python documentation corpus (see embedded.py), split by document.
 * `packages`: the installed packages' documentation plus the embedded corpus (see packages.py), split by
-  document.
+  document. Its text depends on the installed versions (its corpus record's sha256 says which).
 * `text`: local files (see text.py); several files are split by document, a single file by position
   (its last `val_fraction` of tokens is validation).
 * `shards`: a folder of llm.c-format shards (see shards.py), one array per shard.
 
 Document splits: documents are ordered by the SHA-1 of their name (stable across runs, machines and
 Python processes) and taken into validation in that order until they hold `val_fraction` of the
-text's bytes; at least one document goes to each side. Documents keep their corpus order inside each
+text's bytes; a document that would carry the held-out side past 1.5 x `val_fraction` is passed over
+(it stays in training), so one document much larger than the rest cannot make the held-out share far
+from the one asked; at least one document goes to each side (when every document is too large, the
+smallest is held out). Documents keep their corpus order inside each
 split, each followed by the tokenizer's separator (end-of-text, or "\\n\\n" for `bytes`).
 
-`embedded`, `packages` and `text` are tokenized once and cached (see cache.py); `shards` are used in place.
+`prose`, `embedded`, `packages` and `text` are tokenized once and cached (see cache.py); `shards` are used
+in place. Every source's `TokenSplits.corpus` is its identity record (corpus.py), written into summary.json.
 """
 
 from __future__ import annotations
@@ -20,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from omegaconf import OmegaConf
 
-from mltrain.data import cache, embedded, inputs, packages, prepare, shards, text
+from mltrain.data import cache, corpus, embedded, inputs, packages, prepare, prose, shards, text
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import DataError
 from mltrain.data.tokenizers import Tokenizer, get_tokenizer
@@ -41,6 +47,7 @@ class TokenSplits:
     vocab_size: int  # the tokenizer's n_vocab
     tokenizer: str
     description: str  # one human line: source, tokenizer and token counts
+    corpus: dict = field(default_factory=dict)  # the text's identity: name, sha256, documents, bytes (corpus.py)
 
 
 def data_config(data: DataConfig | Mapping[str, Any]) -> DataConfig:
@@ -53,19 +60,26 @@ def data_config(data: DataConfig | Mapping[str, Any]) -> DataConfig:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), data))
 
 
+MAX_VAL_OVERSHOOT = 1.5  # a document is held out only while the held-out side stays under this x its target
+
+
 def validation_documents(names: Sequence[str], sizes: Sequence[int], val_fraction: float) -> list[bool]:
     """is_val flag per document: see the module docstring. Needs at least two documents."""
     if len(names) < 2:
         raise DataError("a split by document needs at least two documents")
     order = sorted(range(len(names)), key=lambda i: hashlib.sha1(names[i].encode("utf-8")).hexdigest())
+    sizes = [max(int(s), 1) for s in sizes]
     target = val_fraction * sum(sizes)
     is_val = [False] * len(names)
     taken = 0
     for i in order[:-1]:  # the last one always stays in train
         if taken >= target and taken > 0:
             break
-        is_val[i] = True
-        taken += max(int(sizes[i]), 1)
+        if taken + sizes[i] <= MAX_VAL_OVERSHOOT * target:
+            is_val[i] = True
+            taken += sizes[i]
+    if not taken:  # every document is too large: the smallest one (the first in order among equals)
+        is_val[min(order[:-1], key=lambda i: sizes[i])] = True
     return is_val
 
 
@@ -79,35 +93,59 @@ def _describe(meta: dict, tok: Tokenizer) -> str:
 
 
 def _write_documents(
-    writers: dict, tok: Tokenizer, docs: Any, names: Sequence[str], is_val: Sequence[bool]
+    writers: dict, tok: Tokenizer, docs: Any, names: Sequence[str], is_val: Sequence[bool], hasher: corpus.Hasher
 ) -> int:
-    n_bytes = 0
+    """Tokenize and write each document to its split; `hasher` hashes its text (the corpus record)."""
     for name, flag, body in zip(names, is_val, docs, strict=True):
         tokens, _ = tok.encode_documents([body], separator="after")
         writers["val" if flag else "train"].write(tokens)
-        n_bytes += len(body.encode("utf-8"))
-    return n_bytes
+        hasher.add(name, body)
+    return hasher.bytes
 
 
 def _load_documents(c: Any, tok: Tokenizer, source: str, key: str, read: Callable[[], Sequence[tuple[str, str]]],
-                    what: Callable[[Sequence[tuple[str, str]], int], str]) -> TokenSplits:
+                    what: Callable[[Sequence[tuple[str, str]], int], str],
+                    record: Callable[[dict], dict] = lambda r: r) -> TokenSplits:
     """A corpus of named documents (`read()`, sorted by name), split by document, tokenized once into the
-    token cache under `key`; `what(docs, n_bytes)` is its description."""
+    token cache under `key`; `what(docs, n_bytes)` is its description, `record(hashed)` its corpus record
+    given the one hashed from its documents."""
     store = cache.TokenCache(c.cache_dir, source, tok.name, key)
     found = store.load()
     if found is None:
+        store.check_writable()  # before reading the corpus, which can take minutes (data=packages)
         docs = read()
         log.info("tokenizing the %s corpus (%d documents) with %s, once", source, len(docs), tok.name)
         names = [n for n, _ in docs]
         is_val = validation_documents(names, [len(t.encode("utf-8")) for _, t in docs], c.val_fraction)
 
         def fill(writers: dict) -> dict:
-            n_bytes = _write_documents(writers, tok, (t for _, t in docs), names, is_val)
-            return {"what": what(docs, n_bytes), "val_documents": [n for n, v in zip(names, is_val) if v]}
+            hasher = corpus.Hasher()
+            n_bytes = _write_documents(writers, tok, (t for _, t in docs), names, is_val, hasher)
+            return {"what": what(docs, n_bytes), "val_documents": [n for n, v in zip(names, is_val) if v],
+                    "corpus": record(hasher.record(source))}
 
         found = store.build(tok.dtype, fill)
     arrays, meta = _checked(found, store, tok)
-    return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok))
+    return _splits(arrays, meta, tok)
+
+
+def _splits(arrays: dict, meta: dict, tok: Tokenizer) -> TokenSplits:
+    return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok),
+                       dict(meta.get("corpus") or {}))
+
+
+def _load_prose(c: Any, tok: Tokenizer) -> TokenSplits:
+    key = _key("prose", cache.CACHE_VERSION, prose.fingerprint(), tok.name, c.val_fraction)
+
+    def record(hashed: dict) -> dict:  # the shipped text's own sha256 (prose.py), checked as it was read
+        return {**prose.record(), "documents": hashed["documents"], "bytes": hashed["bytes"]}
+
+    return _load_documents(
+        c, tok, "prose", key, prose.documents,
+        lambda docs, n_bytes: f"prose (State of the Union addresses 1790-2026 and the World English Bible: "
+                              f"{len(docs)} documents, {n_bytes / 1e6:.2f} MB, sha256 {prose.fingerprint()[:16]})",
+        record,
+    )  # fmt: skip
 
 
 def _load_embedded(c: Any, tok: Tokenizer) -> TokenSplits:
@@ -169,17 +207,21 @@ def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
 
         def fill(writers: dict) -> dict:
             docs = checked(text.read_documents(files, c.cache_dir))
+            hasher = corpus.Hasher()
             if len(files) == 1:  # one document: its last val_fraction is validation
-                tokens = tok.encode_array(next(iter(docs)))
+                body = next(iter(docs))
+                hasher.add(names[0], body)
+                tokens = tok.encode_array(body)
                 n_val = max(1, int(round(len(tokens) * c.val_fraction)))
                 if len(tokens) < 2:
                     raise DataError(f"data.path={c.path!r}: {files[0]} is too short to split ({len(tokens)} tokens)")
                 writers["train"].write(tokens[:-n_val])
                 writers["val"].write(tokens[-n_val:])
-                return {"what": what, "not_text": not_text}
+                return {"what": what, "not_text": not_text, "corpus": hasher.record("text")}
             is_val = validation_documents(names, sizes, c.val_fraction)
-            _write_documents(writers, tok, docs, names, is_val)
-            return {"what": what, "val_documents": [n for n, v in zip(names, is_val) if v], "not_text": not_text}
+            _write_documents(writers, tok, docs, names, is_val, hasher)
+            return {"what": what, "val_documents": [n for n, v in zip(names, is_val) if v], "not_text": not_text,
+                    "corpus": hasher.record("text")}
 
         found = store.build(tok.dtype, fill)
     arrays, meta = _checked(found, store, tok)
@@ -188,7 +230,7 @@ def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
             f"data.path={c.path!r}: {', '.join(meta['not_text'][:3])} is not UTF-8 text (more than "
             f"{text.MAX_NOT_TEXT:.0%} undecodable or control bytes); set data.allow_binary=true to train on it anyway"
         )
-    return TokenSplits([arrays["train"]], [arrays["val"]], tok.n_vocab, tok.name, _describe(meta, tok))
+    return _splits(arrays, meta, tok)
 
 
 def _load_shards(c: Any, tok: Tokenizer) -> TokenSplits:
@@ -201,18 +243,18 @@ def _load_shards(c: Any, tok: Tokenizer) -> TokenSplits:
         log.warning("data.dir=%s %s and data.prepare_if_missing=true: preparing it now", c.dir, reason)
         prepare.run_prepare(prepare.PrepareConfig(out_dir=str(c.dir), tokenizer=tok.name))
     train, val, desc = shards.load_shard_splits(c.dir, tok.name, tok.n_vocab)
-    return TokenSplits(train, val, tok.n_vocab, tok.name, desc)
+    return TokenSplits(train, val, tok.n_vocab, tok.name, desc, corpus.shards_record([*train, *val]))
 
 
-_LOADERS = {Source.embedded: _load_embedded, Source.packages: _load_packages, Source.text: _load_text,
+_LOADERS = {Source.prose: _load_prose, Source.embedded: _load_embedded, Source.packages: _load_packages, Source.text: _load_text,
             Source.shards: _load_shards}
 
 
-# The embedded and packages corpora of each data config this process has loaded: their content (Python's
-# and the installed packages' docs) does not change while the process lives, so the jobs of a sweep in one
+# The prose, embedded and packages corpora of each data config this process has loaded: their content (the
+# shipped corpus, Python's and the installed packages' docs) does not change while the process lives, so the jobs of a sweep in one
 # process (Hydra's basic launcher, a joblib worker, mltrain-study) hash and load them once. Text files and
 # shards are looked at again.
-_INSTALLED = (Source.embedded, Source.packages)
+_INSTALLED = (Source.prose, Source.embedded, Source.packages)
 _INSTALLED_LOADED: dict[str, TokenSplits] = {}
 
 

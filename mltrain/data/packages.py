@@ -22,7 +22,7 @@ set of source files, keyed by their paths, sizes and modification times (see `fi
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib.machinery
 import json
 import logging
 import os
@@ -76,12 +76,26 @@ _FENCE = re.compile(r"```.*?(```|\Z)", re.S)
 _CODE_LINE = re.compile(r"\s*(>>>|\.\.\.( |$))")
 
 
+def _install_path() -> list[str]:
+    """sys.path without the working directory (`''` or the folder `python -m` / `python -c` put first): a
+    folder of the user's named like a source (`datasets/`) is not the installed package."""
+    here = Path.cwd().resolve()
+    out = []
+    for entry in sys.path:
+        try:
+            if entry and Path(entry).resolve() != here:
+                out.append(entry)
+        except OSError:
+            continue
+    return out
+
+
 def package_dirs(packages: Sequence[str] | None = None) -> list[tuple[str, Path]]:
-    """(name, folder) of each installed package of PACKAGES (or of `packages`), found on sys.path
-    without importing it; packages that are not installed are left out."""
-    found = []
+    """(name, folder) of each installed package of PACKAGES (or of `packages`), found on sys.path (less the
+    working directory) without importing it; packages that are not installed are left out."""
+    found, path = [], _install_path()
     for name in packages if packages is not None else [p for p, _ in PACKAGES]:
-        spec = importlib.util.find_spec(name)  # a top-level name: finding it runs no package code
+        spec = importlib.machinery.PathFinder.find_spec(name, path)  # a top-level name: runs no package code
         locations = list(spec.submodule_search_locations or []) if spec is not None else []
         if locations:
             found.append((name, Path(locations[0])))
@@ -95,7 +109,7 @@ def module_files(roots: Iterable[tuple[str, Path]]) -> list[tuple[str, Path]]:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
             for fn in filenames:
-                if fn.endswith(".py"):
+                if fn.endswith(".py") and (Path(dirpath) / fn).is_file():  # a dangling link is no module
                     path = Path(dirpath) / fn
                     found.append((f"{name}/{path.relative_to(root).as_posix()}", path))
     return sorted(found)

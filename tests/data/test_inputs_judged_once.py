@@ -7,6 +7,8 @@ line."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -66,14 +68,30 @@ def test_every_batch_is_checked_against_the_vocabulary(tmp_path):
         BatchSampler(arrays, 64, 8, seed=0, vocab_size=100).batch(0)
 
 
-def test_a_token_cache_changed_under_its_meta_is_one_line(tmp_path):
-    cfg = DataConfig(source="text", path=str(tmp_path / "notes.txt"), tokenizer="bytes", cache_dir=str(tmp_path / "c"))
+def _edit_cached_train(tmp_path, cfg, meta_too: bool):
     (tmp_path / "notes.txt").write_text("some text to train on.\n" * 400)
-    load_tokens(cfg)
+    good = np.asarray(load_tokens(cfg).train[0]).copy()
     cached = next((tmp_path / "c").rglob("*train*"))
     data = bytearray(cached.read_bytes())
     data[10:12] = np.array([60000], dtype=np.uint16).tobytes()
     cached.write_bytes(bytes(data))
+    if meta_too:  # its checksums made to agree: only the vocabulary check is left to catch it
+        meta_path = next((tmp_path / "c").rglob("*.json"))
+        meta = json.loads(meta_path.read_text())
+        meta["checksums"]["train"] = [hashlib.sha256(bytes(data)).hexdigest()]
+        meta_path.write_text(json.dumps(meta))
+    return good
+
+
+def test_a_token_cache_changed_under_its_meta_is_rebuilt(tmp_path):
+    cfg = DataConfig(source="text", path=str(tmp_path / "notes.txt"), tokenizer="bytes", cache_dir=str(tmp_path / "c"))
+    good = _edit_cached_train(tmp_path, cfg, meta_too=False)
+    assert np.array_equal(load_tokens(cfg).train[0], good)  # its checksum fails: rebuilt (data/cache.py)
+
+
+def test_a_token_cache_changed_with_its_checksums_is_one_line(tmp_path):
+    cfg = DataConfig(source="text", path=str(tmp_path / "notes.txt"), tokenizer="bytes", cache_dir=str(tmp_path / "c"))
+    _edit_cached_train(tmp_path, cfg, meta_too=True)
     with pytest.raises(DataError, match="the token cache.*token id 60000"):
         load_tokens(cfg)
 

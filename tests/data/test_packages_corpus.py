@@ -125,3 +125,37 @@ def test_a_real_package_gives_the_same_documents_twice():
     assert len(first) >= 10 and first == again
     assert packages.content_hash(first) == packages.content_hash(again)
     assert sum(len(text) for _, text in first) > 50_000  # English prose, not a handful of one-liners
+
+
+def test_a_folder_in_the_working_directory_named_like_a_source_is_not_read(tmp_path, monkeypatch):
+    import sys
+
+    name = "sympy"  # a source that this process has not imported (an imported one is found in sys.modules)
+    if name in sys.modules or not packages.package_dirs([name]):
+        pytest.skip(f"{name} is imported already or not installed here")
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text('"""Not the installed package."""\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend("")  # what `python -m` / `python -c` put first: the working directory
+    found = dict(packages.package_dirs([name]))
+    assert found[name].resolve() != (tmp_path / name).resolve()
+
+
+def test_a_huge_expression_or_a_dangling_link_is_passed_over(tree, tmp_path):
+    root = tree[0][1]
+    (root / "generated.py").write_text('"""Generated."""\nx = ' + " + ".join(["1"] * 5000) + "\n")
+    (root / "gone.py").symlink_to(tmp_path / "nowhere.py")
+    files = packages.module_files(tree)
+    assert "fakepkg/gone.py" not in dict(files)
+    packages.fingerprint(files)  # no FileNotFoundError
+    docs = dict(packages.package_documents(files))  # no RecursionError out of ast.parse
+    assert "fakepkg/alpha.py" in docs
+
+
+def test_a_cache_dir_that_cannot_hold_the_cache_is_refused_before_extraction(tree, tmp_path, monkeypatch):
+    _fake_install(monkeypatch, tree)
+    monkeypatch.setattr(packages, "documents", lambda *a, **k: pytest.fail("extracted before the cache was checked"))
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache folder should be")
+    with pytest.raises(loader.DataError, match="cannot create the token cache folder"):
+        load_tokens({"source": "packages", "tokenizer": "bytes", "cache_dir": str(blocker)})

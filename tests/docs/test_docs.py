@@ -28,7 +28,7 @@ from mltrain.run import run
 ROOT = REPO
 README = ROOT / "README.md"
 DOCS = DOC_FILES
-INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && .venv/bin/mltrain coarsening=evenodd'
+INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e ".[dev]" && .venv/bin/mltrain coarsening=evenodd'
 TESTS = ".venv/bin/python -m pytest -q -n auto"
 TOOLS = {"mltrain", "mltrain-prepare", "mltrain-compare", "mltrain-study", "mltrain-sample", "mltrain-export"}
 

@@ -164,23 +164,28 @@ def test_multiplier_beyond_the_data_is_a_bound_and_the_control_joins_the_frontie
     assert "saving 1 − 1/M" in md and "M > 1.33" in md and "> 25.0%" in md
 
 
-def test_bootstrap_interval_brackets_the_per_seed_multipliers_and_is_reproducible(tmp_path):
+def test_the_bootstrap_interval_is_t_calibrated_and_reproducible(tmp_path):
     frontier_runs(tmp_path, range(4))
     ks = {0: 1.8, 1: 1.9, 2: 2.1, 3: 2.2}
     for s, k in ks.items():
         multilevel(tmp_path, s, 0.1, 3e13, k)
     report = compare_dirs([tmp_path], plot=False)
     m = arm(report, "multilevel")["multiplier"]
-    geometric_mean = math.exp(np.mean(np.log(list(ks.values()))))
-    assert m["M"] == pytest.approx(geometric_mean, rel=1e-3) and not m["extrapolated"] and m["beyond_data"] is None
-    assert 1.8 * 0.999 <= m["M_lo"] < m["M"] < m["M_hi"] <= 2.2 * 1.001
+    logs = np.log(list(ks.values()))
+    assert m["M"] == pytest.approx(math.exp(logs.mean()), rel=1e-3) and not m["extrapolated"] and m["beyond_data"] is None
+    # On a noise-free frontier each draw's M is the mean of the drawn seeds' log M: the calibrated bootstrap
+    # interval is then the t interval of the four log M (t at 3 df), wider than the seeds' own spread
+    half = 3.182446305284263 * logs.std(ddof=1) / 2  # t(0.975, 3) · sem
+    assert (math.log(m["M_lo"]), math.log(m["M_hi"])) == pytest.approx((logs.mean() - half, logs.mean() + half), rel=0.05)
+    assert m["M_lo"] < 1.8 and m["M_hi"] > 2.2  # the percentile bootstrap stayed inside [1.8, 2.2]: it covered ~80%
     assert m["saving_lo"] == pytest.approx(1 - 1 / m["M_lo"])
     assert compare_dirs([tmp_path], plot=False)["arms"] == report["arms"]  # a fixed bootstrap seed
     interpolated = arm(report, "multilevel")["saving_interpolated"]
     assert interpolated["available"] and interpolated["n"] == 4  # beside it, read on the points
+    assert m["headline"]["kind"] == "interpolated" and m["headline"]["dof"] == 3  # inside the data: the points lead
 
 
-def test_fewer_than_four_seeds_give_no_bootstrap_interval(tmp_path):
+def test_fewer_than_four_seeds_give_no_bootstrap_interval_but_the_t_interval_on_the_points(tmp_path):
     # With 3 seeds, one in nine draws repeats one seed three times: the 2.5% tails would be single seeds.
     frontier_runs(tmp_path, range(3))
     for s, k in {0: 1.8, 1: 2.0, 2: 2.2}.items():
@@ -188,7 +193,19 @@ def test_fewer_than_four_seeds_give_no_bootstrap_interval(tmp_path):
     a = arm(compare_dirs([tmp_path], plot=False), "multilevel")
     m = a["multiplier"]
     assert m["available"] and m["M_lo"] is None and m["M_hi"] is None
-    assert any("fewer than 4 evaluation seeds" in w for w in m["warnings"]) and a["verdict"].startswith("too few seeds")
+    assert any("fewer than 4 evaluation seeds" in w for w in m["warnings"])
+    # inside the data the Student t interval over the 3 runs' interpolated log M leads (2 df: wide, valid)
+    head = m["headline"]
+    assert head["kind"] == "interpolated" and head["dof"] == 2 and head["M_lo"] < head["M"] < head["M_hi"]
+    assert a["verdict"] == ("saves FLOPs" if head["M_lo"] > 1 else "no evidence either way")
+
+
+def test_one_seed_gives_too_few_seeds(tmp_path):
+    frontier_runs(tmp_path, range(2))
+    multilevel(tmp_path, 0, 0.1, 3e13, 1.8)
+    a = arm(compare_dirs([tmp_path], plot=False), "multilevel")
+    assert a["multiplier"]["headline"]["kind"] == "interpolated" and a["multiplier"]["headline"]["M_lo"] is None
+    assert a["verdict"] == "too few seeds (n=1)"
 
 
 def test_fewer_than_three_frontier_points_leave_the_multiplier_unavailable(tmp_path, capsys):
@@ -220,7 +237,12 @@ def test_a_fit_that_does_not_converge_is_said_and_the_report_still_written(tmp_p
     report = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert not report["frontier"]["fit"]["available"] and "did not converge" in report["frontier"]["fit"]["why"]
     assert "did not converge" in arm(report, "multilevel")["multiplier"]["why"]
-    assert "Compute multiplier unavailable: the fit did not converge" in (tmp_path / "out" / "comparison.md").read_text()
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert "Fitted compute multiplier unavailable: the fit did not converge" in md
+    # the runs lie inside the frontier's points (between 2e13 and 4e13): M is still read on them
+    head = arm(report, "multilevel")["multiplier"]["headline"]
+    assert head["kind"] == "interpolated" and "read on the frontier's points" in md
+    assert 2e13 / 3e13 < head["M"] < 4e13 / 3e13  # between the points the loss 0.995 lies between
 
 
 # ---------------------------------------------------------------------------------------------

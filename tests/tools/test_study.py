@@ -33,7 +33,8 @@ SHIPPED = {  # study -> (rungs at least, the arms' presets it must have)
     "smoke": (2, {"single", "multilevel"}),
     "cpu_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
     "paper_ladder": (3, {"single", "multilevel", "schedule_control", "random_control"}),
-    "depth_ladder": (3, {"single", "multilevel", "schedule_control", "random_control", "ode_step", "raptr"}),
+    "depth_ladder": (4, {"single", "multilevel", "schedule_control"}),
+    "depth_rivals": (1, {"single", "multilevel", "schedule_control", "random_control", "ode_step", "raptr"}),
     "data_ladder": (3, {"single", "multilevel", "schedule_control", "stacking", "raptr"}),
     "adamw_check": (1, {"single", "adamw_reset", "raptr"}),
 }
@@ -55,8 +56,9 @@ def test_shipped_studies_compose_check_and_every_arm_validates_at_every_scale(na
     assert len(counts) == 1
     rungs, presets = SHIPPED[name]
     assert len(cfg.ladder) >= rungs and {a.experiment for a in cfg.arms.values()} >= presets
-    if name != "smoke":  # tuned on seed 0 alone, 4 settings per arm, 6 evaluation seeds (4 at a costly rung)
-        assert list(cfg.selection_seeds) == [0] and counts.pop() >= 4
+    if name != "smoke":  # tuned on seed 0 alone, 3 settings per arm or more (the depth ladders' 3, with the
+        # frontier's LR neighbours and edges), 4 evaluation seeds or more
+        assert list(cfg.selection_seeds) == [0] and counts.pop() >= 3
         assert all(len(schema.eval_seeds(cfg, r)) >= 4 for r in cfg.ladder)
     layout = Layout(Path("unused"))
     with compose.Composer() as composer:
@@ -364,7 +366,7 @@ def test_the_new_ladders_hold_their_stated_rungs():
         assert (l8.model.n_layer, l8.model.n_embd, l8.model.block_size, l8.train.batch_size) == (8, 32, 32, 8)
         assert sizes["depth"]["L8"].max_steps == 3360 and sizes["depth"]["L8"].tokens_per_param == pytest.approx(8.0)
         assert [s.on_axis("depth") for s in sizes["depth"].values()] == [4, 8, 12, 16]
-        assert all(schema.eval_seeds(study, rung) == [1, 2, 3, 4, 5, 6] for study in (depth, data) for rung in study.ladder)
+        assert all(schema.eval_seeds(study, rung) == [1, 2, 3, 4, 5] for study in (depth, data) for rung in study.ladder)
         assert [round(s.tokens_per_param) for s in sizes["data"].values()] == [8, 16, 32]
         for name, study in (("depth", depth), ("data", data)):
             for rung, size in sizes[name].items():
@@ -416,7 +418,7 @@ def finish(run, loss: float) -> None:
     (run.dir / "summary.json").write_text(json.dumps({"status": "finished", "final_val_loss": loss}))
 
 
-def test_the_frontier_tries_warmups_the_control_at_every_budget_and_its_lr_neighbours(tmp_path):
+def test_the_frontier_tries_warmups_its_lr_neighbours_then_the_control_at_each_budgets_choice(tmp_path):
     from mltrain.tools.study import tuning
     from mltrain.tools.study.plan import control_sweeps
 
@@ -425,20 +427,33 @@ def test_the_frontier_tries_warmups_the_control_at_every_budget_and_its_lr_neigh
     single = tuning_sweeps(cfg, layout, "d16")[0]
     assert dict(single.swept)["schedule.warmup_steps"] == ("1", "4")  # 1% and 4.5% of 100 steps
     assert len(single.runs()) == 2 * 2 * 3  # warm-up x LR x budget, on seed 0
-    control = control_sweeps(cfg, layout, "d16", 100, ["0.5", "1.0", "2.0"])
-    lengths = {dict(s.swept)["train.budget"][0]: dict(s.swept)["multilevel.coarse_steps"] for s in control}
-    assert lengths == {"0.5": ("1",), "2.0": ("4",)}  # at budget 1 the control arm's own runs are that point
-    assert all(s.dir.name == "control@frontier" and "experiment=schedule_control" in s.fixed for s in control)
-    for run in single.runs():
-        finish(run, 2.0 + abs(float(run.setting["optim.lr"]) - 0.3))
+    for run in single.runs():  # no near tie: the warm-ups apart by 0.1 nats
+        finish(run, 2.0 + abs(float(run.setting["optim.lr"]) - 0.3) + 0.1 * (run.setting["schedule.warmup_steps"] == "1"))
     by_budget = {b: {"optim.lr": "0.3", "schedule.warmup_steps": "4"} for b in ("0.5", "1.0", "2.0")}
     more = tuning.more_sweeps(cfg, layout, "d16", 100, [single], {"single": Choice({}, by_budget)})
     planned = sorted((r.setting["train.budget"], r.setting["optim.lr"], r.seed) for s in more for r in s.runs())
     assert planned == sorted((b, lr, 0) for b in ("0.5", "1.0", "2.0") for lr in ("0.5196", "0.1732"))
     assert all(r.setting["schedule.warmup_steps"] == "4" for s in more for r in s.runs())
+    # the neighbours lose: each budget's choice is settled, and the control's schedule runs there at the
+    # frontier's chosen fine LR and warm-up (its own knob, the length, follows the budget)
+    for run in (r for s in more for r in s.runs()):
+        finish(run, 2.5)
+    control = tuning.more_sweeps(cfg, layout, "d16", 100, [single, *more], {"single": Choice({}, by_budget)})
+    assert all(s.dir.name == "control@frontier" and "experiment=schedule_control" in s.fixed for s in control)
+    runs = sorted((r.setting["train.budget"], r.setting["multilevel.coarse_steps"], r.setting["optim.lr"],
+                   r.setting["schedule.warmup_steps"], r.seed) for s in control for r in s.runs())
+    assert runs == [("0.5", "1", "0.3", "4", 0), ("1.0", "2", "0.3", "4", 0), ("2.0", "4", "0.3", "4", 0)]
+    # at the control arm's own fine LR and warm-up (d32 sets 2 steps), budget 1 and length 1 is its own runs' point
+    own = control_sweeps(cfg, layout, "d32", 200, {b: {"optim.lr": "0.3", "schedule.warmup_steps": "2"}
+                                                   for b in ("0.5", "1.0")})
+    assert [dict(s.swept)["train.budget"] for s in own] == [("0.5",)]
+    late = control_sweeps(cfg, layout, "d32", 200, {"1.0": {"optim.lr": "0.1", "schedule.warmup_steps": "2"}})
+    assert [dict(s.swept)["optim.lr"] for s in late] == [("0.1",)]  # another fine LR: a point of its own
 
 
-def test_an_arm_beyond_the_frontier_data_adds_the_next_budget_up_to_the_cap(tmp_path):
+def test_an_arm_under_test_beyond_the_frontier_data_adds_the_next_budget_up_to_the_cap(tmp_path):
+    from types import SimpleNamespace
+
     from mltrain.tools.study.tuning import next_budget
 
     cfg = wide_study(tmp_path)
@@ -446,13 +461,24 @@ def test_an_arm_beyond_the_frontier_data_adds_the_next_budget_up_to_the_cap(tmp_
                                         {"is_frontier": False, "multiplier": {"extrapolated": True, "beyond_data": 1.6}}]})
     inside = Report.from_json({"arms": [{"is_frontier": False, "multiplier": {"extrapolated": False, "beyond_data": None}}]})
     bound = Report.from_json({"arms": [{"is_frontier": False, "multiplier": {"bound": {"kind": "lower"}}}]})
-    assert next_budget(cfg, ["0.5", "1.0", "2.0"], beyond) == "3.0"
-    assert next_budget(cfg, ["0.5", "1.0", "2.0"], bound) == "3.0"
-    assert next_budget(cfg, ["0.5", "1.0", "2.0", "3.0"], beyond) is None  # frontier.max_budget=3
-    assert next_budget(cfg, ["0.5", "1.0", "2.0"], inside) is None
-    assert next_budget(wide_study(tmp_path, "frontier.max_budget=null"), ["1.0", "2.0"], beyond) is None
+    assert next_budget(cfg, ["0.5", "1.0", "2.0"], beyond.arms) == "3.0"
+    assert next_budget(cfg, ["0.5", "1.0", "2.0"], bound.arms) == "3.0"
+    assert next_budget(cfg, ["0.5", "1.0", "2.0", "3.0"], beyond.arms) is None  # frontier.max_budget=3
+    assert next_budget(cfg, ["0.5", "1.0", "2.0"], inside.arms) is None
+    assert next_budget(wide_study(tmp_path, "frontier.max_budget=null"), ["1.0", "2.0"], beyond.arms) is None
     sweeps = tuning_sweeps(cfg, Layout(tmp_path, {"d16": 100}), "d16", budgets=["0.5", "1.0", "2.0", "3.0"])
     assert dict(sweeps[0].swept)["train.budget"] == ("0.5", "1.0", "2.0", "3.0")
+    # the verdict lists the control's runs at the frontier's budgets as arms of their own: beyond the data
+    # (a budget-2 run is), they are not arms under test and add no budget; the study's own arms do
+    arms = [{"label": "multilevel,optim.lr=0.3", "run_kind": "multilevel", "multiplier": {}},
+            {"label": "control,coarse_steps=4", "run_kind": "schedule_control", "multiplier": {"extrapolated": True}}]
+    result = SimpleNamespace(comparison=Report.from_json({"arms": arms}))
+    study = SimpleNamespace(cfg=cfg, labels={"d16": {"multilevel": "multilevel,optim.lr=0.3", "control": "control"}},
+                            kinds={("d16", "multilevel"): "multilevel", ("d16", "control"): "schedule_control"})
+    tested = stages._under_test(study, "d16", result)
+    assert [a.label for a in tested if a is not None] == ["multilevel,optim.lr=0.3"]
+    assert next_budget(cfg, ["0.5", "1.0", "2.0"], tested) is None
+    assert next_budget(cfg, ["0.5", "1.0", "2.0"], result.comparison.arms) == "3.0"  # what reading every arm did
 
 
 def test_a_choice_on_the_grid_edge_plans_one_more_value_beyond_it(tmp_path):

@@ -1,11 +1,10 @@
 """The verdict's instrument on constructed runs: an arm beyond the frontier's data gets a bound, not a
 point; a flat frontier gives an unbounded upper end; the joint (shifted-frontier) fit; the schedule
 control as a frontier candidate and as an arm; the frontier's gain per tuning dimension; the ladder's
-trend from a hierarchical bootstrap, earned only by monotone rungs."""
+trend weighing its rungs by their intervals (and a fitted reading's fit error), bounds left out."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -72,11 +71,19 @@ def test_a_flat_top_of_the_frontier_gives_an_unbounded_upper_end_not_a_number(tm
     assert m["M_lo"] is not None and m["M_hi"] is None and m["M_hi_unbounded"] is True
     assert m["degenerate_share"] > 0.025 and any("upper end is unbounded" in w for w in m["warnings"])
     assert report["frontier"]["fit"]["degenerate"].startswith("the floor E")
-    # the fit's own error is far wider than ±5%: the frontier's own points lead
-    assert m["headline"]["kind"] == "interpolated" and m["headline"]["M"] == pytest.approx(m["M_interpolated"])
+    # one run lies below its seed's lowest frontier loss (not all, not with confidence), and the fit's own
+    # error is far wider than ±5%: the data-only bound leads, the lower confidence limit of the censored M
+    on_data = m["on_data"]
+    assert on_data["kind"] is None and on_data["n_below"] == 1 and on_data["gap_upper"] > 0
+    assert m["headline"]["kind"] == "bound" and m["headline"]["M_lo"] == pytest.approx(on_data["lower_limit"])
+    assert 1 < m["bound"]["value"] < m["M_interpolated"] and m["bound"]["what"].startswith("some runs below")
     row = next(line for line in (tmp_path / "out" / "comparison.md").read_text().splitlines()
                if line.startswith("| `multilevel"))
-    assert "read on the frontier's points" in row and ", ∞)" in row
+    assert f"M > {m['bound']['value']:.3g} (n=5, data only: 1 of 5 runs below" in row
+    # what comparison.json calls degenerate, comparison.md says: the fit at its bound, the draws that were
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert f"The fit is degenerate: {report['frontier']['fit']['degenerate']}" in md
+    assert f"{m['n_degenerate']} degenerate bootstrap draws ({100 * m['degenerate_share']:.1f}%" in md
 
 
 def test_the_joint_fit_recovers_a_known_shift_and_a_fit_at_its_bounds_says_so():
@@ -140,13 +147,11 @@ def test_a_ladder_that_goes_up_and_down_cannot_tell(ms):
     assert "cannot tell" in sentence and f"{trend.slope:+.3f}" in sentence
 
 
-def test_trend_draws_use_the_rungs_bootstrap_and_fit_error_and_skip_bounds():
-    rng = np.random.default_rng(0)
+def test_the_trend_weighs_the_rungs_by_their_intervals_and_fit_error_and_skips_bounds():
     rungs = []
     for x in (4, 8, 12):  # M = 1.1 (x / 4)^0.2: on a straight line in log-log
         m = 1.1 * (x / 4) ** 0.2
-        draws = list(np.exp(rng.normal(math.log(m), 0.01, 1000)))
-        rungs.append((x, Multiplier.from_json({**multiplier(m), "bootstrap_M": draws}), 6, None))
+        rungs.append((x, Multiplier.from_json(multiplier(m)), 6, None))
     assert ladder.fit_trend(rungs).verdict == "growing"
     wide = [(x, m, k, FitError.from_json({"available": True, "M_lo": 0.8, "M_hi": 1.25})) for x, m, k, _ in rungs]
     assert ladder.fit_trend(wide).verdict == "cannot tell"  # a ±25% fit error swamps the slope

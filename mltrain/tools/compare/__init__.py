@@ -37,10 +37,10 @@ from mltrain.tools.compare.cli import main, run_compare
 from mltrain.tools.compare.loading import CompareError
 from mltrain.tools.compare.report import params_text, render_ladder, render_markdown
 from mltrain.tools.compare.results import (Arm, ArmTuning, Bound, BudgetReading, BudgetTried, ConfigurationMean,
-                                          EnvelopePoint, ExcludedRung, FitError, Frontier, FrontierRun, Gain,
+                                          DataReading, EnvelopePoint, ExcludedRung, FitError, Frontier, FrontierRun, Gain,
                                           GainReading, Headline, Ladder, LossInterval, Multiplier, PowerLawFit,
                                           Prediction, Report, Rung, RungArm, RungTuning, RunnerUp, RunReading, Saving,
-                                          SeedEnvelope, SettingLosses, Trend, TriedSetting, WallclockFrontier,
+                                          SeedEnvelope, SettingLosses, Step, Trend, TriedSetting, WallclockFrontier,
                                           WallclockSaving, WithoutControl)
 from mltrain.tools.compare.statistics import first_reach, interval, moving_average
 from mltrain.tools.compare.tables import (Baseline, BootstrapRecord, ConfigurationRow, ConfigurationRun, ConfigVerdict,
@@ -53,7 +53,7 @@ __all__ = ["main", "run_compare", "compare_dirs", "compare_report", "CompareErro
            "moving_average", "markdown_safe", "render_markdown", "render_ladder", "params_text", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL",
            "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound", "BudgetReading", "LossInterval",
            "Saving", "WallclockSaving", "RunReading", "WithoutControl", "Ladder", "Rung", "RungArm",
-           "Trend", "Prediction", "ExcludedRung", "RungTuning", "ArmTuning", "SettingLosses", "RunnerUp",
+           "Trend", "Step", "DataReading", "Prediction", "ExcludedRung", "RungTuning", "ArmTuning", "SettingLosses", "RunnerUp",
            # the frontier's parts
            "FrontierRun", "PowerLawFit", "ConfigurationMean", "EnvelopePoint", "SeedEnvelope", "WallclockFrontier",
            "TriedSetting", "BudgetTried", "Gain", "GainReading",

@@ -51,8 +51,9 @@ from mltrain.tools.compare.tables import BootstrapRecord, LeftOut, Outputs
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
 from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
-                                           fit_error, headline, interpolated_multiplier, interpolated_saving,
-                                           loss_interval, multiplier, verdict_word, wallclock_saving)
+                                           data_reading, fit_error, headline, interpolated_multiplier,
+                                           interpolated_saving, loss_interval, multiplier, verdict_word,
+                                           wallclock_saving)
 
 log = logging.getLogger("mltrain.tools.compare")
 
@@ -185,7 +186,8 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
         interval_method=INTERVAL_METHOD, std="sample std (ddof=1) over seeds that reached the target; null with fewer than 2",
         tuned_keys=tuned, select_seeds=select_seeds, optimistic=not select_seeds or any(a.optimistic for a in arms),
         bootstrap=BootstrapRecord(BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, fitted,
-                                  "evaluation seeds drawn with replacement, the frontier refitted on each draw"),
+                                  "evaluation seeds drawn with replacement, the frontier refitted on each draw; "
+                                  "the interval t-calibrated: log M ± t(n − 1) · sd of the draws' log M · √(n/(n − 1))"),
         warnings=tuple(warnings),
         arms=arm_results,
         frontier=frontier,
@@ -265,8 +267,8 @@ def _arm_result(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, 
         m = replace(m, why="no run of the kept setting on a seed apart from the selection seeds: nothing left to measure on")
     interpolated = interpolated_saving(frontier, runs, lambda r: r.total_flops())
     is_frontier = arm.run_kind == RunKind.single  # its settings are the frontier: read on its own fit, M is the fit's error
+    m = headline(m, data_reading(frontier, runs), interpolated_multiplier(frontier, runs), error)
     within = None if is_frontier else error.holds(m)
-    m = headline(m, interpolated, interpolated_multiplier(frontier, runs), error)
     return ArmResult(
         name=arm.name, label=arm.label, run_kind=arm.run_kind, settings_tried=arm.settings_tried,
         selection_seeds=tuple(arm.selection_seeds), eval_seeds=tuple(sorted({r.seed for r in runs}, key=str)),

@@ -140,7 +140,10 @@ def _frontier_panel(ax, report: Report, color_of: dict) -> None:
         x = [r.flops for r in runs]
         y = [r.final_val_loss for r in runs]
         mx, my = float(np.mean(x)), float(np.mean(y))
-        ax.errorbar([mx], [my], xerr=[[mx - min(x)], [max(x) - mx]], yerr=[[my - min(y)], [max(y) - my]],
+        # equal values over seeds: their mean can come out a rounding outside them, never a negative bar
+        xerr = [[max(0.0, mx - min(x))], [max(0.0, max(x) - mx)]]
+        yerr = [[max(0.0, my - min(y))], [max(0.0, max(y) - my)]]
+        ax.errorbar([mx], [my], xerr=xerr, yerr=yerr,
                     fmt="s", color=color_of.get((a.run_kind, a.selected_label), "gray"), ms=5, capsize=2, lw=1, label=f"{a.name} (kept setting)")
     ax.set_xscale("log")
     ax.set_xlabel("total training FLOPs")

@@ -106,7 +106,8 @@ def render_markdown(report: Report) -> str:
     lines += [
         f"Intervals: {int(CONFIDENCE * 100)}% {INTERVAL_METHOD}, of per-seed values paired by seed "
         f"(`!` = a warning below: fewer than {MIN_SEEDS} seeds, or the interval contains 0); the multiplier's "
-        "from a bootstrap over the evaluation seeds.",
+        "inside the frontier's data a Student t interval on the runs' log M read on its points, else a "
+        "t-calibrated bootstrap over the evaluation seeds.",
         "",
     ]
     lines += _verdict_section(report)
@@ -187,17 +188,26 @@ def _span(lo: Optional[float], hi: Optional[float], unbounded: bool, fmt, top: s
     return f" [{fmt(lo)}, {top})" if unbounded else (f" [{fmt(lo)}, {fmt(hi)}]" if hi is not None else "")
 
 
+def _bound_where(m: Multiplier) -> str:
+    """Why the arm's M is only a bound: beyond the data with confidence, or the data-only lower limit."""
+    data = m.on_data
+    if data is not None and data.kind is None:
+        return f"data only: {data.n_below} of {data.n} runs below the frontier's lowest loss"
+    return "beyond the frontier's data" + (" with confidence" if data is not None else "")
+
+
 def _multiplier_cell(m: Multiplier) -> str:
-    """The headline M (a bound beyond the data; the interpolated M where the fit's own error is wide; else
-    the joint fit's, else the per-run reading's), with the fitted per-run reading beside it."""
+    """The headline M (a bound beyond the data; the interpolated M inside it; else the joint fit's, else
+    the per-run reading's), with the fitted per-run reading beside it."""
     head = m.led_by()
     if head.kind == "bound":
-        return f"M > {m.bound.value:.3g} (n={m.n}, beyond the frontier's data)" + (" !" if m.warnings else "")
-    if not m.available:
+        return f"M > {m.bound.value:.3g} (n={head.n or m.n}, {_bound_where(m)})" + (" !" if m.warnings else "")
+    if head.M is None:
         return "—"
     text = _times(head.M) + _span(head.M_lo, head.M_hi, head.M_hi_unbounded if m.headline else False, _times)
-    text += f" (n={m.n}" + {"interpolated": ", read on the frontier's points", "joint": ", joint fit"}.get(head.kind, "") + ")"
-    if head.kind != "per_run":
+    text += (f" (n={head.n or m.n}"
+             + {"interpolated": ", read on the frontier's points", "joint": ", joint fit"}.get(head.kind, "") + ")")
+    if head.kind != "per_run" and m.available:
         text += f"; per run {_times(m.M)}" + _span(m.M_lo, m.M_hi, m.M_hi_unbounded, _times)
     if m.extrapolated:
         text += f", extrapolated {m.beyond_data:.3g}× beyond the frontier's FLOPs"
@@ -210,7 +220,7 @@ def _multiplier_saving_cell(m: Multiplier) -> str:
     head = m.headline
     if head is not None and head.kind == "bound":
         return f"> {_fmt_pct(1 - 1 / m.bound.value)}"
-    if not m.available or head is None or head.M is None:
+    if head is None or head.M is None:
         return _saving_cell(m)
     saving = lambda v: _fmt_pct(1 - 1 / v)  # noqa: E731
     return (saving(head.M) + _span(head.M_lo, head.M_hi, head.M_hi_unbounded, saving, "unbounded")
@@ -258,21 +268,43 @@ def _verdict_section(report: Report) -> list[str]:
         for what, measure in () if a.is_frontier else _measures(a):
             if not measure.available and measure.why:
                 why.append(f"- `{a.name}`, {what} unavailable: {measure.why}")
-    lines += [""] + _fit_lines(report) + _fit_error_lines(report) + why + ([""] if why else [])
+    lines += [""] + _fit_lines(report) + _degenerate_lines(report) + _fit_error_lines(report) + why + ([""] if why else [])
     return lines
+
+
+def _degenerate_lines(report: Report) -> list[str]:
+    """What comparison.json calls degenerate, said: the fit at a bound, bootstrap draws at one."""
+    fit = report.frontier.fit
+    lines = [f"The fit is degenerate: {fit.degenerate} (its curve is that bound's shape, not the data's)."] \
+        if fit.available and fit.degenerate else []
+    for a in report.arms:
+        m = a.multiplier
+        if m is not None and m.n_degenerate and m.n_resamples:
+            share = m.degenerate_share if m.degenerate_share is not None else m.n_degenerate / max(m.n_resamples, 1)
+            lines.append(f"`{a.name}`: {m.n_degenerate} degenerate bootstrap draws ({100 * share:.1f}%: a refit at its "
+                         f"bounds, no fit, or the arm beyond the draw's data)"
+                         + ("; the interval's upper end is unbounded." if m.M_hi_unbounded else "."))
+    return [" ".join(lines), ""] if lines else []
+
+
+def _fit_error_at(report: Report, e) -> str:
+    if e.flops is None:
+        return f"budget {float(e.budget):g}"
+    name = next((c.name for c in report.configurations if c.label == e.label and c.run_kind == e.run_kind), e.label)
+    return f"`{name}` at {_fmt_flops(e.flops)} FLOPs" if name else f"{_fmt_flops(e.flops)} FLOPs"
 
 
 def _fit_error_lines(report: Report) -> list[str]:
     error = report.frontier.fit_error
     if not error.available:
-        return []
-    per = ", ".join(f"{_times(e.M)} at budget {float(e.budget):g}" for e in error.per_budget)
+        return [f"The fit's own error: {error.why}.", ""] if error.why and error.why.startswith("unknown") else []
+    per = ", ".join(f"{_times(e.M)} ({_fit_error_at(report, e)})" for e in error.per_budget)
     within = [f"`{a.name}`" for a in report.arms if a.within_fit_error]
     return [
-        f"The fit's own error: read on its own fit, the frontier's points give M = {per} (a perfect fit: 1 at "
-        f"every budget). An arm's M between {_times(error.M_lo)} and {_times(error.M_hi)} is within the "
-        "fit's error, not a saving or a cost (‡); the single-level arm is the frontier, not judged against it."
-        + (f" Within it here: {', '.join(within)}." if within else ""),
+        f"The fit's own error: read on its own fit, the frontier's points give M = {per}, per configuration "
+        f"and FLOPs point (a perfect fit: 1 at every point). An arm's M between {_times(error.M_lo)} and "
+        f"{_times(error.M_hi)} is within the fit's error, not a saving or a cost (‡); the single-level arm is the "
+        "frontier, not judged against it." + (f" Within it here: {', '.join(within)}." if within else ""),
         "",
     ]
 
@@ -280,7 +312,8 @@ def _fit_error_lines(report: Report) -> list[str]:
 def _fit_lines(report: Report) -> list[str]:
     fit = report.frontier.fit
     if not fit.available:
-        return [f"Compute multiplier unavailable: {fit.why}.", ""]
+        return [f"Fitted compute multiplier unavailable: {fit.why}. M is read on the frontier's points only "
+                "(inside its data: interpolated, with a Student t interval; below its lowest loss: a bound).", ""]
     b = report.bootstrap
     lo, hi = fit.flop_range
     clock = report.frontier.wallclock
@@ -290,9 +323,10 @@ def _fit_lines(report: Report) -> list[str]:
         f"(scipy.optimize.least_squares, {FIT_LOSS}; rms log residual {fit.rms_log_residual:.3g}). "
         "C_eq = the FLOPs at which the fitted frontier reaches a run's final held-out loss; M = C_eq / C_run "
         "(geometric mean over seeds). Interval: bootstrap over the evaluation seeds "
-        f"({b.resamples} draws with the frontier refitted on each, numpy seed {b.seed}; central "
-        f"{int(CONFIDENCE * 100)} percent). The interpolated saving reads the frontier's points instead "
-        "(a run beyond its ends has only a bound).",
+        f"({b.resamples} draws with the frontier refitted on each, numpy seed {b.seed}), t-calibrated: log M ± "
+        "t(n − 1) · the draws' sd · √(n/(n − 1)). Which M leads: inside the frontier's data (every run between "
+        "its seed's envelope ends), M read on the frontier's points with a Student t interval; below its lowest "
+        "loss with 97.5% confidence, a bound M > its lower confidence limit; else the fitted M.",
         "",
         f"Wall-clock: {clock.time_basis or 'unavailable (' + str(clock.why) + ')'}.",
         "",
@@ -501,11 +535,12 @@ def _ladder_multiplier(m: Optional[Multiplier]) -> tuple[str, str]:
         return "—", "—"
     if m.bound is not None and m.bound.kind == "lower":
         return f"M > {m.bound.value:.3f}", f"> {_fmt_pct(1 - 1 / m.bound.value)}"
-    if not m.available:
-        return f"unavailable ({m.why or 'no reason given'})", "—"
     head = m.led_by()
+    if head.M is None:
+        return f"unavailable ({m.why or 'no reason given'})", "—"
     lo, hi, mid = head.M_lo, head.M_hi, head.M
-    mark = (" †" if m.extrapolated else "") + {"interpolated": " (interpolated)"}.get(head.kind, "")
+    mark = (" †" if m.extrapolated and head.kind != "interpolated" else "") + {"interpolated": " (interpolated)"}.get(
+        head.kind, "")
 
     def span(f) -> str:
         return _span(lo, hi, head.M_hi_unbounded, f)
@@ -573,9 +608,9 @@ def render_ladder(ladder: Ladder, word: str) -> str:
              f"the tuned single-level frontier (arm `{ladder.frontier_arm}`); the numbers are "
              "mltrain-compare's (`<scale>/verdict/comparison.md`). M: the compute multiplier (the frontier's "
              "FLOPs for the same held-out loss over the run's FLOPs); saving = 1 - 1/M; 95% intervals. "
-             "The fit's own error: M read at the frontier's own points (each budget's, over the evaluation "
-             "seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) is "
-             "within the fit's error, not a saving.", "",
+             "The fit's own error: M read at the frontier's own points (each configuration's at each FLOPs, over "
+             "the evaluation seeds), which a perfect fit would put at 1; an arm whose M lies inside that range (‡) "
+             "is within the fit's error, not a saving.", "",
              f"## Trend along {along}" + (" (one rung: none to tell)" if one else ""), ""]
     lines += _ladder_trend_lines(ladder)
     extra = ladder.axis not in ("params", "tokens_per_param")
@@ -585,9 +620,10 @@ def render_ladder(ladder: Ladder, word: str) -> str:
               "|---|" + ("---|" if extra else "") + "---|---|---|---|---|---|---|---|---|"]
     lines += [_ladder_row(ladder, r, row, i == 0, extra) for r in ladder.rungs for i, row in enumerate(r.arms)]
     lines += ["", "† beyond the frontier's data: the fitted frontier extrapolated (see the scale's comparison.md). "
-              "‡ within the fit's own error at that rung: not a saving. M > x: the arm's equal-loss point lies past "
-              "the frontier's largest budget, only a bound (no point for the trend). [lo, ∞): too many degenerate "
-              "bootstrap draws for an upper end (no point for the trend either)."]
+              "‡ within the fit's own error at that rung: not a saving. M > x: the arm's runs lie below the "
+              "frontier's lowest loss (with 97.5% confidence, or some of them with no fit to trust), only a lower "
+              "confidence limit (no point for the trend). [lo, ∞): too many degenerate bootstrap draws for an upper "
+              "end (no point for the trend either)."]
     notes = [(r.scale, w) for r in ladder.rungs for w in r.warnings]
     if notes:
         lines += ["", "## Warnings (from the verdicts)", ""] + [f"- {scale}: {w}" for scale, w in notes]

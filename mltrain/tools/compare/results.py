@@ -57,22 +57,58 @@ class Bound:
 
 @dataclass(frozen=True)
 class Headline:
-    """The M a report leads with: `kind` bound, interpolated, joint or per_run, with its interval."""
+    """The M a report leads with: `kind` bound, interpolated, joint or per_run, with its interval, the
+    standard error of its log M and the degrees of freedom of its t quantile (what the ladder's trend
+    weighs a rung by; None for a bound or a report written before them), over `n` runs."""
 
     kind: str
     M: Optional[float]
     M_lo: Optional[float]
     M_hi: Optional[float]
     M_hi_unbounded: bool = False
+    log_se: Optional[float] = None
+    dof: Optional[int] = None
+    n: Optional[int] = None
 
     @classmethod
     def from_json(cls, entry: dict) -> "Headline":
         return cls(str(entry["kind"]), entry.get("M"), entry.get("M_lo"), entry.get("M_hi"),
-                   bool(entry.get("M_hi_unbounded")))
+                   bool(entry.get("M_hi_unbounded")), entry.get("log_se"), entry.get("dof"), entry.get("n"))
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "M": self.M, "M_lo": self.M_lo, "M_hi": self.M_hi,
-                "M_hi_unbounded": self.M_hi_unbounded}
+                "M_hi_unbounded": self.M_hi_unbounded, "log_se": self.log_se, "dof": self.dof, "n": self.n}
+
+
+@dataclass(frozen=True)
+class DataReading:
+    """An arm's M read on the frontier's own points, no curve (compare/ondata.py): `kind` "interpolated"
+    (every run inside: M with a t interval on log M), "bound" (beyond the data with confidence: M > M_lo,
+    a lower confidence limit) or None (neither: `why`); how many runs lay below the frontier's longest
+    budget and above its shortest; the upper confidence limit of the mean loss gap to the frontier's
+    lowest point (< 0: beyond); the lower confidence limit of M with runs beyond counted at C_max / C_run."""
+
+    kind: Optional[str]
+    why: Optional[str] = None
+    M: Optional[float] = None
+    M_lo: Optional[float] = None
+    M_hi: Optional[float] = None
+    log_se: Optional[float] = None
+    dof: Optional[int] = None
+    n: int = 0
+    n_below: int = 0
+    n_above: int = 0
+    gap_upper: Optional[float] = None
+    lower_limit: Optional[float] = None
+
+    @classmethod
+    def from_json(cls, e: dict) -> "DataReading":
+        return cls(e.get("kind"), e.get("why"), e.get("M"), e.get("M_lo"), e.get("M_hi"), e.get("log_se"),
+                   e.get("dof"), e.get("n") or 0, e.get("n_below") or 0, e.get("n_above") or 0, e.get("gap_upper"),
+                   e.get("lower_limit"))
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -106,6 +142,7 @@ class Multiplier:
     M_interpolated: Optional[float] = None
     fit_disagrees: bool = False
     headline: Optional[Headline] = None
+    on_data: Optional[DataReading] = None  # the reading on the frontier's points (ondata.py)
 
     @classmethod
     def unavailable(cls, why: str) -> "Multiplier":
@@ -121,7 +158,8 @@ class Multiplier:
                    Bound.from_json(e.get("bound")), bool(e.get("M_hi_unbounded")), e.get("n_degenerate") or 0,
                    e.get("M_joint"), e.get("M_joint_lo"), e.get("M_joint_hi"), bool(e.get("M_joint_hi_unbounded")),
                    e.get("degenerate_share"), tuple(draws) if draws is not None else None, e.get("M_interpolated"),
-                   bool(e.get("fit_disagrees")), _or_none(e.get("headline"), Headline))
+                   bool(e.get("fit_disagrees")), _or_none(e.get("headline"), Headline),
+                   _or_none(e.get("on_data"), DataReading))
 
     def to_json(self) -> dict:
         out = {"available": self.available, "why": self.why, "M": self.M, "M_lo": self.M_lo, "M_hi": self.M_hi,
@@ -133,7 +171,8 @@ class Multiplier:
                "M_joint_hi_unbounded": self.M_joint_hi_unbounded}
         if self.draws is not None:
             out.update(degenerate_share=self.degenerate_share, bootstrap_M=list(self.draws))
-        out.update(M_interpolated=self.M_interpolated, fit_disagrees=self.fit_disagrees, headline=_json(self.headline))
+        out.update(M_interpolated=self.M_interpolated, fit_disagrees=self.fit_disagrees, headline=_json(self.headline),
+                   on_data=_json(self.on_data))
         return out
 
     @property
@@ -154,22 +193,29 @@ class Multiplier:
 
 @dataclass(frozen=True)
 class BudgetReading:
-    """The fitted frontier read at one budget's own points: M there (geometric mean over `n` seeds)."""
+    """The fitted frontier read at its own points of one configuration at one FLOPs: M there (geometric
+    mean over `n` seeds); the configuration's budget, label and kind (a report written before them has
+    only the budget)."""
 
     budget: Any
     M: float
     n: int
+    flops: Optional[float] = None
+    label: Optional[str] = None
+    run_kind: Optional[str] = None
 
     @classmethod
     def from_json(cls, entry: dict) -> "BudgetReading":
-        return cls(entry.get("budget"), entry.get("M"), entry.get("n") or 0)
+        return cls(entry.get("budget"), entry.get("M"), entry.get("n") or 0, entry.get("flops"), entry.get("label"),
+                   entry.get("run_kind"))
 
     def to_json(self) -> dict:
-        return {"budget": self.budget, "M": self.M, "n": self.n}
+        return {"budget": self.budget, "M": self.M, "n": self.n, "flops": self.flops, "label": self.label,
+                "run_kind": self.run_kind}
 
 
-FIT_ERROR_WHAT = ("M of the frontier's own points on its fit, per budget (geometric mean over the evaluation seeds); "
-                  "1 everywhere for a perfect fit")
+FIT_ERROR_WHAT = ("M of the frontier's own points on its fit, per configuration and FLOPs point (geometric mean over "
+                  "the evaluation seeds); 1 everywhere for a perfect fit")
 
 
 @dataclass(frozen=True)
@@ -201,10 +247,11 @@ class FitError:
         return max(abs(math.log(self.M_lo)), abs(math.log(self.M_hi)))
 
     def holds(self, m: "Multiplier") -> Optional[bool]:
-        """Whether an arm's M lies inside this error (None: no M or no error)."""
-        if not m.available or not self.available:
+        """Whether an arm's headline M lies inside this error (None: no M, only a bound, or no error)."""
+        head = m.led_by()
+        if head.kind == "bound" or head.M is None or not self.available:
             return None
-        return bool(self.M_lo <= m.M <= self.M_hi)
+        return bool(self.M_lo <= head.M <= self.M_hi)
 
 
 @dataclass(frozen=True)
@@ -871,15 +918,35 @@ class ExcludedRung:
         return {"x": self.x, "why": self.why}
 
 
-# A trend's fitted line: its keys, in ladder.json's order (only a trend with a slope has them)
+@dataclass(frozen=True)
+class Step:
+    """Between two neighbouring rungs of a trend: the change in log M, its standard error, and the word:
+    "up" or "down" where the change is at least twice its standard error, else "unresolved"."""
+
+    x_from: float
+    x_to: float
+    diff: float
+    se: float
+    word: str
+
+    @classmethod
+    def from_json(cls, e: dict) -> "Step":
+        return cls(e.get("x_from"), e.get("x_to"), e.get("diff"), e.get("se"), e.get("word", ""))
+
+    def to_json(self) -> dict:
+        return {"x_from": self.x_from, "x_to": self.x_to, "diff": self.diff, "se": self.se, "word": self.word}
+
+
+# A trend's fitted line: its keys, in ladder.json's order (only a trend with a slope has them); `steps` after them
 TREND_FIT_KEYS = ("slope", "slope_lo", "slope_hi", "intercept", "cov", "quantile", "method", "n_min", "n_max", "n_draws",
-                  "monotone")
+                  "monotone", "dof", "contrast", "contrast_lo", "contrast_hi")
 
 
 @dataclass(frozen=True)
 class Trend:
     """One arm's trend along the ladder's axis: the slope of log M against log x with its interval (none
-    where too few rungs tell: `why` says so), its word (`verdict`), its sentence and its predictions; the
+    where too few rungs tell: `why` says so), the first-to-last contrast with its interval, each step
+    between neighbouring rungs (`steps`), its word (`verdict`), its sentence and its predictions; the
     rungs left out as points (`excluded`: x and why)."""
 
     arm: str
@@ -899,18 +966,23 @@ class Trend:
     n_max: Optional[float] = None
     n_draws: Optional[int] = None
     monotone: Optional[str] = None
+    dof: Optional[float] = None  # the t quantile's degrees of freedom (Satterthwaite; None: a normal)
+    contrast: Optional[float] = None  # log M_last − log M_first, with its interval
+    contrast_lo: Optional[float] = None
+    contrast_hi: Optional[float] = None
     predictions: tuple[Prediction, ...] = ()
+    steps: tuple[Step, ...] = ()
 
     @classmethod
     def from_json(cls, t: dict) -> "Trend":
         return cls(str(t.get("arm", "")), str(t.get("verdict", "")), t.get("sentence", ""), t.get("n_scales") or 0,
                    listed(t.get("excluded"), ExcludedRung), t.get("why"), *(t.get(k) for k in TREND_FIT_KEYS),
-                   tuple(Prediction.from_json(p) for p in t.get("predictions") or ()))
+                   tuple(Prediction.from_json(p) for p in t.get("predictions") or ()), listed(t.get("steps"), Step))
 
     def to_json(self) -> dict:
         out = {"arm": self.arm, "n_scales": self.n_scales, "excluded": _json(self.excluded)}
         if self.slope is not None:
-            out.update({k: getattr(self, k) for k in TREND_FIT_KEYS})
+            out.update({k: getattr(self, k) for k in TREND_FIT_KEYS}, steps=_json(self.steps))
         out["verdict"] = self.verdict
         if self.slope is None:
             out["why"] = self.why

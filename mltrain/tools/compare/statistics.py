@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 from scipy import stats
+from scipy.interpolate import PchipInterpolator
 
 CONFIDENCE = 0.95
 MIN_SEEDS = 3
@@ -149,6 +150,20 @@ def frontier_flops(envelope: Sequence[FrontierPoint], loss: float) -> FrontierRe
             t = (a.loss - loss) / (a.loss - b.loss)
             return FrontierReading(math.exp(math.log(a.flops) + t * (math.log(b.flops) - math.log(a.flops))))
     raise AssertionError("unreachable: the envelope is strictly decreasing")  # pragma: no cover
+
+
+def smooth_frontier_flops(envelope: Sequence[FrontierPoint], loss: float) -> FrontierReading:
+    """As frontier_flops, with a shape-preserving monotone cubic (scipy's PchipInterpolator) of log FLOPs
+    in loss through the envelope's points instead of straight lines: it keeps the frontier's curvature
+    between its points, where a straight chord reads a convex frontier's F* too high (on L = 2 + C^−0.35,
+    by up to 2.1% between budgets a factor 2 apart; the cubic within 0.25%), and passes through every
+    point; outside the ends, as frontier_flops."""
+    reading = frontier_flops(envelope, loss)
+    if reading.flops is None or len(envelope) < 3:
+        return reading
+    losses = np.array([p.loss for p in reversed(envelope)])
+    log_flops = np.log([p.flops for p in reversed(envelope)])
+    return FrontierReading(float(np.exp(PchipInterpolator(losses, log_flops)(loss))))
 
 
 def frontier_loss(envelope: Sequence[FrontierPoint], flops: float) -> Optional[float]:

@@ -1,29 +1,35 @@
 """Each arm's verdict, from its kept setting's runs on the evaluation seeds: the final held-out loss, the
-compute multiplier on the fitted frontier (bootstrap interval over seeds), and beside it the saving read
-on the frontier's points (interpolated) and the same saving on a wall-clock axis.
+compute multiplier read on the frontier's own points (`ondata`: interpolated inside the data, a bound
+decided on the data beyond it), the multiplier on the fitted frontier (per run and joint, with a
+calibrated bootstrap interval over seeds), and the same saving on a wall-clock axis.
 
 Bootstrap: BOOTSTRAP_RESAMPLES draws of the evaluation seeds with replacement (numpy Generator seeded
 with BOOTSTRAP_SEED, so a report is reproducible); each draw refits the frontier on the drawn seeds'
-points and takes each arm's multiplier over its runs on the drawn seeds; the interval is the 2.5 and
-97.5 percentiles of the draws. The fit of a draw depends only on the seeds drawn and how often, so each
-such multiset is fitted once.
+points and takes each arm's multiplier over its runs on the drawn seeds. The fit of a draw depends only
+on the seeds drawn and how often, so each such multiset is fitted once. The interval is t-calibrated:
+log M ± t(0.975, n − 1) · sd(log M over the draws) · sqrt(n / (n − 1)), n the arm's seeds (the
+bootstrap's spread of a mean is sqrt((n − 1)/n) of the plain standard error, and its percentiles use the
+normal's tails where n − 1 degrees of freedom call for Student's: at 4 seeds they undercover).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
+from scipy import stats
 
 from mltrain.tools.compare.arms import Arm
 from mltrain.tools.compare.frontier import Frontier, run_time
 from mltrain.tools.compare.loading import Run
-from mltrain.tools.compare.powerlaw import Fit, fit_power_law, fit_shift, read
-from mltrain.tools.compare.results import (Bound, BudgetReading, FitError, Headline, LossInterval, Multiplier,
-                                          RunReading, Saving, WallclockSaving)
-from mltrain.tools.compare.statistics import CONFIDENCE, FrontierPoint, frontier_flops, interval
+from mltrain.tools.compare.ondata import BEYOND_CONFIDENCE, read_on_data, run_on_data
+from mltrain.tools.compare.powerlaw import MIN_POINTS, Fit, fit_power_law, fit_shift, read
+from mltrain.tools.compare.results import (Bound, BudgetReading, DataReading, FitError, Headline, LossInterval,
+                                          Multiplier, RunReading, Saving, WallclockSaving)
+from mltrain.tools.compare.statistics import (CONFIDENCE, FrontierPoint, frontier_flops, interval,
+                                             smooth_frontier_flops)
 from mltrain.tools.compare.tables import Outside
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -138,37 +144,40 @@ def bound_value(fit: Fit, runs: list[Run]) -> float:
     return fit.flop_range[1] / math.exp(float(np.mean([math.log(r.total_flops()) for r in runs])))
 
 
-def _bound(fit: Fit, runs: list[Run]) -> Optional[Bound]:
-    """M > C_max / C_run when the arm's equal-loss point lies past the frontier's largest FLOPs."""
-    _, beyond = log_mean_multiplier(fit, runs)
-    if not beyond:
-        return None
-    return Bound("lower", bound_value(fit, runs),
-                 "the arm's equal-loss point lies beyond the frontier's largest FLOPs C_max: M > C_max / C_run")
+BEYOND_WHAT = (f"the arm's runs lie below the frontier's lowest loss with {BEYOND_CONFIDENCE:.1%} confidence (one-sided "
+               "t on the loss gap, per run on its seed's envelope): M > the lower confidence limit of M, each run beyond "
+               "counted at C_max / C_run")
+DATA_ONLY_WHAT = ("some runs below the frontier's lowest loss, not all with confidence, and no fit to trust beyond "
+                  "its data (none, or its own error unknown or wider than ±5%): M > the lower "
+                  f"{BEYOND_CONFIDENCE:.1%} confidence limit of M from the frontier's points, each run beyond counted at "
+                  "C_max / C_run (the least it can be)")
 
 
-def _percentiles(values: list) -> tuple[float, float]:
-    tail = 100 * (1 - CONFIDENCE) / 2
-    lo, hi = (float(v) for v in np.percentile(values, [tail, 100 - tail]))
-    return lo, hi
+def calibrated(center: float, values: Sequence[float], n: int) -> tuple[float, float, float]:
+    """(low, high, the standard error of log M) of the t-calibrated bootstrap interval around `center`:
+    log center ± t(0.975, n − 1) · sd(log draws) · sqrt(n / (n − 1)), n the seeds resampled."""
+    logs = np.log(np.asarray(values, dtype=float))
+    se = float(logs.std(ddof=1)) * math.sqrt(n / (n - 1))
+    q = float(stats.t.ppf(1 - (1 - CONFIDENCE) / 2, n - 1))
+    return math.exp(math.log(center) - q * se), math.exp(math.log(center) + q * se), se
 
 
-def _intervals(m: Multiplier, draws: Draws, fitted: int) -> Multiplier:
-    """M's (and the joint fit's) bootstrap interval; the upper end unbounded when too many draws are
-    degenerate (DEGENERATE_SHARE)."""
+def _intervals(m: Multiplier, draws: Draws, fitted: int, n_seeds: int) -> Multiplier:
+    """M's (and the joint fit's) t-calibrated bootstrap interval; the upper end unbounded when too many
+    draws are degenerate (DEGENERATE_SHARE)."""
     share = draws.degenerate / draws.total if draws.total else 0.0
     unbounded = share > DEGENERATE_SHARE
     warnings = list(m.warnings)
     m = replace(m, n_degenerate=draws.degenerate, degenerate_share=share,
-                draws=tuple(float(f"{v:.6g}") for v in draws.values))  # the draws, for the ladder's trend
+                draws=tuple(float(f"{v:.6g}") for v in draws.values))  # the draws, kept in comparison.json (bootstrap_M)
     if len(draws.values) < BOOTSTRAP_RESAMPLES / 2:
         warnings.append(f"only {len(draws.values)} of {BOOTSTRAP_RESAMPLES} resamples gave a multiplier: no interval")
         return replace(m, warnings=tuple(warnings))
-    lo, hi = _percentiles(draws.values)
+    lo, hi, _ = calibrated(m.M, draws.values, n_seeds)
     m = replace(m, M_lo=lo, M_hi=None if unbounded else hi, saving_lo=1 - 1 / lo,
                 saving_hi=None if unbounded else 1 - 1 / hi, M_hi_unbounded=unbounded)
     if len(draws.joint) >= BOOTSTRAP_RESAMPLES / 2 and m.M_joint is not None:
-        jlo, jhi = _percentiles(draws.joint)
+        jlo, jhi, _ = calibrated(m.M_joint, draws.joint, n_seeds)
         m = replace(m, M_joint_lo=jlo, M_joint_hi=None if unbounded else jhi, M_joint_hi_unbounded=unbounded)
     if unbounded:
         warnings.append(f"{draws.degenerate} of {draws.total} resamples degenerate (a fit at its bounds, "
@@ -180,52 +189,70 @@ def _intervals(m: Multiplier, draws: Draws, fitted: int) -> Multiplier:
 
 def multiplier(fit: Fit, runs: list[Run], draws: Draws, fitted: int,
                frontier_pts: Sequence[FrontierPoint] = ()) -> tuple[Multiplier, list[RunReading]]:
-    """(the arm's multiplier with its interval, a bound beyond the data, the joint fit; one reading per run)."""
+    """(the arm's multiplier on the fitted frontier with its interval and the joint fit; one reading per
+    run). Whether the arm lies beyond the data is decided on the data (`data_reading`), not here."""
     per_run = _per_run(fit, runs)
     if not fit.available:
         return Multiplier.unavailable(f"no fit of the frontier: {fit.why}"), per_run
     if not runs:
         return Multiplier.unavailable("no run on an evaluation seed"), per_run
-    bound = _bound(fit, runs)
     reached = [e for e in per_run if e.M]
     if not reached:
-        return replace(Multiplier.unavailable(f"every final loss is at or below the fitted floor E = {fit.law.E:.4g}: "
-                                              "no single-level compute reaches it"), bound=bound), per_run
+        return Multiplier.unavailable(f"every final loss is at or below the fitted floor E = {fit.law.E:.4g}: "
+                                      "no single-level compute reaches it"), per_run
     m = math.exp(float(np.mean([math.log(e.M) for e in reached])))
     beyond = [e.beyond_data for e in reached if e.extrapolated]
     warnings = []
     if len(reached) < len(per_run):
         warnings.append(f"{len(per_run) - len(reached)} run(s) at or below the fitted floor E "
                         f"({fit.law.E:.4g}) left out: the multiplier understates them")
-    out = Multiplier(True, None, m, saving=1 - 1 / m, n=len(reached), n_resamples=len(draws.values), bound=bound,
+    out = Multiplier(True, None, m, saving=1 - 1 / m, n=len(reached), n_resamples=len(draws.values),
                      M_joint=_joint(fit, list(frontier_pts), runs, math.log(m)) if frontier_pts else None,
                      extrapolated=bool(beyond), beyond_data=max(beyond) if beyond else None)
-    if len({e.seed for e in reached}) < MIN_SEEDS_FOR_INTERVAL:
-        out = replace(out, warnings=(*warnings, f"fewer than {MIN_SEEDS_FOR_INTERVAL} evaluation seeds: no interval"))
-    else:
-        out = _intervals(replace(out, warnings=tuple(warnings)), draws, fitted)
-    if bound is not None:
-        out = replace(out, M_hi=None, saving_hi=None, M_hi_unbounded=True, M_joint_hi=None, M_joint_hi_unbounded=True)
-    return out, per_run
+    n_seeds = len({e.seed for e in reached})
+    if n_seeds < MIN_SEEDS_FOR_INTERVAL:
+        warnings.append(f"fewer than {MIN_SEEDS_FOR_INTERVAL} evaluation seeds: no bootstrap interval")
+        return replace(out, warnings=tuple(warnings)), per_run
+    return _intervals(replace(out, warnings=tuple(warnings)), draws, fitted, n_seeds), per_run
 
 
 def fit_error(fit: Fit, frontier: Frontier) -> FitError:
-    """The fitted frontier read at its own points: per budget, M = C_eq / C of the frontier's points
-    (geometric mean over the evaluation seeds, as an arm's M is). A perfect fit gives 1 at every budget;
-    the range is the fit's own error at its data, and an arm's M inside it is no saving or cost."""
+    """The fitted frontier read at its own points: per configuration and FLOPs point, M = C_eq / C of the
+    frontier's points (geometric mean over the evaluation seeds, as an arm's M is). A perfect fit gives 1
+    everywhere; the range is the fit's own error at its data, and an arm's M inside it is no saving or
+    cost. Unknown with MIN_POINTS distinct FLOPs or fewer: three parameters pass through three points."""
     if not fit.available:
         return FitError(False, f"no fit of the frontier: {fit.why}")
-    by_budget: dict[Any, list[float]] = {}
+    distinct = len({p.flops for p in frontier.points})
+    if distinct <= MIN_POINTS:
+        return FitError(False, f"unknown: the frontier has {distinct} distinct FLOPs, and a power law's three "
+                               "parameters pass through three points whatever their error")
+    config_of = {r.source: c for c in frontier.configs for r in c.runs}
+    groups: dict[tuple, list[float]] = {}
     for p in frontier.points:
         reading = read(fit, p.flops, p.loss)
+        c = config_of.get(p.source)
         if reading.multiplier:
-            by_budget.setdefault(p.budget, []).append(math.log(reading.multiplier))
-    per = tuple(BudgetReading(b, math.exp(float(np.mean(v))), len(v))
-                for b, v in sorted(by_budget.items(), key=lambda kv: float(kv[0])))
+            key = (float(f"{p.flops:.6g}"), c.run_kind if c else "", c.label if c else "", p.budget)
+            groups.setdefault(key, []).append(math.log(reading.multiplier))
+    per = tuple(BudgetReading(budget, math.exp(float(np.mean(v))), len(v), flops, label or None, kind or None)
+                for (flops, kind, label, budget), v in sorted(groups.items(), key=lambda kv: kv[0][:3]))
     if not per:
         return FitError(False, "no frontier point reads on its fit (every one at or below the fitted floor)")
     ms = [e.M for e in per]
     return FitError(True, None, per, min(ms), max(ms))
+
+
+def data_reading(frontier: Frontier, runs: list[Run]) -> DataReading:
+    """The arm's M read on the frontier's points, each run on its seed's envelope (ondata.py)."""
+    if frontier.why is not None:
+        return DataReading(None, frontier.why)
+    on_data = []
+    for r in runs:
+        env, paired = frontier.envelope_for(r.seed)
+        if env is not None and r.total_flops() and r.final("val") is not None:
+            on_data.append(run_on_data(env, paired, r.seed, r.total_flops(), r.final("val")))
+    return read_on_data(on_data, frontier.mean if len(frontier.mean) >= 2 else None)
 
 
 def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], Optional[float]]) -> Saving:
@@ -256,40 +283,68 @@ def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], 
 
 def interpolated_multiplier(frontier: Frontier, runs: list[Run]) -> Optional[float]:
     """M read on the frontier's own points, no curve: the geometric mean over the runs inside the
-    frontier of F* / F_run (F* interpolated in log FLOPs on the run's seed's envelope)."""
+    frontier of F* / F_run (F* interpolated in log FLOPs on the run's seed's envelope, as ondata reads it)."""
     logs = []
     for r in runs if frontier.why is None else []:
         env, _ = frontier.envelope_for(r.seed)
         if env is None or not r.total_flops() or r.final("val") is None:
             continue
-        reading = frontier_flops(env, r.final("val"))
+        reading = smooth_frontier_flops(env, r.final("val"))
         if reading.flops is not None:
             logs.append(math.log(reading.flops / r.total_flops()))
     return math.exp(float(np.mean(logs))) if logs else None
 
 
-def headline(m: Multiplier, interpolated: Saving, m_interp: Optional[float], error: FitError) -> Multiplier:
-    """The multiplier with the M the report leads with, and whether the fitted and interpolated readings
-    disagree: a bound beyond the data; else the interpolated M where the fit's own error is wider than
-    ±FIT_BAND_LIMIT; else the joint fit's M when it converged, else the per-run reading's (see
-    docs/outputs.md)."""
-    band = error.band
+def _disagreement(m: Multiplier, m_interp: Optional[float], band: Optional[float]) -> tuple[bool, tuple[str, ...]]:
+    """(whether the fitted M and the one read on the frontier's points differ by more than the fit's own
+    error, the multiplier's warnings with that said)."""
     fitted = m.M_joint if m.M_joint is not None else m.M
     disagrees = bool(band is not None and fitted and m_interp and abs(math.log(fitted) - math.log(m_interp)) > band)
-    warnings = m.warnings
-    if disagrees:
-        warnings += (f"the fitted M ({fitted:.3g}) and the one read on the frontier's points ({m_interp:.3g}) "
-                     f"differ by more than the fit's own error (±{100 * (math.exp(band) - 1):.1f}%)",)
-    m = replace(m, M_interpolated=m_interp, fit_disagrees=disagrees, warnings=warnings)
-    if m.bound:
-        return replace(m, headline=Headline("bound", None, m.bound.value, None, True))
-    if band is not None and band > math.log(1 + FIT_BAND_LIMIT) and m_interp is not None:
-        lo, hi = interpolated.saving_lo, interpolated.saving_hi
-        return replace(m, headline=Headline("interpolated", m_interp, 1 / (1 - lo) if lo is not None else None,
-                                            1 / (1 - hi) if hi is not None and hi < 1 else None, False))
-    if m.M_joint is not None:
-        return replace(m, headline=Headline("joint", m.M_joint, m.M_joint_lo, m.M_joint_hi, m.M_joint_hi_unbounded))
-    return replace(m, headline=Headline("per_run", m.M, m.M_lo, m.M_hi, m.M_hi_unbounded))
+    if not disagrees:
+        return False, m.warnings
+    return True, m.warnings + (f"the fitted M ({fitted:.3g}) and the one read on the frontier's points ({m_interp:.3g}) "
+                               f"differ by more than the fit's own error (±{100 * (math.exp(band) - 1):.1f}%)",)
+
+
+def _fitted_headline(kind: str, value: float, lo: Optional[float], hi: Optional[float], unbounded: bool,
+                     n: int) -> Headline:
+    """A fitted M's headline, with the standard error its calibrated interval implies (t at n − 1 df)."""
+    se = None
+    if lo is not None and hi is not None and n > 1:
+        se = (math.log(hi) - math.log(lo)) / (2 * float(stats.t.ppf(1 - (1 - CONFIDENCE) / 2, n - 1)))
+    return Headline(kind, value, lo, hi, unbounded, se, n - 1 if se is not None else None, n)
+
+
+def _as_bound(m: Multiplier, value: float, what: str, n: int) -> Multiplier:
+    return replace(m, bound=Bound("lower", value, what), M_hi=None, saving_hi=None, M_hi_unbounded=True,
+                   M_joint_hi=None, M_joint_hi_unbounded=True, headline=Headline("bound", None, value, None, True, n=n))
+
+
+def headline(m: Multiplier, data: DataReading, m_interp: Optional[float], error: FitError) -> Multiplier:
+    """The multiplier with the M the report leads with (see docs/experiments.md): beyond the data with
+    confidence, a bound (the lower confidence limit); every run inside the data, the interpolated M with
+    its t interval; else (some runs outside) the fitted frontier's joint M, else its per-run M, when the
+    fit's own error is known and within ±FIT_BAND_LIMIT; else, where runs lie below the frontier's lowest
+    loss and none above its highest, the data-only bound; else the fitted M however wide its error. Also
+    whether the fitted and interpolated readings disagree (beyond the fit's own error)."""
+    disagrees, warnings = _disagreement(m, m_interp, error.band)
+    m = replace(m, M_interpolated=m_interp, fit_disagrees=disagrees, warnings=warnings, on_data=data)
+    if data.kind == "bound":
+        return _as_bound(m, data.M_lo, BEYOND_WHAT, data.n)
+    if data.kind == "interpolated":
+        return replace(m, headline=Headline("interpolated", data.M, data.M_lo, data.M_hi, False, data.log_se, data.dof,
+                                            data.n))
+    trusted = error.band is not None and error.band <= math.log(1 + FIT_BAND_LIMIT)
+    if m.available and not trusted and data.n_below and not data.n_above and data.lower_limit is not None:
+        return _as_bound(m, data.lower_limit, DATA_ONLY_WHAT, data.n)
+    if m.available and m.M_joint is not None:
+        return replace(m, headline=_fitted_headline("joint", m.M_joint, m.M_joint_lo, m.M_joint_hi,
+                                                    m.M_joint_hi_unbounded, m.n))
+    if m.available:
+        return replace(m, headline=_fitted_headline("per_run", m.M, m.M_lo, m.M_hi, m.M_hi_unbounded, m.n))
+    if data.n_below and not data.n_above and data.lower_limit is not None:
+        return _as_bound(m, data.lower_limit, DATA_ONLY_WHAT, data.n)
+    return m
 
 
 def wallclock_saving(clock: Frontier, runs: list[Run]) -> WallclockSaving:
@@ -307,15 +362,15 @@ WITHIN_FIT_ERROR = "within the fit's own error"
 
 def verdict_word(m: Multiplier, interpolated: Saving, within: Optional[bool] = None) -> str:
     """From the headline M's interval (a bound: from its value); from the interpolated saving's when there
-    is no multiplier. An M inside the fit's own error (`within`) is no saving or cost, however tight its
+    is no headline. An M inside the fit's own error (`within`) is no saving or cost, however tight its
     interval."""
     head = m.headline
     if head is not None and head.kind == "bound":
         return "saves FLOPs (M only bounded)" if head.M_lo > 1 else "no evidence either way"
-    if m.available:
-        lo, hi = (head.M_lo, head.M_hi) if head is not None else (m.M_lo, m.M_hi)
+    if head is not None and head.M is not None:
+        lo, hi = head.M_lo, head.M_hi
         if lo is None:
-            return f"too few seeds (n={m.n})"
+            return f"too few seeds (n={head.n if head.n is not None else m.n})"
         word = "saves FLOPs" if lo > 1 else ("costs FLOPs" if hi is not None and hi < 1 else "no evidence either way")
         return WITHIN_FIT_ERROR if within and word != "no evidence either way" else word
     if not interpolated.available:

@@ -120,6 +120,7 @@ def _status(cfg: StudyConfig, out: Any) -> int:
     choices = {scale: found for scale, (found, _) in read.items()}
     distrusted = {scale: arms for scale, (_, arms) in read.items()}
     print("\n".join(status_lines(cfg, layout, choices, distrusted)), file=out, flush=True)
+    print("\n".join(sanity.status_cost_lines(cfg, layout.root)), file=out, flush=True)  # every run it can add
     return 0
 
 

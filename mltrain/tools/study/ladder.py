@@ -7,24 +7,26 @@ tokens per parameter; the multiplier against the study's `ladder_axis` (paramete
 tokens per parameter: each rung's value read from its composed config); and per arm the trend along
 that axis.
 
-The trend is the slope b of log M = a + b log x over the rungs (x: the rung's value on the axis), from a
-hierarchical bootstrap (TREND_DRAWS draws, numpy seed TREND_SEED): per draw, each rung's log M is one of
-its own bootstrap draws (compare's: the rung's evaluation seeds resampled and its frontier refitted, so
-every rung is refitted per draw; a rung without stored draws, a normal of its interval's width) plus an
-offset uniform within that rung's fit-error band (a systematic), and the slope is fitted by least
-squares; the interval is the draws' 2.5 and 97.5 percentiles. When the rungs scatter about the line
-more than their draws allow (reduced chi-square > 1) the interval is widened by that scatter (the
-Birge ratio, with Student's t for n - 2 degrees of freedom). A rung whose M is only a bound ("M > x")
-or whose interval's upper end is unbounded is no point for the slope (listed in `excluded`). In one
-sentence:
+The trend is the slope b of log M = a + b log x over the rungs (x: the rung's value on the axis), each
+rung at its headline M (compare's: interpolated on the frontier's points inside its data, else fitted),
+by weighted least squares: a rung weighs 1 / its variance, its headline's standard error of log M
+(a fitted reading adds its fit's own error, uniform within ±band, as a systematic). When the rungs
+scatter about the line more than their errors allow, the covariance is widened by the Birge ratio
+max(1, chi-square / (k − 2)); the interval is b ± t · se, t at the Satterthwaite degrees of freedom of
+the rungs' variances (seeds − 1 each) and of the excess scatter (k − 2). Every piece moves continuously
+with the rungs' M: a small change of one rung moves the interval a little, never across a threshold of
+the method itself. Beside the slope: the first-to-last contrast log M_last − log M_first with its
+interval, and each step between neighbouring rungs, "up" / "down" where it is at least twice its
+standard error, else "unresolved". A rung whose M is only a bound ("M > x") or whose interval's upper
+end is unbounded is no point for the slope (listed in `excluded`). In one sentence:
 
 * flat: the whole interval lies within +-FLAT_SLOPE (M changes by less than ~3.5% per doubling of x);
-* growing / shrinking: the interval lies above / below zero AND the rungs' M rise / fall at every step;
+* growing / shrinking: the interval lies above / below zero AND no step goes the other way (resolved);
 * cannot tell: anything else (the slope is shown);
 * too few scales / seeds to tell: fewer than MIN_SCALES_FOR_TREND rungs with a multiplier measured on
   at least MIN_SEEDS_FOR_TREND evaluation seeds. Two rungs always lie on a line, so nothing would
-  check the straight line the slope assumes; and with fewer than 4 seeds a rung's bootstrap interval
-  is bounded by draws that repeat one seed (see compare's verdict), so its weight is no measurement.
+  check the straight line the slope assumes; and with fewer than 4 seeds a rung's interval rests on
+  too little to weigh it by.
 
 A prediction at a larger size (`predict_params`, parameters ladders only) is the fitted line carried
 beyond the ladder, with its interval, and is always printed as an extrapolation.
@@ -41,7 +43,8 @@ import numpy as np
 
 from mltrain import guarded
 from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, ExcludedRung, FitError, Ladder, Multiplier, Prediction,
-                                   Report, Rung, RungArm, RungTuning, Trend, markdown_safe, params_text, render_ladder)
+                                   Report, Rung, RungArm, RungTuning, Step, Trend, markdown_safe, params_text,
+                                   render_ladder)
 from mltrain.tools.study.axes import AXES  # how the report and the plot name each axis
 from mltrain.tools.study.plan import label_parts
 
@@ -49,8 +52,6 @@ FLAT_SLOPE = 0.05
 Z95 = 1.959963984540054
 MIN_SCALES_FOR_TREND = 3
 MIN_SEEDS_FOR_TREND = MIN_SEEDS_FOR_INTERVAL
-TREND_DRAWS = 2000
-TREND_SEED = 0
 
 
 @dataclass
@@ -96,100 +97,177 @@ def find_arm(arms: Sequence[Arm], label: str, kind: str) -> Optional[Arm]:
 # The trend
 
 
-def _sigma(m: Multiplier) -> Optional[float]:
-    lo, hi = m.M_lo, m.M_hi
-    if lo is None or hi is None or not lo > 0 or not hi > 0:
-        return None
-    return max((math.log(hi) - math.log(lo)) / (2 * Z95), 1e-12)
+@dataclass(frozen=True)
+class RungPoint:
+    """One rung as a point of the trend: x, log M (the headline's), its statistical standard error with
+    the degrees of freedom it was estimated on, and the systematic standard error of a fitted reading."""
+
+    x: float
+    y: float
+    se: float
+    dof: float
+    systematic: float = 0.0
+
+    @property
+    def var(self) -> float:
+        return self.se ** 2 + self.systematic ** 2
 
 
 def _why_not_a_point(m: Multiplier, seeds: int) -> Optional[str]:
     """Why a rung's multiplier is no point for the slope, or None when it is one."""
-    if not m.measured:
-        return "no multiplier"
+    head = m.led_by()
     if m.bound is not None:
         return f"M only bounded (M > {m.bound.value:.3g})"
-    if m.M_hi_unbounded:
+    if head.M is None or not head.M > 0:
+        return "no multiplier"
+    if head.M_hi_unbounded:
         return "its interval's upper end is unbounded"
     if seeds < MIN_SEEDS_FOR_TREND:
         return f"fewer than {MIN_SEEDS_FOR_TREND} evaluation seeds"
+    if head.M_lo is None or head.M_hi is None:
+        return "no interval"
     return None
 
 
-def _rung_draws(m: Multiplier, fit_error: Optional[FitError], rng: np.random.Generator) -> Optional[np.ndarray]:
-    """TREND_DRAWS draws of one rung's log M: its own bootstrap draws (compare's, every draw a refit of the
-    rung's frontier on resampled evaluation seeds) or, without them, a normal of its interval's width;
-    plus a per-draw offset uniform within the rung's fit-error band (a systematic)."""
-    own = [v for v in m.draws or () if v and v > 0]
-    if own:
-        y = np.log(rng.choice(own, TREND_DRAWS))
-    elif _sigma(m) is not None:
-        y = rng.normal(math.log(m.M), _sigma(m), TREND_DRAWS)
-    else:
-        return None
-    band = fit_error.band if fit_error is not None else None
-    return y + (rng.uniform(-band, band, TREND_DRAWS) if band else 0.0)
+def rung_point(x: float, m: Multiplier, seeds: int, fit_error: Optional[FitError]) -> RungPoint:
+    """The rung's headline log M and its errors: the headline's own standard error and degrees of freedom
+    (an older report's: its interval's half-width over the normal quantile, seeds − 1 df); a fitted
+    reading (joint, per run) adds its fit's own error as a systematic, uniform within ±band (sd band/√3)."""
+    head = m.led_by()
+    se, dof = head.log_se, head.dof
+    if se is None:
+        se, dof = (math.log(head.M_hi) - math.log(head.M_lo)) / (2 * Z95), max(seeds - 1, 1)
+    band = fit_error.band if fit_error is not None and head.kind in ("joint", "per_run") else None
+    return RungPoint(x, math.log(head.M), max(se, 1e-12), float(dof or max(seeds - 1, 1)),
+                     band / math.sqrt(3) if band else 0.0)
 
 
-def _monotone(y: np.ndarray) -> Optional[str]:
-    steps = np.diff(y)
-    return "growing" if np.all(steps > 0) else ("shrinking" if np.all(steps < 0) else None)
+def _satterthwaite(parts: list[tuple[float, float]]) -> float:
+    """The degrees of freedom of a sum of variances, each (variance, its df); a part with df None: exact."""
+    total = sum(v for v, _ in parts)
+    den = sum(v ** 2 / d for v, d in parts if d and math.isfinite(d))
+    return total ** 2 / den if den > 0 else math.inf
+
+
+def _quantile(dof: float) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, dof)) if math.isfinite(dof) else Z95
+
+
+def steps(points: list[RungPoint]) -> tuple[Step, ...]:
+    """Each neighbouring pair: up / down where the change in log M is at least twice its standard error,
+    else unresolved (not flat: the rungs cannot tell that far)."""
+    out = []
+    for a, b in zip(points, points[1:]):
+        diff, se = b.y - a.y, math.sqrt(a.var + b.var)
+        word = "up" if diff >= 2 * se else ("down" if diff <= -2 * se else "unresolved")
+        out.append(Step(a.x, b.x, diff, se, word))
+    return tuple(out)
+
+
+def contrast(points: list[RungPoint]) -> tuple[float, float, float]:
+    """(log M_last − log M_first, its interval): independent rungs, t at the Satterthwaite df."""
+    a, b = points[0], points[-1]
+    diff, var = b.y - a.y, a.var + b.var
+    q = _quantile(_satterthwaite([(a.se ** 2, a.dof), (b.se ** 2, b.dof), (a.systematic ** 2 + b.systematic ** 2, None)]))
+    return diff, diff - q * math.sqrt(var), diff + q * math.sqrt(var)
+
+
+@dataclass(frozen=True)
+class Line:
+    """The trend's fitted line: intercept a, slope b, their covariance (widened), the reduced chi-square
+    and the Birge ratio's square that widened it, the t quantile's df and the quantile, log x."""
+
+    a: float
+    b: float
+    cov: np.ndarray
+    chi2: Optional[float]
+    ratio: float
+    dof: float
+    q: float
+    x: np.ndarray
+
+
+def weighted_line(points: list[RungPoint]) -> Line:
+    """The weighted least-squares line of log M on log x (weights 1 / the rungs' variances), its
+    covariance widened by the Birge ratio max(1, √(χ²/(k − 2))), and the t quantile at the Satterthwaite
+    df of the rungs' variances (their seeds − 1 each) and the excess scatter (k − 2): every piece moves
+    continuously with the rungs' M, so a small change of one cannot jump the interval."""
+    x = np.log([p.x for p in points])
+    y = np.array([p.y for p in points])
+    w = 1 / np.array([p.var for p in points])
+    design = np.stack([np.ones_like(x), x], axis=1)
+    base = np.linalg.inv(design.T @ (w[:, None] * design))  # (XᵀWX)⁻¹
+    a, b = base @ design.T @ (w * y)
+    k = len(points)
+    chi2 = float(np.sum(w * (y - a - b * x) ** 2))
+    ratio = max(1.0, chi2 / (k - 2)) if k > 2 else 1.0
+    c = (base @ design.T * w)[1]  # the slope as a weighted sum of the rungs' log M
+    stat = [(float(ci ** 2 * p.se ** 2), p.dof) for ci, p in zip(c, points)]
+    sys = float(sum(ci ** 2 * p.systematic ** 2 for ci, p in zip(c, points)))
+    v0 = float(base[1, 1])
+    dof = _satterthwaite(stat + [(sys, None), ((ratio - 1) * v0, k - 2)])
+    return Line(float(a), float(b), base * ratio, chi2 / (k - 2) if k > 2 else None, ratio, dof, _quantile(dof), x)
+
+
+def _monotone(found: tuple[Step, ...]) -> Optional[str]:
+    """growing: no step down and one up at least; shrinking the same way down; else None."""
+    words = {s.word for s in found}
+    if "down" not in words and "up" in words:
+        return "growing"
+    if "up" not in words and "down" in words:
+        return "shrinking"
+    return None
+
+
+def _too_few(usable: list, measured: list, excluded: tuple) -> Trend:
+    few_seeds = len(measured) - len(usable)
+    word = "too few seeds to tell" if few_seeds and len(measured) >= MIN_SCALES_FOR_TREND else "too few scales to tell"
+    why = (f"a multiplier at {len(measured)} scale(s)"
+           + (f", {few_seeds} of them on fewer than {MIN_SEEDS_FOR_TREND} evaluation seeds" if few_seeds else "")
+           + f"; a trend needs {MIN_SCALES_FOR_TREND} scales with {MIN_SEEDS_FOR_TREND} seeds or more each "
+           "(two scales always lie on a line; fewer seeds give no interval to weigh a scale by)")
+    return Trend("", word, n_scales=len(usable), excluded=excluded, why=why)
 
 
 def fit_trend(points: list[tuple]) -> Trend:
     """Slope of log M against log x from (x, Multiplier, evaluation seeds[, FitError]) points
     (see the module docstring); the trend without its arm, sentence and predictions."""
-    from scipy import stats
-
     points = [(*p, None)[:4] for p in points]
     measured = [p for p in points if _why_not_a_point(p[1], MIN_SEEDS_FOR_TREND) is None]
     usable = [p for p in measured if p[2] >= MIN_SEEDS_FOR_TREND]
     excluded = tuple(ExcludedRung(p[0], w) for p in points
                      if (w := _why_not_a_point(p[1], p[2])) and w != "no multiplier")
     if len(usable) < MIN_SCALES_FOR_TREND:
-        few_seeds = len(measured) - len(usable)
-        word = "too few seeds to tell" if few_seeds and len(measured) >= MIN_SCALES_FOR_TREND else "too few scales to tell"
-        why = (f"a multiplier at {len(measured)} scale(s)"
-               + (f", {few_seeds} of them on fewer than {MIN_SEEDS_FOR_TREND} evaluation seeds" if few_seeds else "")
-               + f"; a trend needs {MIN_SCALES_FOR_TREND} scales with {MIN_SEEDS_FOR_TREND} seeds or more each "
-               "(two scales always lie on a line; fewer seeds give no interval to weigh a scale by)")
-        return Trend("", word, n_scales=len(usable), excluded=excluded, why=why)
-    usable.sort(key=lambda p: p[0])
-    rng = np.random.default_rng(TREND_SEED)
-    draws = [_rung_draws(m, err, rng) for _, m, _, err in usable]
-    if any(d is None for d in draws):
-        return Trend("", "cannot tell", n_scales=len(usable), excluded=excluded,
-                     why="a scale without an interval or bootstrap draws")
-    x, y = np.log([p[0] for p in usable]), np.log([p[1].M for p in usable])
-    ys = np.stack(draws, axis=1)  # (draws, rungs)
-    design = np.stack([np.ones_like(x), x], axis=1)
-    coef = np.linalg.lstsq(design, ys.T, rcond=None)[0]  # (2, draws): intercept, slope per draw
-    a, b = (float(v) for v in np.linalg.lstsq(design, y, rcond=None)[0])
-    lo, hi = np.percentile(coef[1], [2.5, 97.5])
-    scale, method = 1.0, "hierarchical bootstrap: the rungs' own draws and their fit-error bands, one slope per draw"
-    dof = len(usable) - 2
-    sd = ys.std(axis=0)
-    if dof > 0 and np.all(sd > 0):
-        chi2 = float(np.sum(((y - (a + b * x)) / sd) ** 2)) / dof
-        if chi2 > 1:
-            scale = math.sqrt(chi2) * float(stats.t.ppf(0.975, dof)) / Z95
-            method += f", widened by their scatter (reduced chi-square {chi2:.2f}, t with {dof} df)"
-    lo, hi = b - (b - float(lo)) * scale, b + (float(hi) - b) * scale
-    cov = np.cov(coef) * scale ** 2
-    monotone = _monotone(y)
-    return Trend("", trend_word(lo, hi, monotone), n_scales=len(usable), excluded=excluded, slope=b, slope_lo=lo,
-                 slope_hi=hi, intercept=a, cov=cov.tolist(), quantile=Z95, method=method, n_min=float(np.exp(x.min())),
-                 n_max=float(np.exp(x.max())), n_draws=TREND_DRAWS, monotone=monotone)
+        return _too_few(usable, measured, excluded)
+    rungs = sorted((rung_point(*p) for p in usable), key=lambda r: r.x)
+    line = weighted_line(rungs)
+    b, half = line.b, line.q * math.sqrt(float(line.cov[1, 1]))
+    method = (f"weighted least squares on the rungs' headline log M (weights: 1 / their variance, a fitted reading's "
+              f"fit error added), t with {line.dof:.1f} df (Satterthwaite)")
+    if line.ratio > 1:
+        method += f", widened by their scatter (reduced chi-square {line.chi2:.2f}, the Birge ratio)"
+    found = steps(rungs)
+    monotone = _monotone(found)
+    diff, diff_lo, diff_hi = contrast(rungs)
+    lo, hi = b - half, b + half
+    return Trend("", trend_word(lo, hi, found), n_scales=len(usable), excluded=excluded, slope=b, slope_lo=lo,
+                 slope_hi=hi, intercept=line.a, cov=line.cov.tolist(), quantile=line.q, method=method,
+                 n_min=float(np.exp(line.x.min())), n_max=float(np.exp(line.x.max())), monotone=monotone,
+                 dof=line.dof if math.isfinite(line.dof) else None, contrast=diff, contrast_lo=diff_lo,
+                 contrast_hi=diff_hi, steps=found)
 
 
-def trend_word(lo: float, hi: float, monotone: Optional[str] = None) -> str:
-    """flat inside ±FLAT_SLOPE; growing / shrinking only when the interval excludes zero and the rungs'
-    M move that way at every step; else cannot tell."""
+def trend_word(lo: float, hi: float, found: Sequence[Step] = ()) -> str:
+    """flat inside ±FLAT_SLOPE; growing / shrinking when the interval excludes zero and no step between
+    neighbouring rungs goes the other way by twice its standard error or more; else cannot tell."""
+    words = {s.word for s in found}
     if -FLAT_SLOPE <= lo and hi <= FLAT_SLOPE:
         return "flat"
-    if lo > 0 and monotone == "growing":
+    if lo > 0 and "down" not in words:
         return "growing"
-    if hi < 0 and monotone == "shrinking":
+    if hi < 0 and "up" not in words:
         return "shrinking"
     return "cannot tell"
 
@@ -214,7 +292,12 @@ def trend_sentence(arm: str, trend: Trend, axis: str = "params") -> str:
                 + (f"; not used as points: {left}" if left else "") + ").")
     span = f"over {trend.n_scales} scales ({axis_text(trend.n_min, axis)} to {axis_text(trend.n_max, axis)} {unit})"
     slope = f"slope of log M against log {word} {trend.slope:+.3f} [{trend.slope_lo:+.3f}, {trend.slope_hi:+.3f}]"
+    if trend.contrast is not None:
+        slope += (f", first to last log M {trend.contrast:+.3f} [{trend.contrast_lo:+.3f}, {trend.contrast_hi:+.3f}]")
     span += f"; not used as points: {left}" if left else ""
+    if trend.steps:
+        span += "; steps " + ", ".join(f"{axis_text(s.x_from, axis)}→{axis_text(s.x_to, axis)} {s.word}"
+                                       for s in trend.steps)
     if trend.verdict == "cannot tell":
         bumpy = " (the rungs' M do not move one way)" if not trend.monotone else ""
         return f"{arm}: cannot tell whether the compute multiplier changes with {along}: {slope} {span}{bumpy}."
@@ -283,11 +366,13 @@ def plot_ladder(report: Ladder, path: Path, dpi: int = 120, root: Optional[Path]
             if m.bound is not None and m.bound.kind == "lower":  # only a bound: a caret at M > x, no point
                 ax.plot([x], [m.bound.value], marker="^", color=color, mfc="white", ls="none")
                 continue
-            if not m.available or not m.M:
+            head = m.led_by()
+            if head.M is None or not head.M > 0:
                 continue
-            lo, hi = m.M_lo or m.M, m.M_hi or m.M  # no interval (too few seeds): a bare point
-            ax.errorbar([x], [m.M], yerr=[[m.M - lo], [hi - m.M]], fmt="o",
-                        color=color, mfc="white" if m.extrapolated else color, capsize=3)
+            lo, hi = head.M_lo or head.M, head.M_hi or head.M  # no interval (too few seeds): a bare point
+            ax.errorbar([x], [head.M], yerr=[[max(0.0, head.M - lo)], [max(0.0, hi - head.M)]], fmt="o",
+                        color=color, mfc="white" if m.extrapolated and head.kind != "interpolated" else color,
+                        capsize=3)
         if trend.slope is not None:
             n = np.geomspace(trend.n_min, trend.n_max, 20)
             ax.plot(n, np.exp(trend.intercept + trend.slope * np.log(n)), color=color, ls="--", lw=1)

@@ -4,7 +4,8 @@
     <dir>/<scale>/eval/<arm>/<chosen values>,seed=S    stage 2: the chosen setting on the evaluation
                                                         seeds; the single-level arm: each budget at the
                                                         setting chosen for that budget (the frontier)
-    <dir>/<scale>/tune/<control>@frontier/...          the control's schedule at the frontier's budgets
+    <dir>/<scale>/tune/<control>@frontier/...          the control's schedule at the frontier's budgets, each
+                                                        at the fine LR and warm-up chosen there
     <dir>/<scale>/eval/<control>@frontier/...          ... at the budgets where it was the best single-level run
     <dir>/<scale>/eval/<arm>@runner_up/...             an arm's runner-up setting (a near tie) on the evaluation seeds
     <dir>/<scale>/selection.json                       the settings stage 1 chose
@@ -36,7 +37,7 @@ from mltrain.tools.study.schema import BUDGET, SEED, eval_seeds, frontier_arm, t
 
 TUNE, EVAL = "tune", "eval"  # the stages that launch runs; also the runs' W&B job_type
 AT_FRONTIER, RUNNER_UP = "@frontier", "@runner_up"  # folder suffixes (arm names cannot hold '@')
-WARMUP, COARSE_STEPS = "schedule.warmup_steps", "multilevel.coarse_steps"
+WARMUP, COARSE_STEPS, FINE_LR = "schedule.warmup_steps", "multilevel.coarse_steps", "optim.lr"
 BOOKKEEPING = ("train.resume=true", "train.progress=false")
 
 _parser = OverridesParser.create()
@@ -252,7 +253,23 @@ def frontier_values(study: Any, layout: Layout, scale: str, max_steps: Optional[
     if warmups:
         values = {WARMUP: warmups, **{k: v for k, v in values.items() if k != WARMUP}}
     budget = values.pop(BUDGET)
-    return {**values, BUDGET: list(budgets) if budgets is not None else budget}
+    budget = list(budgets) if budgets is not None else budget
+    return {**values, BUDGET: [b for b in budget if not halved(study, b)]}  # the halved ones follow (tuning.py)
+
+
+def halved(study: Any, budget: str) -> bool:
+    """Whether the frontier runs this budget at the best warm-ups of the budget below only (successive
+    halving: frontier.halving_from), not at every warm-up from the start."""
+    start = study.frontier.halving_from
+    return start is not None and float(budget) > start + 1e-9 and bool(study.frontier.warmup_fractions)
+
+
+def halving_sweep(study: Any, layout: Layout, scale: str, max_steps: Optional[int], budget: str,
+                  warmups: list[str]) -> Sweep:
+    """The frontier's grid at a halved budget, at the warm-ups kept from the budget below."""
+    values = frontier_values(study, layout, scale, max_steps, [])
+    values = {**values, WARMUP: list(warmups), BUDGET: [budget]}
+    return _sweep(study, layout, scale, TUNE, frontier_arm(study), max_steps, values, study.selection_seeds)
 
 
 def tuning_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int] = None,
@@ -285,20 +302,35 @@ def control_coarse_steps(study: Any, scale: str) -> int:
     return int(found[-1])
 
 
+def _own_values(study: Any, scale: str, arm: str, key: str) -> set[str]:
+    """The values of `key` the arm's own tuning runs have at a rung: its grid's, else its fixed override's."""
+    if key in study.arms[arm].grid:
+        return set(grid_values(study.arms[arm]).get(key, []))
+    return {override_value(o) for o in arm_overrides(study, scale, arm, None) if key_of(o) == key}
+
+
 def control_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int],
-                   budgets: list[str]) -> list[Sweep]:
-    """The control's schedule at each budget of the frontier, its grid on the first selection seed, its
-    length (coarse steps) scaled by the budget and each length factor. At budget 1 and factor 1 its own
+                   picks: dict[str, dict[str, str]], own_choice: Optional[dict[str, str]] = None) -> list[Sweep]:
+    """The control's schedule at each budget of the frontier (`picks`: budget -> the frontier's chosen
+    setting there), at the fine LR and warm-up the frontier chose at that budget, tuning only its own knobs:
+    its grid's other keys on the first selection seed, its length (coarse steps) scaled by the budget and
+    each length factor; with frontier.control_grid false, only the setting its own arm chose (`own_choice`).
+    Where that is the control arm's own setting (budget 1, factor 1, its fine LR and warm-up), its own
     tuning runs are that point already."""
     arm = study.frontier.control_arm
     if arm is None:
         return []
     base, sweeps = control_coarse_steps(study, scale), []
-    for budget in budgets:
+    for budget, pick in picks.items():
+        fine = {k: v for k, v in pick.items() if k in (FINE_LR, WARMUP)}
+        values = grid_values(study.arms[arm])
+        if not study.frontier.control_grid and own_choice:  # its own arm's chosen setting, not its grid
+            values = {**values, **{k: [v] for k, v in own_choice.items() if k in values}}
+        own = all(v in _own_values(study, scale, arm, k) for k, v in fine.items())
         lengths = [str(max(1, round(base * float(budget) * f))) for f in study.frontier.control_length_factors]
-        lengths = [n for n in dict.fromkeys(lengths) if not (float(budget) == 1.0 and int(n) == base)]
+        lengths = [n for n in dict.fromkeys(lengths) if not (own and float(budget) == 1.0 and int(n) == base)]
         if lengths:
-            values = {**grid_values(study.arms[arm]), COARSE_STEPS: lengths, BUDGET: [budget]}
+            values = {**values, **{k: [v] for k, v in fine.items()}, COARSE_STEPS: lengths, BUDGET: [budget]}
             sweep = _sweep(study, layout, scale, TUNE, arm, max_steps, values, study.selection_seeds[:1])
             sweeps.append(Sweep(scale, TUNE, arm, layout.sweep(scale, TUNE, arm + AT_FRONTIER), sweep.fixed, sweep.swept))
     return sweeps
@@ -347,10 +379,13 @@ def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str,
 def possible_evaluation_runs(study: Any, layout: Layout, scale: str) -> list[Run]:
     """Every run stage 2 could launch whatever stage 1 chooses: each grid point on the evaluation
     seeds (what a check of earlier runs on disk must cover before anything starts)."""
-    runs = []
+    runs, frontier = [], frontier_arm(study)
+    every = tuple(setting_text(BUDGET, b) for b in study.arms[frontier].grid[BUDGET])  # the halved ones too
     for sweep in tuning_sweeps(study, layout, scale):
         seeds = tuple(str(s) for s in eval_seeds(study, scale))
         swept = tuple((k, v) if k != SEED else (k, seeds) for k, v in sweep.swept)
+        if sweep.arm == frontier:
+            swept = tuple((k, every) if k == BUDGET else (k, v) for k, v in swept)
         runs += Sweep(scale, EVAL, sweep.arm, layout.sweep(scale, EVAL, sweep.arm), sweep.fixed, swept).runs()
     return runs
 

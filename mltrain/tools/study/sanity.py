@@ -11,9 +11,9 @@ run (the schema's types and schema.check's rules come first; these are separate 
   run configs (the keys that define it, `held_out_keys`: data.*, model.block_size, train.eval_* but
   the interval, and train.batch_size while the held-out set is counted in batches). An arm whose fixed
   overrides, grid or preset change one would train whole and then be left out of the verdict as other data.
-* `check_study_duration(study, out)`: the study's planned FLOPs against what this machine can
-  give (runs/sanity.py duration_check): said first when it is long, refused without `allow_long=true`
-  when it would take more than a day. Only for launchers that run here (basic, local).
+* `check_study_duration(study, out)`: the study's planned cost (planned.py: every run it can add, as a
+  range, at a measured rate): said first when it is long, refused without `allow_long=true` when its
+  "at most" would take more than a day. Only for launchers that run here (basic, local).
 * `repeated_data(study)`: after the runs, one warning line when any run the study asks for trained on more
   than one epoch of its training split (summary.json's `epochs`), else None.
 """
@@ -21,15 +21,17 @@ run (the schema's types and schema.check's rules come first; these are separate 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Iterable, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TextIO
 
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.runs import sanity
 from mltrain.runs.files import read_summary
 from mltrain.runs.keys import override_key, override_value
 from mltrain.runs.sweep import THREADS_LINE, threaded
+from mltrain.tools.study import planned
 from mltrain.tools.study.plan import Layout, possible_evaluation_runs, tuning_sweeps
-from mltrain.tools.study.schema import BUDGET, eval_seeds
+from mltrain.tools.study.planned import Rate
+from mltrain.tools.study.schema import BUDGET
 
 if TYPE_CHECKING:  # the training stack is imported when a run config is made, not with this module
     from mltrain.config import Config
@@ -191,52 +193,83 @@ def run_cost(cfg: Config) -> tuple[float, int]:
     return cost.total, cost.steps
 
 
-def planned_cost(study: Any, configs: dict[tuple, Config]) -> tuple[float, int]:
-    """(FLOPs, steps) of every run: each setting on the selection seeds, and on the evaluation seeds one
-    setting per arm (the frontier arm: one per budget), as stage 2 will run them."""
-    flops, steps = 0.0, 0
-    evaluated: dict[tuple, tuple[float, int]] = {}
+def unit_costs(configs: dict[tuple, Config]) -> Callable[[str, str], float]:
+    """unit(scale, arm): the planned FLOPs of one run of the arm at budget 1, the mean over its composed
+    settings (each divided by its budget); the scale's mean for an arm none was composed for."""
+    per: dict[tuple[str, str], list[float]] = {}
     for (scale, arm, setting), cfg in configs.items():
-        f, n = run_cost(cfg)
-        flops, steps = flops + f * len(study.selection_seeds), steps + n * len(study.selection_seeds)
-        seeds = len(eval_seeds(study, scale))
-        evaluated.setdefault((scale, arm, dict(setting).get(BUDGET)), (f * seeds, n * seeds))
-    return flops + sum(f for f, _ in evaluated.values()), steps + sum(n for _, n in evaluated.values())
+        per.setdefault((scale, arm), []).append(run_cost(cfg)[0] / float(dict(setting).get(BUDGET, 1.0)))
+    means = {k: sum(v) / len(v) for k, v in per.items()}
+
+    def unit(scale: str, arm: str) -> float:
+        if (scale, arm) in means:
+            return means[(scale, arm)]
+        same = [m for (s, _), m in means.items() if s == scale]
+        return sum(same) / len(same) if same else 0.0
+    return unit
 
 
-def _machine(study: Any, cfg: Config) -> tuple[str, float]:
-    """(this machine in words, its nominal FLOP/s for the study's runs together, run as the typed run
-    config `cfg` says)."""
+def composed_units(study: Any, layout: Layout, sizes: dict) -> Callable[[str, str], float]:
+    """unit(scale, arm) from one composed run config per scale and arm (its first tuning run's, divided by its
+    budget): what `--status` plans with, without composing every setting."""
+    from mltrain.config import validate_composed
+    from mltrain.tools.study.compose import Composer
+
+    units: dict[tuple[str, str], float] = {}
+    with Composer() as composer:
+        for scale in study.ladder:
+            for sweep in tuning_sweeps(study, layout, scale, sizes[scale].max_steps):
+                run = sweep.runs()[0]
+                cfg = validate_composed(composer.compose(sweep.job_overrides(run, study, sizes[scale].tags),
+                                                         f"scale {scale}, arm {sweep.arm}"))
+                units[(scale, sweep.arm)] = run_cost(cfg)[0] / float(run.setting.get(BUDGET, 1.0))
+    return lambda scale, arm: units.get((scale, arm), 0.0)
+
+
+def status_cost_lines(study: Any, root: Any) -> list[str]:
+    """`--status`'s planned cost (planned.py): every run the study can add, as a range, at the measured rate."""
+    from mltrain.tools.study.compose import Composer, ladder_sizes
+
+    with Composer() as composer:
+        sizes = ladder_sizes(study, composer)
+    layout = Layout(root, {name: size.max_steps for name, size in sizes.items()})
+    cost = planned.plan(study, composed_units(study, layout, sizes))
+    return planned.status_lines(study.name, cost, planned.study_rate(study, root))
+
+
+def _nominal(study: Any, cfg: Config) -> Optional[Rate]:
+    """The nominal rate where the runs are not on a CPU (the measured default is a CPU's); None on a CPU."""
     import torch
 
-    from mltrain.runs.sweep import available_cpus
     from mltrain.training.devices import peak_flops
 
     device = str(cfg.device)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    jobs = max(1, study.launcher.n_jobs or 1) if study.launcher.name == "local" else 1
     if device == "cpu":
-        cpus = available_cpus()
-        threads = int(study.launcher.env.get("OMP_NUM_THREADS", 0)) or max(1, torch.get_num_threads() // jobs)
-        used = max(1, min(jobs * threads, cpus))
-        return f"cpu ({used} thread{'s' if used > 1 else ''})", sanity.rate("cpu", used)
+        return None
+    jobs = max(1, study.launcher.n_jobs or 1) if study.launcher.name == "local" else 1
     gpus = max(1, min(jobs, torch.cuda.device_count() or 1))
-    return f"{gpus} GPU{'s' if gpus > 1 else ''}", gpus * sanity.rate("cuda", peak=peak_flops(torch.device("cuda")))
+    return Rate(1 / sanity.rate("cuda", peak=peak_flops(torch.device("cuda"))), gpus, "nominal GPU peak, no run here yet")
 
 
 def check_study_duration(study: Any, out: TextIO) -> None:
-    """Say how long a long study takes at least here; refuse one of more than a day without consent.
-    `study`: stages.prepare's, whose `configs` are every setting's typed run config."""
+    """Say what a long study costs here (planned.py: every run it can add, at a measured rate); refuse one
+    whose "at most" exceeds a day without consent. `study`: stages.prepare's, whose `configs` are every
+    setting's typed run config."""
     cfg, configs = study.cfg, study.configs
     if cfg.launcher.name not in LOCAL_LAUNCHERS or not configs:
         return
-    flops, steps = planned_cost(cfg, configs)
-    where, flop_rate = _machine(cfg, next(iter(configs.values())))
-    jobs = max(1, cfg.launcher.n_jobs or 1) if cfg.launcher.name == "local" else 1  # steps of parallel runs overlap
-    line = sanity.duration_check("this study", flops, flop_rate, where, "allow_long", bool(cfg.allow_long),
-                                 steps=steps / jobs)
-    if line:
+    cost = planned.plan(cfg, unit_costs(configs))
+    rate = planned.finished_rate(study.layout.root)
+    speed = planned.study_rate(cfg, study.layout.root) if rate else (
+        _nominal(cfg, next(iter(configs.values()))) or planned.study_rate(cfg, study.layout.root))
+    line = planned.summary_line(cfg.name, cost, speed)
+    seconds = speed.hours(cost.most.flops, cost.most.runs) * 3600
+    if seconds > sanity.LONG_S and not cfg.allow_long:
+        raise ConfigError(f"{line}: more than this machine should be given without asking: add allow_long=true to "
+                          "start it anyway, or make it smaller; nothing was started")
+    if seconds > sanity.NOTE_S:
         print(f"mltrain-study: {line}", file=out, flush=True)
 
 

@@ -61,6 +61,16 @@ class FrontierConfig:
     # bracketing: while an arm's equal-loss point lies beyond the frontier's data, add budgets 3, 4, ...
     # (times the steps) up to this; null: never
     max_budget: Optional[float] = None
+    # successive halving over the warm-ups: every warm-up length at the budgets up to this one; above it,
+    # each budget's grid runs at the halving_keep best warm-ups of the budget below (on the selection
+    # seeds). null: every warm-up at every budget
+    halving_from: Optional[float] = None
+    halving_keep: int = 1
+    # a near tie of a budget's frontier choice also runs the extra selection seeds (as the other arms' do)
+    ties: bool = True
+    # the control's schedule at each budget: its whole grid (true) or only the setting its own arm chose
+    # (false; its length still follows the budget and each length factor)
+    control_grid: bool = True
 
 
 @dataclass
@@ -234,6 +244,9 @@ def _check_tuning(study: Any) -> None:
     if f.control_arm is not None and (f.control_arm not in study.arms or f.control_arm == frontier_arm(study)):
         raise ConfigError(f"frontier.control_arm={f.control_arm}: name one of the study's other arms "
                           f"({', '.join(a for a in study.arms if a != frontier_arm(study))})")
+    if f.halving_keep < 1 or (f.halving_from is not None and not f.halving_from > 0):
+        raise ConfigError(f"frontier.halving_from={f.halving_from}, halving_keep={f.halving_keep}: a positive budget "
+                          "and at least one warm-up kept")
     if f.max_budget is not None and not 0 < f.max_budget <= 10:
         raise ConfigError(f"frontier.max_budget={f.max_budget} must be in (0, 10] (train.budget's range)")
     if f.max_budget is not None:

@@ -35,7 +35,7 @@ from mltrain.tools.study import compose, ladder, tuning
 from mltrain.tools.study.compose import setting_key
 from mltrain.tools.study.launch import STOPPED, Interrupts, Stopped, multirun, output_to
 from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP, TUNE, Choice, Layout, Run, Sweep,
-                                      control_sweeps, evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
+                                      evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
                                       setting_text, tuning_sweeps)
 from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, run_status
 from mltrain.tools.study.sanity import check_held_out, repeated_data, run_cost
@@ -161,10 +161,10 @@ def _base_budgets(cfg: StudyConfig) -> list[str]:
 
 
 def _base_tuning(study: Study, scale: str, budgets: Optional[list[str]] = None) -> list[Sweep]:
-    """The tuning sweeps known before any choice: every arm's grid, the control's schedule at the budgets."""
+    """The tuning sweeps known before any choice: every arm's grid (tuning.more_sweeps adds the rest)."""
     cfg, layout, steps = study.cfg, study.layout, study.sizes[scale].max_steps
     budgets = budgets if budgets is not None else _base_budgets(cfg)
-    return [*tuning_sweeps(cfg, layout, scale, steps, budgets), *control_sweeps(cfg, layout, scale, steps, budgets)]
+    return tuning_sweeps(cfg, layout, scale, steps, budgets)  # the control's schedule follows each budget's choice
 
 
 def _progress(study: Study, out: TextIO) -> Progress:
@@ -243,7 +243,7 @@ def _scale(study: Study, scale: str) -> ladder.ScaleResult:
         _launch(study, evaluation)
         judged = [s for s in evaluation if not s.dir.name.endswith(RUNNER_UP)]
         result = _verdict(study, scale, [r for s in (*tuned, *judged) for r in s.runs()])
-        budget = tuning.next_budget(cfg, budgets, result.comparison)
+        budget = tuning.next_budget(cfg, budgets, _under_test(study, scale, result))
         if budget is None or budget in budgets:
             break
         study.progress.say(f"mltrain-study: {scale}: an arm's equal-loss point lies beyond the frontier's data: "
@@ -258,6 +258,15 @@ def _scale(study: Study, scale: str) -> ladder.ScaleResult:
     return result
 
 
+def _under_test(study: Study, scale: str, result: ladder.ScaleResult) -> list:
+    """The verdict's entries of the study's arms other than the frontier (bracketing reads these alone: not
+    the control's own runs at the frontier's budgets, which the verdict lists as arms of their own)."""
+    if result.comparison is None:
+        return []
+    arms, f = result.comparison.arms, frontier_arm(study.cfg)
+    return [ladder.find_arm(arms, study.labels[scale][a], study.kinds[(scale, a)]) for a in study.cfg.arms if a != f]
+
+
 def _tune(study: Study, scale: str, budgets: list[str]) -> tuple[list[Sweep], dict[str, Choice]]:
     """Stage 1 at these frontier budgets: the grids, then what the tuning rules add, until they add nothing."""
     cfg, steps = study.cfg, study.sizes[scale].max_steps
@@ -266,7 +275,7 @@ def _tune(study: Study, scale: str, budgets: list[str]) -> tuple[list[Sweep], di
         _grow(study, [r for s in sweeps for r in s.runs()])
         _launch(study, sweeps)
         choices = _choose(study, scale, sweeps)
-        more = tuning.more_sweeps(cfg, study.layout, scale, steps, sweeps, choices)
+        more = tuning.more_sweeps(cfg, study.layout, scale, steps, sweeps, choices, budgets)
         if not more:
             break
         sweeps += more

@@ -7,8 +7,13 @@
 * ties: the settings within `tie_nats` of the best on the selection seeds also run on the
   `extra_selection_seeds`, and the choice is made on the mean over every selection seed each has
   (mltrain-compare's rule); the second best of them is the runner-up, evaluated too;
-* bracketing: while an arm's equal-loss point lies beyond the frontier's data, the frontier gets the
-  next budget (3, 4, ... times the steps) up to `frontier.max_budget`.
+* halving: with frontier.halving_from, the budgets above it run the frontier's grid at the best
+  warm-ups (frontier.halving_keep) of the budget below, once that budget's runs have ended;
+* control: once a budget's frontier choice is settled (no rule above adds to it), the control's schedule
+  runs at that budget at the chosen fine LR and warm-up (plan.control_sweeps);
+* bracketing: while an arm under test has its equal-loss point beyond the frontier's data, the frontier
+  gets the next budget (3, 4, ... times the steps) up to `frontier.max_budget`. The control's own runs at
+  the frontier's budgets are not arms under test: they never trigger it.
 
 Every rule reads the runs on disk alone, so a study invoked again plans the same runs (and finds them
 ended). Torch-free.
@@ -19,14 +24,15 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional
 
-from mltrain.tools.compare import Report, SettingLosses
-from mltrain.tools.study.plan import (BUDGET, TUNE, Choice, Layout, Run, Sweep, setting_sweep, setting_text)
+from mltrain.tools.compare import SettingLosses
+from mltrain.tools.study.plan import (BUDGET, FINE_LR, TUNE, WARMUP, Choice, Layout, Run, Sweep, control_sweeps,
+                                      halved, halving_sweep, setting_sweep, setting_text)
 from mltrain.tools.study.progress import ended, run_status
 from mltrain.tools.study.schema import frontier_arm
 
 Setting = tuple  # a run's setting as sorted (key, value text) pairs: every swept key but the seed
 Losses = dict  # Setting -> {seed: final val loss}; a diverged run counts as +inf
-LR = "optim.lr"
+LR = FINE_LR
 
 
 def setting_of(run: Run) -> Setting:
@@ -124,13 +130,16 @@ def runner_up(table: Losses, close: list[Setting], seeds: list[int], chosen: Set
     return rest[0][1] if rest else None
 
 
-def next_budget(study: Any, budgets: list[str], comparison: Optional[Report]) -> Optional[str]:
-    """The frontier's next budget (the next whole multiple of the steps) while some arm's equal-loss point
-    lies beyond its data, up to frontier.max_budget; None otherwise."""
+def next_budget(study: Any, budgets: list[str], tested: Iterable[Any]) -> Optional[str]:
+    """The frontier's next budget (the next whole multiple of the steps) while some arm under test (`tested`:
+    the verdict's entries of the study's arms, the frontier's own and the control's runs at the frontier's
+    budgets left out) has its equal-loss point beyond the frontier's data, up to frontier.max_budget; None
+    otherwise."""
     cap = study.frontier.max_budget
-    if cap is None or comparison is None:
+    if cap is None:
         return None
-    beyond = [a for a in comparison.arms if not a.is_frontier and a.multiplier.past_the_data]
+    beyond = [a for a in tested if a is not None and not a.is_frontier and a.multiplier is not None
+              and a.multiplier.past_the_data]
     nxt = float(math.floor(max(map(float, budgets))) + 1)
     return setting_text(BUDGET, nxt) if beyond and nxt <= cap + 1e-9 else None
 
@@ -140,22 +149,51 @@ def next_budget(study: Any, budgets: list[str], comparison: Optional[Report]) ->
 
 
 def more_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int], sweeps: list[Sweep],
-                choices: dict[str, Choice]) -> list[Sweep]:
-    """The tuning runs the rules add, given the arms' tuning sweeps so far and stage 1's choices; none
-    that any of `sweeps` already holds."""
+                choices: dict[str, Choice], budgets: Optional[list[str]] = None) -> list[Sweep]:
+    """The tuning runs the rules add, given the arms' tuning sweeps so far, stage 1's choices and the
+    frontier's budgets (for successive halving); none that any of `sweeps` already holds."""
     planned = {r.dir for s in sweeps for r in s.runs()}
     frontier, out = frontier_arm(study), []
+    control = choices.get(study.frontier.control_arm) if study.frontier.control_arm else None
     for arm, choice in choices.items():
         runs = [r for s in sweeps if s.dir == layout.sweep(scale, TUNE, arm) for r in s.runs()]
         table = losses(runs)
         picks = [{**s, BUDGET: b} for b, s in choice.by_budget.items()] if arm == frontier else [choice.setting]
+        found = _halving(study, layout, scale, max_steps, budgets or [], runs, table) if arm == frontier else []
         for pick in picks:
             same = [r.setting for r in runs if r.setting.get(BUDGET) == pick.get(BUDGET)]
-            for setting, seeds in _wider(study, arm, arm == frontier, pick, same, table):
-                sweep = setting_sweep(study, layout, scale, TUNE, arm, setting, seeds, max_steps)
-                if any(r.dir not in planned for r in sweep.runs()):
-                    out.append(sweep)
-                    planned |= {r.dir for r in sweep.runs()}
+            wider = _wider(study, arm, arm == frontier, pick, same, table)
+            found += [setting_sweep(study, layout, scale, TUNE, arm, setting, seeds, max_steps) for setting, seeds in wider]
+            if arm == frontier and not wider:  # the budget's choice is settled: the control's schedule at it
+                found += control_sweeps(study, layout, scale, max_steps, {pick[BUDGET]: pick},
+                                        control.setting if control else None)
+        for sweep in found:
+            if any(r.dir not in planned for r in sweep.runs()):
+                out.append(sweep)
+                planned |= {r.dir for r in sweep.runs()}
+    return out
+
+
+def _halving(study: Any, layout: Layout, scale: str, max_steps: Optional[int], budgets: list[str], runs: list[Run],
+             table: Losses) -> list[Sweep]:
+    """Successive halving over the warm-ups: each halved budget (plan.halved) whose budget below has ended
+    runs gets the frontier's grid at that budget's halving_keep best warm-ups."""
+    order, out, seeds = sorted(budgets, key=float), [], list(study.selection_seeds)
+    for below, budget in zip(order, order[1:]):
+        if not halved(study, budget):
+            continue
+        at = [r for r in runs if r.setting.get(BUDGET) == below]
+        if not at or any(setting_of(r) not in table or r.seed not in table[setting_of(r)] for r in at):
+            continue  # the budget below has not ended yet
+        best: dict[str, float] = {}
+        for r in at:
+            m = mean_loss(table, setting_of(r), seeds)
+            w = r.setting.get(WARMUP)
+            if m is not None and w is not None:
+                best[w] = min(best.get(w, math.inf), m)
+        kept = sorted(best, key=lambda w: best[w])[:study.frontier.halving_keep]
+        if kept:
+            out.append(halving_sweep(study, layout, scale, max_steps, budget, kept))
     return out
 
 
@@ -174,7 +212,7 @@ def _wider(study: Any, arm: str, is_frontier: bool, pick: dict, same: list[dict]
             more += neighbours(grid, tried, pick[key], study.grid_extensions)
         out += [({**pick, key: setting_text(key, x)}, first) for x in more]
     extra = list(study.extra_selection_seeds)
-    if extra and not out:  # ties once the grid brackets the choice
+    if extra and not out and (study.frontier.ties or not is_frontier):  # ties once the grid brackets the choice
         for setting in tied(table, {tuple(sorted(s.items())) for s in same}, first, study.tie_nats):
             missing = [s for s in extra if s not in table.get(setting, {})]
             if missing:
