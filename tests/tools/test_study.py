@@ -120,9 +120,9 @@ def test_max_steps_follow_tokens_per_parameter():
     (["arms.multilevel.grid={optim.lr:[0.3,'0.30']}"], "grid key optim.lr repeats a value ([0.3, '0.30']: 0.3 and "
      "'0.30' are one value (the same number)"),
     (["arms.multilevel.grid={optim.lr:[1,1.0]}"], "repeats a value"),
-    (["arms.single.grid={optim.lr:[0.03,0.3],train.budget:[0.5,1.0]}", "frontier.max_budget=3"],
-     "frontier.max_budget=3 cannot bracket: a budget is added only past a fitted frontier, and a fit needs 3 "
-     "budgets; arm single has 2 (train.budget: 0.5, 1)"),
+    (["arms.single.grid={optim.lr:[0.03,0.3],train.budget:[1.0]}", "frontier.max_budget=3"],
+     "frontier.max_budget=3 cannot bracket: an arm past the frontier's data is told on 2 budgets or more, and arm "
+     "single has 1 (train.budget: 1)"),
     (["frontier.max_budget=2"], "frontier.max_budget=2 cannot bracket: the first budget it would add is 3"),
 ])
 def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys):
@@ -136,13 +136,6 @@ def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys)
     assert code == 2 and len(lines) == 1 and lines[0].startswith("mltrain-study: error: "), err
     assert says in lines[0]
     assert not (tmp_path / "study").exists()
-
-
-def test_a_fit_needs_as_many_budgets_as_the_study_asks_for_bracketing():
-    from mltrain.tools.compare.powerlaw import MIN_POINTS
-    from mltrain.tools.study.schema import FIT_POINTS
-
-    assert FIT_POINTS == MIN_POINTS
 
 
 def test_keys_that_do_not_change_the_held_out_set_may_differ_between_arms(tmp_path):

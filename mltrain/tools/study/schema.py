@@ -27,7 +27,9 @@ from mltrain.runs.keys import SEED_KEY as SEED
 from mltrain.runs.keys import override_key
 from mltrain.tools.study.axes import AXES  # what a ladder's rungs may vary
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # arm and scale names become folder names
-FIT_POINTS = 3  # budgets a fitted frontier needs (mltrain/tools/compare/powerlaw.py MIN_POINTS; a test keeps them equal)
+# budgets a frontier needs before bracketing can find an arm past its data: the points a bound is read on
+# (mltrain/tools/compare/ondata.py reads one on an envelope of 2 points or more, without a fit)
+BRACKET_POINTS = 2
 
 
 @dataclass
@@ -262,17 +264,16 @@ def _check_tuning(study: Any) -> None:
 
 
 def _check_bracketing(study: Any, cap: float) -> None:
-    """ConfigError unless frontier.max_budget can add a budget: bracketing extends a fitted frontier
-    (mltrain-compare fits one on FIT_POINTS budgets or more) by the next whole multiple of the steps
-    above the grid's largest budget, up to the cap."""
+    """ConfigError unless frontier.max_budget can add a budget: bracketing adds the next whole multiple of
+    the steps above the grid's largest budget, up to the cap, once an arm lies past the frontier's data,
+    which takes a frontier of BRACKET_POINTS budgets or more to tell."""
     arm = frontier_arm(study)
-    budgets = sorted({value_identity(b) for b in study.arms[arm].grid[BUDGET]}, key=lambda b: (isinstance(b, str), b))
-    numbers = [b for b in budgets if isinstance(b, float)]
+    numbers = sorted({v for v in map(value_identity, study.arms[arm].grid[BUDGET]) if isinstance(v, float)})
     shown = ", ".join(f"{b:g}" for b in numbers)
-    if len(numbers) < FIT_POINTS:
-        raise ConfigError(f"frontier.max_budget={cap:g} cannot bracket: a budget is added only past a fitted frontier, "
-                          f"and a fit needs {FIT_POINTS} budgets; arm {arm} has {len(numbers)} ({BUDGET}: {shown}): "
-                          f"give its grid {FIT_POINTS} budgets or more, or leave frontier.max_budget out")
+    if len(numbers) < BRACKET_POINTS:
+        raise ConfigError(f"frontier.max_budget={cap:g} cannot bracket: an arm past the frontier's data is told on "
+                          f"{BRACKET_POINTS} budgets or more, and arm {arm} has {len(numbers)} ({BUDGET}: {shown}): "
+                          f"give its grid more budgets, or leave frontier.max_budget out")
     nxt = math.floor(max(numbers)) + 1
     if nxt > cap + 1e-9:
         raise ConfigError(f"frontier.max_budget={cap:g} cannot bracket: the first budget it would add is {nxt:g} "
