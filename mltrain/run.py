@@ -44,6 +44,7 @@ from mltrain.preflight import Checked, preflight
 from mltrain.runs import rundir
 from mltrain.runs.keys import config_digest
 from mltrain.runs.names import run_label, run_name, sweep_run_name, swept_keys
+from mltrain.runs import environment
 from mltrain.runs.provenance import provenance
 from mltrain.runs.tracking import Tracker
 from mltrain.runs.weights import remove_weights, save_weights
@@ -269,6 +270,8 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
         # printed, not logged: the run's own log file stays as it was
         say(f"{previous.describe()}: nothing to resume, left untouched")
         return previous.summary.get("final_val_loss")
+    if previous is not None:  # made elsewhere (another torch, code, ...): refused before anything is written
+        environment.check_resume(previous.summary, run_dir, torch.get_num_threads())
     distributed.init(world)
     with _claimed(run_dir, world, resuming(cfg.train.resume)):
         session = build(cfg, _no_tracker_yet)
@@ -278,6 +281,7 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
         resumed = restore(session, checkpoints, run_dir) if previous is not None else {}
         describe(session)
         origin = provenance(trainer.device)
+        where = environment.capture(trainer.device)  # what a continuation must equal, and the load now
         record = run_record(session, _overrides())
         # Only rank 0 writes files (metrics, summary, weights, W&B); the other ranks compute the same rows
         # and drop them.
@@ -296,6 +300,7 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
                 if not completed:
                     outcome.interrupted(runner, path, run_dir)
             summary = summarize(session, outcome, record, origin)
+            summary["environment"] = environment.ended(where)
             if tracker is not None:
                 write_results(session, tracker, summary, run_dir)
         return conclude(session, outcome, summary, run_dir)

@@ -139,7 +139,7 @@ class TokenCache:
 
     def check_writable(self) -> None:
         """DataError or StorageError, in one line, when the cache folder cannot be made or written: called
-        before a corpus is read (minutes, for data=packages), not only once its tokens are ready."""
+        before a corpus is read and tokenized, not only once its tokens are ready."""
         atomic.refuse_links([self.dir])  # a planted link would send the cache's files elsewhere
         try:
             self.dir.mkdir(parents=True, exist_ok=True)

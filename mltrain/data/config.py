@@ -11,7 +11,6 @@ from mltrain.choice import Choice
 class Source(Choice):
     embedded = "embedded"  # the Python documentation shipped with Python: no download
     prose = "prose"  # English prose shipped with mltrain (State of the Union addresses, a modern Bible), ~17 MB
-    packages = "packages"  # the installed packages' documentation (+ embedded's), ~25 MB: differs per machine
     text = "text"  # local text files (data.path)
     shards = "shards"  # a folder of llm.c-format token shards (data.dir)
 

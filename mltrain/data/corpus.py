@@ -4,7 +4,7 @@
 
 `sha256` is the full hash of the text, so two runs (or a study resumed on another machine) that record
 the same one trained and were evaluated on the same bytes. For `prose` it is the sha256 of the shipped
-parts' decompressed bytes (data/prose.py); for the sources built from documents (`embedded`, `packages`,
+parts' decompressed bytes (data/prose.py); for the sources built from documents (`embedded`,
 `text`) it is `Hasher`'s: every document's name, length and text, in corpus order; for `shards`, whose
 files may hold billions of tokens, it hashes each shard's name, token count and first and last tokens
 only, and says so in `sha256_of`.

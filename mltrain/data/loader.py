@@ -3,8 +3,6 @@
 * `prose`: the English prose corpus shipped with mltrain (see prose.py), split by document: the same
   bytes on every machine.
 * `embedded`: the Python documentation corpus (see embedded.py), split by document.
-* `packages`: the installed packages' documentation plus the embedded corpus (see packages.py), split by
-  document. Its text depends on the installed versions (its corpus record's sha256 says which).
 * `text`: local files (see text.py); several files are split by document, a single file by position
   (its last `val_fraction` of tokens is validation).
 * `shards`: a folder of llm.c-format shards (see shards.py), one array per shard.
@@ -17,7 +15,7 @@ from the one asked; at least one document goes to each side (when every document
 smallest is held out). Documents keep their corpus order inside each
 split, each followed by the tokenizer's separator (end-of-text, or "\\n\\n" for `bytes`).
 
-`prose`, `embedded`, `packages` and `text` are tokenized once and cached (see cache.py); `shards` are used
+`prose`, `embedded` and `text` are tokenized once and cached (see cache.py); `shards` are used
 in place. Every source's `TokenSplits.corpus` is its identity record (corpus.py), written into summary.json.
 """
 
@@ -32,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from omegaconf import OmegaConf
 
-from mltrain.data import cache, corpus, embedded, inputs, packages, prepare, prose, shards, text
+from mltrain.data import cache, corpus, embedded, inputs, prepare, prose, shards, text
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import DataError
 from mltrain.data.tokenizers import Tokenizer, get_tokenizer
@@ -112,7 +110,7 @@ def _load_documents(c: Any, tok: Tokenizer, source: str, key: str, read: Callabl
     store = cache.TokenCache(c.cache_dir, source, tok.name, key)
     found = store.load()
     if found is None:
-        store.check_writable()  # before reading the corpus, which can take minutes (data=packages)
+        store.check_writable()  # before reading the corpus, which can take a while
         docs = read()
         log.info("tokenizing the %s corpus (%d documents) with %s, once", source, len(docs), tok.name)
         names = [n for n, _ in docs]
@@ -155,25 +153,6 @@ def _load_embedded(c: Any, tok: Tokenizer) -> TokenSplits:
         c, tok, "embedded", key, embedded.documents,
         lambda docs, n_bytes: f"embedded (Python {version} docs: {len(docs)} documents, {n_bytes / 1e6:.2f} MB)",
     )  # fmt: skip
-
-
-def _load_packages(c: Any, tok: Tokenizer) -> TokenSplits:
-    """The installed packages' documentation (packages.py): its text is extracted once per set of source
-    files (cached as text), tokenized once per tokenizer; the description carries its content hash."""
-    roots = packages.package_dirs()
-    files = packages.module_files(roots)
-    fp = packages.fingerprint(files)
-    key = _key("packages", cache.CACHE_VERSION, fp, tok.name, c.val_fraction)
-
-    def read() -> list[tuple[str, str]]:
-        log.info("reading the docstrings of %d installed packages (%d modules; a minute or more, once)", len(roots), len(files))
-        return packages.documents(c.cache_dir, files, fp)
-
-    def what(docs: Sequence[tuple[str, str]], n_bytes: int) -> str:
-        return (f"packages (docs of {len(roots)} installed packages and Python {embedded.python_version()}: "
-                f"{len(docs)} documents, {n_bytes / 1e6:.2f} MB, sha256 {packages.content_hash(docs)[:16]})")
-
-    return _load_documents(c, tok, "packages", key, read, what)
 
 
 def _checked(found: tuple[dict, dict], store: cache.TokenCache, tok: Tokenizer) -> tuple[dict, dict]:
@@ -246,15 +225,14 @@ def _load_shards(c: Any, tok: Tokenizer) -> TokenSplits:
     return TokenSplits(train, val, tok.n_vocab, tok.name, desc, corpus.shards_record([*train, *val]))
 
 
-_LOADERS = {Source.prose: _load_prose, Source.embedded: _load_embedded, Source.packages: _load_packages, Source.text: _load_text,
-            Source.shards: _load_shards}
+_LOADERS = {Source.prose: _load_prose, Source.embedded: _load_embedded, Source.text: _load_text, Source.shards: _load_shards}
 
 
-# The prose, embedded and packages corpora of each data config this process has loaded: their content (the
-# shipped corpus, Python's and the installed packages' docs) does not change while the process lives, so the jobs of a sweep in one
+# The prose and embedded corpora of each data config this process has loaded: their content (the shipped
+# corpus, Python's docs) does not change while the process lives, so the jobs of a sweep in one
 # process (Hydra's basic launcher, a joblib worker, mltrain-study) hash and load them once. Text files and
 # shards are looked at again.
-_INSTALLED = (Source.prose, Source.embedded, Source.packages)
+_INSTALLED = (Source.prose, Source.embedded)
 _INSTALLED_LOADED: dict[str, TokenSplits] = {}
 
 

@@ -161,7 +161,7 @@ def test_a_composition_error_is_one_line_naming_the_override_or_the_file(overrid
     ("logger.mode=sometimes", "[online, offline, disabled]"),
     ("model.norm=batchnorm", "[layernorm, rmsnorm]"),
     ("model.attention=flash", "[sdpa, explicit]"),
-    ("data.source=web", "[embedded, prose, packages, text, shards]"),
+    ("data.source=web", "[embedded, prose, text, shards]"),
     ("depth_method=dropout", "[none, stacking, layer_drop, raptr]"),
     ("stacking.operator=mirror", "[stack, interleave]"),
     ("stacking.optimizer_state=keep", "[reset, copy]"),

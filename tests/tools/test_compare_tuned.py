@@ -305,6 +305,22 @@ def test_wallclock_saving_says_whether_evaluation_is_in_the_time(tmp_path):
     assert w["time_basis"].startswith("wall time (includes evaluation")
 
 
+def test_no_wallclock_saving_from_runs_of_two_machines(tmp_path):
+    frontier_runs(tmp_path, range(2))
+    for s in range(2):
+        multilevel(tmp_path, s, 0.1, 3e13, 2.0, train_time_s=40.0, wall_time_s=45.0)
+    for i, d in enumerate(sorted(tmp_path.iterdir())):  # half of the runs timed on another machine
+        s = json.loads((d / "summary.json").read_text())
+        s.setdefault("train_time_s", s["total_flops"] / 1e12)
+        s["environment"] = {"machine_id": f"m{i % 2}"}
+        (d / "summary.json").write_text(json.dumps(s))
+    report = compare_dirs([tmp_path], plot=False)
+    w = arm(report, "multilevel")["saving_wallclock"]
+    assert not w or not w.get("available"), w
+    assert "2 machines: wall-clock times are not compared across machines" in json.dumps(report["frontier"]["wallclock"])
+    assert arm(report, "multilevel")["multiplier"]  # the FLOPs comparison stands
+
+
 def test_configurations_are_named_by_the_keys_that_differ(tmp_path):
     frontier_runs(tmp_path / "runs", range(1), lrs=(0.01, 0.1))
     for clr in (0.1, 1.0):

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_main, typed
+from helpers import REPO, run_main, typed
 
 from mltrain.errors import ConfigError
 from mltrain.tools.compare import Arm, Report
@@ -348,7 +348,7 @@ def test_readme_study_commands_compose_and_pass_the_checks():
 
 def test_the_new_ladders_hold_their_stated_rungs():
     """The depth ladder's 8-block rung as stated (width 32, context 32, batch 8, 8 tokens per parameter
-    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run (on data=packages); the coarse phases
+    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run (on data=prose); the coarse phases
     cost ~34% of the fine steps' FLOPs at every rung of both."""
     from mltrain.flops import train_flops_per_token
 
@@ -373,9 +373,58 @@ def test_the_new_ladders_hold_their_stated_rungs():
             one = ["seed=1", "optim.lr=0.3"]
             a = composer.compose([*data.common, *data.ladder.t8.overrides, "train.max_steps=1824",
                                   f"experiment={data.arms[arm].experiment}", *one], "t8")
-            b = composer.compose([*cpu.common, "data=packages", *cpu.ladder.d32.overrides, "train.max_steps=1824",
+            b = composer.compose([*cpu.common, "data=prose", *cpu.ladder.d32.overrides, "train.max_steps=1824",
                                   f"experiment={cpu.arms[arm].experiment}", *one], "d32")
             assert a == b, arm
+
+
+PROSE_TRAIN_TOKENS = 16_292_102  # data=prose's training split, byte tokens (tests/data/test_prose_corpus.py)
+
+
+def _largest_run_tokens(study) -> tuple[int, str]:
+    """(training tokens, which run) of the study's largest run, every level's steps and the control's
+    counted as summary.json's `epochs` counts them: each arm at budget 1, the frontier arm at each of its
+    budgets and bracketing's, the control's schedule at each, its length scaled by the budget and its
+    largest factor. The other grid keys (LRs, warm-ups) do not change a run's steps: their first value."""
+    import dataclasses
+
+    from mltrain.method.plan import build_plan, planned_steps
+    from mltrain.tools.study.plan import control_coarse_steps
+    from mltrain.tools.study.planned import frontier_budgets
+
+    base, extra = frontier_budgets(study)
+    budgets, control = [*base, *extra], study.frontier.control_arm
+    largest = (0, "")
+    with compose.Composer() as composer:
+        for rung, size in compose.ladder_sizes(study, composer).items():
+            for name, arm in study.arms.items():
+                grid = [f"{k}={v[0]}" for k, v in arm.grid.items() if k != "train.budget"]
+                for budget in budgets if name in (schema.frontier_arm(study), control) else [1.0]:
+                    length = []
+                    if name == control:
+                        factor = max(study.frontier.control_length_factors)
+                        length = [f"multilevel.coarse_steps={round(control_coarse_steps(study, rung) * budget * factor)}"]
+                    cfg = typed(composer.compose([*study.common, *study.ladder[rung].overrides,
+                                                  f"experiment={arm.experiment}", *(arm.get("overrides") or []), *grid,
+                                                  f"train.max_steps={size.max_steps}", f"train.budget={budget}", *length],
+                                                 rung))
+                    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=256))
+                    tokens = planned_steps(build_plan(cfg)) * cfg.train.batch_size * cfg.model.block_size
+                    largest = max(largest, (tokens, f"{rung} {name} at budget {budget}"))
+    return largest
+
+
+@pytest.mark.parametrize("name", ["depth_ladder", "data_ladder", "depth_rivals"])
+def test_the_studies_on_prose_never_pass_half_an_epoch(name):
+    """The shipped studies that train on data=prose: their largest run sees under half of its training
+    split, the epochs their yamls' Data comment states."""
+    study = compose_study([f"study={name}"])
+    assert "data=prose" in study.common
+    tokens, which = _largest_run_tokens(study)
+    epochs = tokens / PROSE_TRAIN_TOKENS
+    assert epochs < 0.5, (which, epochs)
+    comment = (REPO / "conf" / "study" / f"{name}.yaml").read_text()
+    assert f"{tokens:,} tokens = {epochs:.2f} epochs" in comment, (which, tokens, epochs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ def test_runs_past_one_epoch_are_counted_in_one_line(tmp_path):
     cfg, layout = _runs_with_epochs(tmp_path, [0.4, 1.25, 1.62, 1.0])
     line = repeated_data(cfg, layout)
     assert line == ("warning: 2 run(s) of smoke saw their training data more than once (up to 1.62 epochs); "
-                    "use a larger corpus (data=packages, or your own: data=text data.path=...)")
+                    "use a larger corpus (data=prose, or your own: data=text data.path=...)")
 
 
 def test_no_warning_within_one_epoch_or_without_the_field(tmp_path):

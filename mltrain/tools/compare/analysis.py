@@ -5,8 +5,11 @@ evaluation seeds apart is in `verdict`).
   single-level baseline's final loss, saving = 1 - F / F_ref, train and val.
 * **vs the tuned frontier's points** (held-out loss; see `frontier`): for each run the single-level
   FLOPs F* that reach its final val loss on its seed's envelope (linear in log FLOPs between points;
-  "outside the frontier" beyond its ends, then only a bound). saving = 1 - F_run / F*. Also under the
-  blocks-only FLOP convention, and the loss gap at equal FLOPs: final val loss - the frontier's there.
+  "outside the frontier" beyond its ends, then only that run's bound). saving = 1 - F_run / F*. Also under
+  the blocks-only FLOP convention, and the loss gap at equal FLOPs: final val loss - the frontier's there.
+  The configuration's saving is only a bound where its runs lie beyond the frontier's data with
+  confidence, decided as an arm's verdict is (verdict.data_reading): runs below its lowest loss that are
+  not give no verdict, never a bound.
 * **vs the schedule control**: as vs the baseline, against the control's final loss.
 * **held-out loss at fixed FLOPs** (fractions of the baseline's total FLOPs), with paired differences.
 * **intervals**: per configuration over seeds, paired by seed (see statistics.interval).
@@ -23,6 +26,7 @@ from mltrain.method.kinds import RunKind
 from mltrain.runs.keys import label_overrides
 from mltrain.tools.compare.frontier import Frontier
 from mltrain.tools.compare.loading import CompareError, Configuration, Run, mismatch
+from mltrain.tools.compare.ondata import BEYOND_CONFIDENCE
 from mltrain.tools.compare.statistics import (
     first_reach,
     frontier_flops,
@@ -34,6 +38,7 @@ from mltrain.tools.compare.tables import (Baseline, ConfigurationRow, Configurat
                                           FixedFlopsCell, FixedFlopsRow, HeldOut, Outside, Reference, SeedInterval,
                                           SeedVsFrontier, SeedVsReference, TargetReading, TargetSummary, UncountedCost,
                                           VsFrontier, VsReference)
+from mltrain.tools.compare.verdict import data_reading
 
 METRICS = ("train", "val")
 FLOP_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the baseline's total FLOPs
@@ -192,10 +197,23 @@ def _aggregate(per: list[tuple[bool, TargetReading]]) -> TargetSummary:
 # Against the tuned frontier's points (interpolated)
 
 
+BEYOND = f"beyond the frontier's data with {BEYOND_CONFIDENCE:.1%} confidence"
+
+
+def _data_bound(frontier: Frontier, runs: list[Run]) -> tuple[Optional[float], Optional[float]]:
+    """(M's lower confidence limit where the configuration's runs lie beyond the frontier's data with
+    confidence, by the arms' own rule (verdict.data_reading), else None; the upper confidence limit of
+    their mean loss gap to the frontier's lowest point). Runs below that point decide nothing by
+    themselves: one run never, several only with confidence."""
+    data = data_reading(frontier, runs)
+    return (data.M_lo if data.kind == "bound" else None), data.gap_upper
+
+
 def compare_to_frontier(frontier: Frontier, conf: Configuration, name: str = "") -> VsFrontier:
     """Every run of `conf` read on the frontier of its seed (of the mean, unpaired, for a seed without
     one): the single-level FLOPs F* reaching its final val loss, the saving 1 - F / F*, and the loss gap
-    at equal FLOPs; outside the frontier's ends only a bound."""
+    at equal FLOPs; outside the frontier's ends only that run's bound, and the configuration's bound
+    only where its runs decide one (`_data_bound`)."""
     per_seed = [_on_frontier(frontier, run) for run in conf.runs]
     saving = _paired_interval(((e.paired, e.saving) for e in per_seed), "no saving")
     outside = [e for e in per_seed if e.outside]
@@ -205,7 +223,7 @@ def compare_to_frontier(frontier: Frontier, conf: Configuration, name: str = "")
                       _paired_interval(((e.paired, e.saving_blocks) for e in per_seed), "no saving"),
                       _paired_interval(((e.paired, e.loss_gap) for e in per_seed), "no difference at equal FLOPs"),
                       Outside(sum(e.outside == "below" for e in outside), sum(e.outside == "above" for e in outside)),
-                      name)
+                      name, *_data_bound(frontier, conf.runs))
 
 
 def _on_frontier(frontier: Frontier, run: Run) -> SeedVsFrontier:
@@ -302,17 +320,28 @@ def verdicts(vs_frontier: list[VsFrontier], vs_baseline: list[VsReference], vs_c
     for key in [*frontier, *(k for k in baseline if k not in frontier)]:
         f, b, c = frontier.get(key), baseline.get(key), control.get(key)
         primary, basis = (f.saving, "frontier") if f else (b.val.saving_interval, "one baseline")
-        word = verdict_word(primary)
-        if f and f.n_outside.below and primary.n == 0:
-            word = "better than the longest baseline (saving only bounded)"
-        elif f and f.n_outside.above and primary.n == 0:
-            word = "worse than the shortest baseline (costs FLOPs)"
+        word = _frontier_word(f, primary) if f else verdict_word(primary)
         out.append(ConfigVerdict(
             key[0], key[1], basis, word, len((f or b).per_seed), primary,
             f.saving_blocks if f else b.val.saving_blocks_interval, b.val.saving_interval if b else None,
             f.loss_gap if f else None, f.n_outside if f else None, c.val.loss_diff_interval if c else None,
-            c.reference.label if c else None, (f or b).name))
+            c.reference.label if c else None, (f or b).name,
+            1 - 1 / f.bound if f and f.bound is not None else None))
     return out
+
+
+def _frontier_word(f: VsFrontier, primary: SeedInterval) -> str:
+    """The verdict against the frontier's points, by the arms' rule: where the runs lie beyond its data
+    with confidence, from the bound (its lower confidence limit above 1: a saving); runs below the
+    frontier's lowest loss that are not give no verdict (no bound claimed); else from the interval over
+    the runs inside."""
+    if f.bound is not None:
+        return "saves FLOPs (saving only bounded)" if f.bound > 1 else "no evidence either way"
+    if f.n_outside.below and primary.n == 0:
+        return f"{f.n_outside.below} run(s) below the frontier's lowest loss, not {BEYOND}: no verdict"
+    if f.n_outside.above and primary.n == 0:
+        return "worse than the shortest baseline (costs FLOPs)"
+    return verdict_word(primary)
 
 
 def _configuration(c: Configuration, baseline: Optional[Configuration], in_frontier: set, name: str) -> ConfigurationRow:

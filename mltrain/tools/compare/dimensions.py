@@ -7,8 +7,10 @@ frontier without the others is the one without the finer grid (an LR grid refine
 value at some budgets); a key whose every value is tried at every budget (two warm-up lengths) is
 restricted to its most tried value. Each restricted frontier is re-selected on the selection seeds and
 refitted; its `gain_M` is the full frontier's points read on the restricted fit (geometric mean of
-C_eq / C: > 1, the full frontier needs that many times less compute), and each arm's M is read on it
-(a point reading, no interval; "M > x" where the arm lies beyond its data).
+C_eq / C: > 1, the full frontier needs that many times less compute), and each arm's M is read against
+it by the verdict's own rule (`verdict.headline`, a point reading, no interval): on the restricted
+frontier's points inside its data, "M > x" only where the data decide it (`ondata`: beyond with
+confidence, x the lower confidence limit; or the data-only bound), else on its fit.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import numpy as np
 from mltrain.tools.compare import frontier as frontiers
 from mltrain.tools.compare.arms import Arm, _mean_loss, select, setting_of
 from mltrain.tools.compare.loading import Configuration
-from mltrain.tools.compare.powerlaw import fit_power_law, read
+from mltrain.tools.compare.powerlaw import Fit, fit_power_law, read
 from mltrain.tools.compare.results import BudgetTried, Gain, GainReading, TriedSetting
-from mltrain.tools.compare.verdict import bound_value, log_mean_multiplier
+from mltrain.tools.compare.verdict import (DATA_ONLY_WHAT, Draws, data_reading, fit_error, headline,
+                                           interpolated_multiplier, multiplier)
 
 CONTROL = "schedule_control"
 
@@ -86,11 +89,17 @@ def _restricted(configs, arms: list[Arm], select_seeds, keep: Callable) -> front
     return frontiers.build([c for c in configs if keep(c)], sub, select_seeds)[0]
 
 
-def _reading(fit, runs) -> GainReading:
-    log_m, beyond = log_mean_multiplier(fit, runs)
-    if beyond:
-        return GainReading(None, bound_value(fit, runs))
-    return GainReading(math.exp(log_m) if log_m is not None else None, None)
+def _reading(fr: frontiers.Frontier, fit: Fit, runs) -> GainReading:
+    """An arm's M against the restricted frontier, led as the verdict leads (`headline`): a bound only
+    where its data decide one, never off the fitted curve."""
+    m, _ = multiplier(fit, runs, Draws(), 0, fr.points)
+    m = headline(m, data_reading(fr, runs), interpolated_multiplier(fr, runs), fit_error(fit, fr))
+    head = m.headline
+    if head is None:
+        return GainReading()
+    if head.kind == "bound":
+        return GainReading(None, head.M_lo, "data_only_bound" if m.bound.what == DATA_ONLY_WHAT else "bound")
+    return GainReading(head.M, None, head.kind)
 
 
 def gains(full: frontiers.Frontier, configs: list[Configuration], arms: list[Arm], tuned: Sequence[str],
@@ -102,10 +111,10 @@ def gains(full: frontiers.Frontier, configs: list[Configuration], arms: list[Arm
         fr = _restricted(candidates, arms, select_seeds, keep)
         pts = fr.points
         fit = fit_power_law([p.flops for p in pts], [p.loss for p in pts])
-        gain, readings = None, {}
+        gain = None
         if fit.available:
             logs = [math.log(r.multiplier) for p in full.points if (r := read(fit, p.flops, p.loss)).multiplier]
             gain = math.exp(float(np.mean(logs))) if logs else None
-            readings = {a.name: _reading(fit, a.eval_runs) for a in measured if a.eval_runs}
+        readings = {a.name: _reading(fr, fit, a.eval_runs) for a in measured if a.eval_runs}
         out.append(Gain(dimension, what, len(pts), fit.available, fit.why, gain, readings))
     return out

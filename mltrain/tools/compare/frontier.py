@@ -122,7 +122,12 @@ def build(configs: list[Configuration], arms: list[Arm], select_seeds: Optional[
     if not chosen:
         flops.why = "no usable single-level runs"
     basis = time_basis([r for r in runs if r.seed in seeds])
-    if basis is None:
+    machines = {e.get("machine_id") for c in configs for r in c.runs
+                if isinstance(e := r.summary.get("environment"), dict)} - {None}
+    if len(machines) > 1:  # seconds of two machines are not one clock (summary.json's environment.machine_id)
+        clock = Frontier(chosen, seeds, why=f"the runs were made on {len(machines)} machines: wall-clock times "
+                         "are not compared across machines")
+    elif basis is None:
         clock = Frontier(chosen, seeds, why="the single-level runs did not all record their time")
     else:
         clock = envelope(chosen, seeds, lambda r: run_time(r, basis[0]))

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mltrain.tools.compare.powerlaw import FIT_LOSS
-from mltrain.tools.compare.results import Arm, FitError, Ladder, Multiplier, Report, Rung, RungArm, Saving
+from mltrain.tools.compare.results import Arm, FitError, GainReading, Ladder, Multiplier, Report, Rung, RungArm, Saving
 from mltrain.tools.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
 from mltrain.tools.compare.tables import Baseline, Reference, SeedInterval, TargetReading, VsReference
 
@@ -352,6 +352,9 @@ def _per_configuration_section(report: Report) -> list[str]:
         outside = ""
         if v.n_outside and v.n_outside.total:
             outside = f"; outside the frontier: {v.n_outside.below} below, {v.n_outside.above} above"
+        if v.saving_lower_limit is not None:
+            outside = (f"; saving > {_fmt_pct(v.saving_lower_limit)} (beyond the frontier's data with confidence)"
+                       + outside)
         lines.append(
             f"| `{v.name}` | {v.n_seeds} | {_ci(v.saving, _fmt_pct)} "
             f"| {_ci(v.saving_blocks, _fmt_pct)} | {_ci(v.saving_vs_one_baseline, _fmt_pct)} "
@@ -419,7 +422,9 @@ def _frontier_section(report: Report) -> list[str]:
         "seeds for a seed without its own)"
         + (f"; dominated budgets dropped from the mean envelope: {list(f.dominated_budgets)}" if f.dominated_budgets else "")
         + ". A run lower than the longest budget or higher than the shortest is *outside the frontier*: only a "
-        "bound on its saving is known, and it is left out of the interval.",
+        "bound on its saving is known, and it is left out of the interval. A configuration's saving is only "
+        "bounded where its runs lie beyond the frontier's data with 97.5% confidence, as an arm's verdict is "
+        "decided (see the verdict table).",
         "",
         "| configuration | seed | total FLOPs | final val loss | single-level FLOPs on the frontier | saving | saving, blocks-only | val loss − frontier at equal FLOPs |",
         "|---|---|---|---|---|---|---|---|",
@@ -462,13 +467,21 @@ def _tuning_space_section(report: Report) -> list[str]:
     if f.gains:
         lines += ["", "What each dimension added: the frontier rebuilt without it; gain = the full frontier's points "
                   "read on that frontier's fit (M > 1: the dimension saves that factor of compute), and each arm's M "
-                  "against it.", "", "| without | keeps | gain | arms' M against it |", "|---|---|---|---|"]
+                  "against it, read as its verdict is (on that frontier's points inside its data; \"M > x\" only "
+                  "where the data decide a bound; \"(fit)\" where its fitted curve leads).", "",
+                  "| without | keeps | gain | arms' M against it |", "|---|---|---|---|"]
         for g in f.gains:
-            arms = "; ".join(f"`{name}` " + (f"M > {r.bound:.3g}" if r.bound else _times(r.M))
-                             for name, r in g.arms.items()) or "—"
+            arms = "; ".join(f"`{name}` " + _gain_cell(r) for name, r in g.arms.items()) or "—"
             gain = _times(g.gain_M) if g.fit_available else f"no fit ({g.why})"
             lines.append(f"| {g.dimension} | {g.restricted_to} | {gain} | {arms} |")
     return lines + [""]
+
+
+def _gain_cell(r: GainReading) -> str:
+    """An arm's M against a restricted frontier: "M > x" only where its data decide a bound."""
+    if r.bound is not None:
+        return f"M > {r.bound:.3g}" + (" (data only)" if r.kind == "data_only_bound" else "")
+    return _times(r.M) + (" (fit)" if r.kind in ("joint", "per_run") else "")
 
 
 def _fixed_flops_section(report: Report) -> list[str]:

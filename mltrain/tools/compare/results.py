@@ -433,17 +433,20 @@ class BudgetTried:
 
 @dataclass(frozen=True)
 class GainReading:
-    """An arm's M against a restricted frontier: a point reading, or only a bound (M > bound) beyond its data."""
+    """An arm's M against a restricted frontier: a point reading, or only a bound (M > bound) where its data
+    decide one; `kind` which reading leads, as a headline's: "interpolated", "joint", "per_run", "bound"
+    (beyond the data with confidence) or "data_only_bound"; None with no reading."""
 
     M: Optional[float] = None
     bound: Optional[float] = None
+    kind: Optional[str] = None
 
     @classmethod
     def from_json(cls, e: dict) -> "GainReading":
-        return cls(e.get("M"), e.get("bound"))
+        return cls(e.get("M"), e.get("bound"), e.get("kind"))
 
     def to_json(self) -> dict:
-        return {"M": self.M, "bound": self.bound}
+        return {"M": self.M, "bound": self.bound, "kind": self.kind}
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,10 @@ class SeedVsFrontier:
 @dataclass(frozen=True)
 class VsFrontier:
     """A configuration against the tuned frontier's points: per seed, and the intervals of its saving
-    (blocks-only too) and loss gap, with how many runs lay outside the frontier."""
+    (blocks-only too) and loss gap, with how many runs lay outside the frontier; over all its runs, as the
+    arms' verdict decides it: `bound` (M > bound, a lower confidence limit) where they lie beyond the
+    frontier's data with confidence, else None, and `gap_upper`, the upper confidence limit of their mean
+    loss gap to the frontier's lowest point."""
 
     label: str
     run_kind: str
@@ -275,17 +278,20 @@ class VsFrontier:
     loss_gap: SeedInterval
     n_outside: Outside
     name: str = ""
+    bound: Optional[float] = None
+    gap_upper: Optional[float] = None
 
     @classmethod
     def from_json(cls, e: dict) -> "VsFrontier":
         return cls(e.get("label", ""), e.get("run_kind", ""), listed(e.get("per_seed"), SeedVsFrontier),
                    *(SeedInterval.from_json(e.get(k) or {}) for k in ("saving", "saving_blocks", "loss_gap")),
-                   Outside.from_json(e.get("n_outside") or {}), e.get("name", ""))
+                   Outside.from_json(e.get("n_outside") or {}), e.get("name", ""), e.get("bound"), e.get("gap_upper"))
 
     def to_json(self) -> dict:
         return {"label": self.label, "run_kind": self.run_kind, "per_seed": json_value(self.per_seed),
                 "saving": self.saving.to_json(), "saving_blocks": self.saving_blocks.to_json(),
-                "loss_gap": self.loss_gap.to_json(), "n_outside": self.n_outside.to_json(), "name": self.name}
+                "loss_gap": self.loss_gap.to_json(), "n_outside": self.n_outside.to_json(), "name": self.name,
+                "bound": self.bound, "gap_upper": self.gap_upper}
 
 
 @dataclass(frozen=True)
@@ -400,6 +406,7 @@ class ConfigVerdict:
     val_loss_diff_vs_control: Optional[SeedInterval] = None
     control: Optional[str] = None  # the schedule control's label
     name: str = ""
+    saving_lower_limit: Optional[float] = None  # saving > this (1 − 1/VsFrontier.bound): beyond with confidence
 
     @classmethod
     def from_json(cls, e: dict) -> "ConfigVerdict":
@@ -408,7 +415,8 @@ class ConfigVerdict:
                    SeedInterval.from_json(e.get("saving_blocks") or {}),
                    optional(e.get("saving_vs_one_baseline"), SeedInterval),
                    optional(e.get("loss_gap_vs_frontier"), SeedInterval), optional(e.get("n_outside"), Outside),
-                   optional(e.get("val_loss_diff_vs_control"), SeedInterval), e.get("control"), e.get("name", ""))
+                   optional(e.get("val_loss_diff_vs_control"), SeedInterval), e.get("control"), e.get("name", ""),
+                   e.get("saving_lower_limit"))
 
     def to_json(self) -> dict:
         return {"label": self.label, "run_kind": self.run_kind, "basis": self.basis, "verdict": self.verdict,
@@ -416,7 +424,7 @@ class ConfigVerdict:
                 "saving_vs_one_baseline": json_value(self.saving_vs_one_baseline),
                 "loss_gap_vs_frontier": json_value(self.loss_gap_vs_frontier), "n_outside": json_value(self.n_outside),
                 "val_loss_diff_vs_control": json_value(self.val_loss_diff_vs_control), "control": self.control,
-                "name": self.name}
+                "name": self.name, "saving_lower_limit": self.saving_lower_limit}
 
 
 @dataclass(frozen=True)

@@ -139,11 +139,6 @@ def _per_run(fit: Fit, runs: list[Run]) -> list[RunReading]:
     return per_run
 
 
-def bound_value(fit: Fit, runs: list[Run]) -> float:
-    """C_max / C_run: the most M the frontier's data can show (C_run the runs' geometric mean FLOPs)."""
-    return fit.flop_range[1] / math.exp(float(np.mean([math.log(r.total_flops()) for r in runs])))
-
-
 BEYOND_WHAT = (f"the arm's runs lie below the frontier's lowest loss with {BEYOND_CONFIDENCE:.1%} confidence (one-sided "
                "t on the loss gap, per run on its seed's envelope): M > the lower confidence limit of M, each run beyond "
                "counted at C_max / C_run")

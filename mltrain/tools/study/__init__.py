@@ -8,7 +8,8 @@ stays flat or shrinks with model size. Every run is an ordinary `mltrain -m` swe
 whichever Hydra launcher the study names.
 
 Modules, one way down: `cli` (command line) → `stages` (the stages, resumption) → `launch` (one sweep
-through Hydra), `progress` (run lines, status), `ladder` (the report, the trend) → `compose` (every
+through Hydra), `records` (what travels in git, the environment a continuation must equal), `window`
+(--for / --until), `progress` (run lines, status), `ladder` (the report, the trend) → `compose` (every
 run's config checked up front) → `plan` (sweeps, runs, folders) → `schema` (the study's config).
 """
 

@@ -5,11 +5,14 @@ status view or the stages run.
     mltrain-study study=smoke
     mltrain-study study=cpu_ladder seeds=[1,2,3,4] launcher.n_jobs=2
     mltrain-study study=cpu_ladder --status
+    mltrain-study study=depth_ladder dir=results/depth_ladder --for 2h30m   # records in git, a time window
 
 Exit status: 0 every run finished and every report was written; 1 some run failed or a scale has no
 verdict (the ladder report says what is missing); 2 bad input (one `mltrain-study: error:` line,
-before any run); 130 stopped by Ctrl-C, 128 + its number by a signal handed on to the runs (143
-SIGTERM, 129 SIGHUP, 138 SIGUSR1; one line: run the same command to continue).
+before any run; a run already in `dir` made in another environment too); 130 stopped by Ctrl-C, 128 + its
+number by a signal handed on to the runs (143 SIGTERM, 129 SIGHUP, 138 SIGUSR1; one line: run the same
+command to continue). A study stopped by its time window (--for, --until) exits 0 with one line: what is
+done, what is left and the command that continues it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
                                 "and report whether the saving survives scale.")
     p.add_argument("overrides", nargs="*", help="study=<name> (conf/study/) and overrides of its keys, Hydra syntax")
     p.add_argument("--status", action="store_true", help="print what is done per scale, stage and arm; run nothing")
+    p.add_argument("--for", dest="for_", metavar="DURATION", help="a time window from now (2h30m, 90m, 45s): launch "
+                   "no run estimated to end after it, stop running ones at a checkpoint when it ends, exit 0")
+    p.add_argument("--until", metavar="TIME", help="a time window until HH:MM (local, its next occurrence) or an "
+                   "ISO date and time; as --for")
     return p
 
 
@@ -93,7 +100,9 @@ def main(argv: Optional[Sequence[str]] = None, out: Any = None) -> int:
 
 def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
     from mltrain.tools.study import stages
+    from mltrain.tools.study.window import Window, without_window
 
+    window = Window.from_args(args.for_, args.until)  # opens now; a malformed one is refused first
     composed = compose_study(args.overrides)
     schema.check(composed)
     sanity.check(composed)  # numbers and keys that pass the schema but not common sense
@@ -102,11 +111,13 @@ def _run(args: argparse.Namespace, argv: list[str], out: Any) -> int:
         return _status(cfg, out or sys.stdout)
     try:
         study = stages.prepare(cfg, out)  # bad input: MltrainError, one line before any run
-        sanity.check_study_duration(study, out or sys.stdout)  # far longer than this machine can give: said, or refused
+        if window is None:  # a window bounds the time itself
+            sanity.check_study_duration(study, out or sys.stdout)  # far longer than this machine can give: said, or refused
     except KeyboardInterrupt:
         report(PROG, "stopped by Ctrl-C before any run started; nothing was written", kind="interrupted")
         return 130
-    return stages.run(study, stages.command_line(argv))
+    study.window = window
+    return stages.run(study, stages.command_line(without_window(argv) if window else argv))
 
 
 def _status(cfg: StudyConfig, out: Any) -> int:

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional, TextIO
+from typing import Any, Callable, Iterator, Optional, TextIO
 
 from mltrain.interrupts import STOPPED, CtrlC
 from mltrain.atomic import open_no_follow
@@ -106,12 +106,20 @@ def _hand_on(proc: subprocess.Popen, signum: int) -> None:
         os.killpg(proc.pid, signum)
 
 
-def _wait(proc: subprocess.Popen) -> int:
-    """The sweep's exit status; a Ctrl-C meanwhile is handed on and the sweep waited for (130 at least)."""
+def _wait(proc: subprocess.Popen, stop: Optional[Callable[[], bool]] = None) -> int:
+    """The sweep's exit status; a Ctrl-C meanwhile is handed on and the sweep waited for (130 at least).
+    `stop` (a study's time window) is asked every half second: once it says so, the sweep gets a Ctrl-C
+    as from the terminal (its runs stop after their step, with a checkpoint) and is waited for."""
     interrupted = False
     while True:
         try:
-            code = proc.wait()
+            try:
+                code = proc.wait(timeout=None if stop is None else 0.5)
+            except subprocess.TimeoutExpired:
+                if stop is not None and stop():
+                    stop = None
+                    _hand_on(proc, signal.SIGINT)
+                continue
             break
         except KeyboardInterrupt:
             interrupted = True
@@ -119,12 +127,13 @@ def _wait(proc: subprocess.Popen) -> int:
     return code if code in STOPPED or not interrupted else 130
 
 
-def multirun(sweeps: list[list[str]], env: dict[str, Any]) -> int:
+def multirun(sweeps: list[list[str]], env: dict[str, Any], stop: Optional[Callable[[], bool]] = None) -> int:
     """Run `mltrain -m <overrides>` for each of `sweeps` in turn, in one new process with `env` added to
     this one's environment (each line is printed to the log before its sweep starts); returns its exit
     status: 0 every job ran, 1 some failed (each named in the log), one of STOPPED when a run was stopped
     by a signal (Ctrl-C; the later sweeps were not started), and 128 + the signal's number whenever the
-    study itself got SIGTERM, SIGHUP or SIGUSR1 meanwhile (the sweep stopped, or was killed starting)."""
+    study itself got SIGTERM, SIGHUP or SIGUSR1 meanwhile (the sweep stopped, or was killed starting).
+    `stop`: see `_wait`."""
     sys.stdout.flush()
     sys.stderr.flush()
     log = sys.stdout  # the study's log inside output_to
@@ -137,7 +146,7 @@ def multirun(sweeps: list[list[str]], env: dict[str, Any]) -> int:
                                 pass_fds=rundir.held_fds())  # the study's folder stays locked while it lives
         handoff.started(proc)
         rundir.add_holder(proc.pid)
-        code = _wait(proc)
+        code = _wait(proc, stop)
     return 128 + handoff.signum if handoff.signum is not None else code
 
 

@@ -284,4 +284,4 @@ def repeated_data(study: Any, layout: Layout) -> Optional[str]:
     if not over:
         return None
     return (f"warning: {len(over)} run(s) of {study.name} saw their training data more than once (up to "
-            f"{max(over):.2f} epochs); use a larger corpus (data=packages, or your own: data=text data.path=...)")
+            f"{max(over):.2f} epochs); use a larger corpus (data=prose, or your own: data=text data.path=...)")

@@ -130,6 +130,10 @@ class StudyConfig:
     # A study that would take more than a day on this machine (its planned FLOPs at a rate no run
     # reaches) is refused unless this is true; its runs then get train.allow_long=true too.
     allow_long: bool = False
+    # Must-be-equal values (mltrain/runs/environment.py MUST_EQUAL: code, python, torch, numpy, threads,
+    # device, corpus, held_out) in which the runs already in `dir` may differ from this machine's (or
+    # from each other's): a continuation elsewhere is refused unless named here; the reports say so.
+    allow_env_change: List[str] = field(default_factory=list)
 
 
 def register() -> None:

@@ -31,15 +31,18 @@ from mltrain.plain import plain
 from mltrain.runs import rundir
 from mltrain.runs.provenance import redact_tree
 from mltrain.tools.compare import ArmTuning, Multiplier, Report, RunnerUp, RungTuning, compare_report
-from mltrain.tools.study import compose, ladder, tuning
+from mltrain.runs import environment
+from mltrain.tools.study import compose, ladder, records, tuning
 from mltrain.tools.study.compose import setting_key
 from mltrain.tools.study.launch import STOPPED, Interrupts, Stopped, multirun, output_to
 from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP, TUNE, Choice, Layout, Run, Sweep,
                                       evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
                                       setting_text, tuning_sweeps)
-from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, run_status
+from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, measured, run_status
 from mltrain.tools.study.sanity import check_held_out, repeated_data, run_cost
 from mltrain.tools.study.schema import BUDGET, StudyConfig, eval_seeds, frontier_arm, selection_seeds, varied_keys
+from mltrain.tools.study import window as time_window
+from mltrain.tools.study.window import Window, WindowClosed, closing_line
 
 if TYPE_CHECKING:  # the training stack is imported when a run config is made, not with this module
     from mltrain.config import Config
@@ -66,6 +69,8 @@ class Study:
     tuning: dict[str, RungTuning] = field(default_factory=dict)  # scale -> what its tuning tried and chose (ladder.json)
 
     costs: dict[tuple, float] = field(default_factory=dict)  # (scale, arm, setting) -> its planned FLOPs
+    window: Optional[Window] = None  # --for / --until: no run launched that would end after it
+    accepted: dict[str, list[str]] = field(default_factory=dict)  # allow_env_change: value -> the values seen
 
     def cost(self, run: Run) -> float:
         """A run's planned FLOPs, every phase of its plan (mltrain/method/cost.py)."""
@@ -107,15 +112,17 @@ def prepare(cfg: StudyConfig, out: Optional[TextIO] = None) -> Study:
     earlier = [r for s in tuning for r in s.runs()]
     earlier += [r for scale in cfg.ladder for r in possible_evaluation_runs(cfg, layout, scale) if r.dir.exists()]
     compose.check_earlier_runs(earlier, composed)
+    accepted = records.check_environment(cfg, layout, next(iter(configs.values()), None))  # made elsewhere: refused
     guarded.refuse_linked(_owned_paths(cfg, layout), layout.root)  # no write of the study through a link
-    study = Study(cfg, layout, sizes, kinds, labels, out, configs=configs)
+    study = Study(cfg, layout, sizes, kinds, labels, out, configs=configs, accepted=accepted)
     check_held_out(study)  # every arm on the frontier's held-out set, or no verdict could use it
     return study
 
 
 def _owned_paths(cfg: StudyConfig, layout: Layout) -> list[Path]:
     """Every file and folder the study writes itself or has its runs write (each must not be a link)."""
-    paths = [layout.log, layout.root / "study.json", *(layout.ladder.with_suffix(s) for s in (".md", ".json", ".png"))]
+    paths = [layout.log, layout.root / "study.json", layout.root / ".gitignore", layout.root / records.ENVIRONMENT,
+             *(layout.ladder.with_suffix(s) for s in (".md", ".json", ".png"))]
     for scale in cfg.ladder:
         paths += [layout.selection(scale), _basis_file(layout, scale)]
         paths += [layout.verdict(scale) / f"comparison.{s}" for s in ("md", "json", "png")]
@@ -125,35 +132,75 @@ def _owned_paths(cfg: StudyConfig, layout: Layout) -> list[Path]:
 
 
 def run(study: Study, command: str) -> int:
-    """Run every stage; 0 when every run ended finished and every scale has its verdict, 1 otherwise,
-    130 after Ctrl-C (one line says how to continue)."""
+    """Run every stage; 0 when every run ended finished and every scale has its verdict (or when the time
+    window ended first: one line says what is done and how to continue), 1 otherwise, 130 after Ctrl-C
+    (one line says how to continue)."""
     cfg, layout = study.cfg, study.layout
+    out = study.out or sys.stdout
+    if study.window is not None:
+        study.window.parallel = _parallel(cfg)
     try:
         # One study per folder at a time; what the sweeps print goes to study.log, the study's lines here.
         with rundir.claim(layout.root, what="dir", earlier=lambda _: None), output_to(layout.log) as console, \
                 study.interrupts:
             record = redact_tree(plain(cfg))  # secrets as run.json keeps them out
             guarded.write_json(layout.root / "study.json", record, root=layout.root, indent=2)
-            study.progress = _progress(study, study.out or console)
-            results = [_scale(study, scale) for scale in cfg.ladder]
+            try:
+                study.progress = _progress(study, study.out or console)
+                results = [_scale(study, scale) for scale in cfg.ladder]
+            finally:  # what may be committed and carried to another machine: the records, never the weights
+                records.write_gitignore(layout.root)
+                records.write_environment(layout, study.accepted)
             report = ladder.ladder_report(cfg.name, list(cfg.arms), frontier_arm(cfg), results, list(cfg.predict_params),
                                           cfg.ladder_axis, tuning=study.tuning)
             ladder.write_ladder(report, layout.ladder, root=layout.root)
+            _note_accepted(study)
     except KeyboardInterrupt as stop:
         print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
-              f"the same command: {command}", file=study.out or sys.stdout, flush=True)
+              f"the same command: {command}", file=out, flush=True)
         return stop.status if isinstance(stop, Stopped) else 130  # 143 after SIGTERM, 130 after Ctrl-C
-    out = study.out or sys.stdout
+    except WindowClosed:
+        print(_window_line(study, command), file=out, flush=True)
+        return 0
     for trend in report.trends:
         print(trend.sentence, file=out)
     if warning := repeated_data(cfg, layout):  # a run passed one epoch of its training split
         print(warning, file=out)
+    if accepted := records.accepted_sentence(study.accepted):
+        print(accepted, file=out)
     incomplete = sum(len(r.missing_runs) for r in report.rungs)
     no_verdict = [r.scale for r in report.rungs if r.why_no_verdict]
     print(f"mltrain-study: ladder report {layout.ladder.with_suffix('.md')}; {study.launched} sweep(s) launched"
           + (f"; {incomplete} run(s) did not finish" if incomplete else "")
           + (f"; no verdict at {', '.join(no_verdict)}" if no_verdict else ""), file=out, flush=True)
     return 1 if incomplete or no_verdict else 0
+
+
+def _note_accepted(study: Study) -> None:
+    """ladder.md says which environment changes allow_env_change accepted (environment.json lists them)."""
+    sentence = records.accepted_sentence(study.accepted)
+    if sentence:
+        path = study.layout.ladder.with_suffix(".md")
+        text = path.read_text(encoding="utf-8")
+        guarded.write_text(path, text.rstrip("\n") + "\n\n" + _capital(sentence.removeprefix("mltrain-study: "))
+                           + "\n", root=study.layout.root)
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _window_line(study: Study, command: str) -> str:
+    """Runs done / planned, FLOPs done / planned, the estimate of the rest, and the command that continues."""
+    progress, window = study.progress, study.window
+    ended_runs = [s for d in study.counted if ended(s := run_status(d))]
+    flops_done = sum(taken[1] for s in ended_runs if (taken := measured(s)) is not None)
+    left = max(progress.cost_left, 0.0) if progress is not None else 0.0
+    # this invocation's rate, else that of the runs finished on this machine before (the progress's)
+    rate = window.rate or (progress.seconds / progress.flops if progress is not None and progress.flops > 0 else None)
+    estimate = rate * left / _parallel(study.cfg) if rate is not None else None
+    done, total = (progress.done, progress.total) if progress is not None else (len(ended_runs), len(study.counted))
+    return closing_line(window, done, total, flops_done, flops_done + left, estimate, command)
 
 
 def _base_budgets(cfg: StudyConfig) -> list[str]:
@@ -180,16 +227,23 @@ def _progress(study: Study, out: TextIO) -> Progress:
         cost_left -= sum(study.cost(r) for r in ended_eval)
         total += len(runs) + evaluation_run_count(cfg, scale)
         for r in ended_eval:
-            progress.measure(run_status(r.dir) or {})
+            _measure(progress, run_status(r.dir) or {})
         for r in runs:
             summary = run_status(r.dir)
             if ended(summary):
                 done += 1
-                progress.measure(summary)
+                _measure(progress, summary)
             else:
                 cost_left += study.cost(r)
     progress.total, progress.done, progress.cost_left = total, done, cost_left
     return progress
+
+
+def _measure(progress: Progress, summary: dict) -> None:
+    """A run ended earlier counts into the ETA's rate when it ran on this machine (or did not say where):
+    seconds measured on another machine say nothing of this one's."""
+    if "environment" not in summary or environment.same_machine(summary):
+        progress.measure(summary)
 
 
 def _evaluation_cost(study: Study, scale: str) -> float:
@@ -316,24 +370,66 @@ def _recount(study: Study, counted: list[Run], now: list[Run]) -> None:
 
 def _launch(study: Study, sweeps: list[Sweep]) -> None:
     """Launch the sweeps that hold a run not ended yet, one after another in one process; report each
-    run that ends or fails."""
-    todo = [s for s in sweeps if any(not ended(run_status(r.dir)) for r in s.runs())]
+    run that ends or fails. Within a time window, batch by batch: only the runs estimated to end inside
+    it (window.py); WindowClosed when the window ends, or when the next run would end after it."""
+    tried: set = set()  # the runs launched by this call (one that failed is not launched again)
+    while True:
+        todo = [s for s in sweeps if any(r.dir not in tried and not ended(run_status(r.dir)) for r in s.runs())]
+        if not todo:
+            return
+        batch = todo if study.window is None else _within_window(study, todo, tried)
+        if not batch:
+            raise WindowClosed
+        tried |= {r.dir for s in batch for r in s.runs()}
+        _launch_batch(study, batch)
+        if study.window is None:
+            return
+
+
+def _within_window(study: Study, todo: list[Sweep], tried: set) -> list[Sweep]:
+    """The sweeps of `todo` whose runs end inside the window (all of them when they do), else the runs
+    that do, each as a sweep of its own (same folder, same line but one value per key)."""
+    runs = [(s, r) for s in todo for r in s.runs() if r.dir not in tried and not ended(run_status(r.dir))]
+    n = study.window.fitting([study.cost(r) for _, r in runs])
+    if n == len(runs):
+        return todo
+    batch = []
+    for sweep in todo:
+        chosen = [r for s, r in runs[:n] if s is sweep]
+        if chosen and len(chosen) == sum(s is sweep for s, _ in runs):
+            batch.append(sweep)
+        else:
+            batch += [replace(sweep, swept=tuple((k, (v,)) for k, v in r.values)) for r in chosen]
+    return batch
+
+
+def _launch_batch(study: Study, todo: list[Sweep]) -> None:
     pending = [r for s in todo for r in s.runs() if not ended(run_status(r.dir))]
     if not pending:
         return
     log = study.layout.log
     offset = log.stat().st_size
+    finished: list[dict] = []
 
     def on_end(run: Run, summary: dict) -> None:
         if summary.get("status") != "finished":
             study.failures[run.name] = f"{summary.get('status')}: {summary.get('status_reason', '')}"
+        else:
+            finished.append(summary)
         study.progress.ended(run, summary, study.cost(run))
 
+    window = study.window
+    lines = [s.overrides(study.cfg, study.sizes[s.scale].tags) for s in todo]
+    started = time_window.now()
     with Watcher(pending, on_end) as watcher:
-        code = multirun([s.overrides(study.cfg, study.sizes[s.scale].tags) for s in todo], dict(study.cfg.launcher.env))
+        code = multirun(lines, _run_env(study.cfg), **({"stop": _window_ends(window)} if window else {}))
         study.launched += len(todo)
-    if code in STOPPED or study.interrupts.requested:
+    if window is not None:
+        window.measured(time_window.now() - started, [t for s in finished if (t := measured(s)) is not None])
+    if study.interrupts.requested or (code in STOPPED and not (window and window.stopped)):
         raise Stopped(code if code in STOPPED else 130)
+    if window is not None and window.stopped:
+        raise WindowClosed
     with open(log, "rb") as f:
         f.seek(offset)
         text = f.read().decode("utf-8", errors="replace")
@@ -341,6 +437,21 @@ def _launch(study: Study, sweeps: list[Sweep]) -> None:
         why = failure_reason(run, text)
         study.failures[run.name] = why
         study.progress.settle(run, study.cost(run), f"FAILED: {why}")
+
+
+def _run_env(cfg: StudyConfig) -> dict[str, str]:
+    """The runs' environment: the launcher's, and the changes allow_env_change accepts (a run resumed
+    where one differs would refuse itself otherwise: mltrain/runs/environment.py check_resume)."""
+    accept = {environment.ALLOW_VARIABLE: ",".join(cfg.allow_env_change)} if cfg.allow_env_change else {}
+    return {**cfg.launcher.env, **accept}
+
+
+def _window_ends(window: Window):
+    def ends() -> bool:
+        if window.closed():
+            window.stopped = True
+        return window.stopped
+    return ends
 
 
 # ---------------------------------------------------------------------------------------------
