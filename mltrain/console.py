@@ -55,11 +55,12 @@ def sweeps_main(sweeps: list[list[str]]) -> NoReturn:
     that line, read by Hydra from sys.argv as it reads a command line. A sweep stopped by a signal ends
     the process with its status, the later ones not started; else the status is 1 when any sweep failed."""
     from mltrain.interrupts import STOPPED
+    from mltrain.runs.provenance import redact_argv
 
     failed = False
     with _stopped_by_ctrl_c("mltrain"):  # a Ctrl-C between two sweeps: one line, status 130
         for overrides in sweeps:
-            print(f"$ mltrain -m {' '.join(overrides)}", flush=True)
+            print(f"$ mltrain -m {' '.join(redact_argv(overrides))}", flush=True)  # the study's log: no secret
             sys.argv = ["mltrain", "-m", *overrides]
             status = 0
             try:

@@ -4,8 +4,11 @@ The parameter count is the model's own arithmetic (tests/model/test_memory_count
 model built on PyTorch's `meta` device for every kind of norm, bias and attention): building it there
 costs a second of start-up in a fresh process (torch loads its meta kernels). The bound counts only what training certainly holds
 at once, in fp32: the weights, their gradients, the optimizer's state (SGD with momentum: one copy,
-AdamW: two), the buffers, and the logits of one micro-batch with their gradient
-(micro-batch x context x vocabulary, twice). Activations are left out: a run refused here would
+AdamW: two), the buffers, and the logits of one micro-batch with their gradient, as the forward
+computes them (`logit_bytes`): the head's output at the padded vocabulary (`model.pad_vocab_to`: every
+row of the head matrix, at 2 bytes at least, the compute dtype's least) and the loss's fp32 copy at the
+real one, for micro-batch x context rows, or `model.loss_chunk` rows where the loss is chunked (one chunk's
+logits at a time); twice, for their gradient. Activations are left out: a run refused here would
 certainly run out of memory, one accepted may still do so. Only the free memory of a GPU imports torch,
 so mltrain-study sizes its runs, and refuses a study, without it.
 """
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     import torch
 
 FP32 = 4
+HALF = 2  # bf16/fp16: the least a compute dtype holds per value
 
 
 def parameter_count(config: GPTConfig) -> tuple[int, int]:
@@ -47,9 +51,18 @@ def optimizer_copies(optim: Any) -> int:
     return 1 if optim.momentum > 0 else 0  # the momentum buffer
 
 
-def training_bytes(params: int, buffer_bytes: int, copies: int, micro_batch: int, block_size: int, vocab: int) -> int:
-    logits = micro_batch * block_size * vocab * FP32
-    return params * FP32 * (2 + copies) + buffer_bytes + 2 * logits
+def logit_bytes(config: GPTConfig, micro_batch: int) -> int:
+    """The least the logits of one micro-batch and their gradient hold at once, as GPT.forward computes
+    them: rows x (padded vocabulary in the compute dtype + real vocabulary upcast), twice (with an fp32
+    compute dtype and no padding: rows x vocabulary x 4 bytes, twice)."""
+    rows = micro_batch * config.block_size
+    if config.loss_chunk:
+        rows = min(rows, config.loss_chunk)  # chunks recomputed in the backward: one chunk's logits at a time
+    return 2 * rows * HALF * (padded_vocab(config) + config.vocab_size)
+
+
+def training_bytes(params: int, buffer_bytes: int, copies: int, logits: int) -> int:
+    return params * FP32 * (2 + copies) + buffer_bytes + logits
 
 
 def available_bytes(device: torch.device) -> Optional[int]:
@@ -94,15 +107,18 @@ def _gb(n: float) -> str:
 def check_fits(model_config: GPTConfig, optim: Any, micro_batch: int, device: torch.device) -> int:
     """ConfigError naming the model's size when it cannot train on `device`; returns its parameter count."""
     params, buffers = parameter_count(model_config)
-    need = training_bytes(params, buffers, optimizer_copies(optim), micro_batch, model_config.block_size,
-                          model_config.vocab_size)
+    need = training_bytes(params, buffers, optimizer_copies(optim), logit_bytes(model_config, micro_batch))
     free = available_bytes(device)
     if free is not None and need > free:
-        c = model_config
+        c, padded = model_config, padded_vocab(model_config)
+        vocab = f"vocab {c.vocab_size}" + (f" padded to {padded:,}" if padded != c.vocab_size else "")
+        advice = "a smaller model.* or train.batch_size, or a larger train.grad_accum"
+        if padded >= 2 * c.vocab_size:
+            advice = f"a smaller model.pad_vocab_to (the logits are computed at all {padded:,} rows), or {advice}"
         raise ConfigError(
             f"the model has {params:,} parameters ({c.n_layer} blocks, d={c.n_embd}, context {c.block_size}, "
-            f"vocab {c.vocab_size}): training it needs at least {_gb(need)} (weights, gradients, {optim.name} "
+            f"{vocab}): training it needs at least {_gb(need)} (weights, gradients, {optim.name} "
             f"state and the logits of a {micro_batch}-sequence micro-batch), more than the {_gb(free)} "
-            f"available on {device.type}; choose a smaller model.* or train.batch_size, or a larger train.grad_accum"
+            f"available on {device.type}; choose {advice}"
         )
     return params

@@ -253,6 +253,8 @@ def report(work: Path, dest: Path, dry: bool, tokens: str, deadline: int, elapse
                 (f" after {p['limit_s']} s" if p["status"] == "timed_out" else "")
                 for n, p in parts.items() if p["status"] not in ("ok", "skipped")]  # skipped: asked for
     problems += [f"{n}: not reached" for n in PARTS if n not in parts]
+    if not any(p["status"] == "ok" for p in parts.values()):  # every part skipped or none recorded: not a pass
+        problems.append("nothing was measured: no part ran and passed")
     result = {"mode": mode, "ok": False, "problems": problems, "deadline_s": deadline, "elapsed_s": elapsed,
               "parts": parts, "seconds": sum(p.get("seconds", 0) for p in parts.values()),
               "device": read_json(work / "device.out", last_line=True),

@@ -22,8 +22,11 @@
 # $OUT (when set, else a folder it names on stderr): gpu_check.json (every part's status, seconds, limit
 # and graphs, and what it measured; rewritten after every part) and logs.tar.gz (every part's stdout and
 # stderr with dynamo's compile log, the runs' metrics and summaries, each cut to its last 2 MiB); the
-# JSON is also printed on stdout. It exits 0 only when every part ran and passed; 1 in one line when
-# there is no CUDA device (without --dry-run).
+# JSON is also printed on stdout. It exits 0 only when every part ran and passed (at least one part: a
+# report with nothing measured is never `ok`); 1 in one line when there is no CUDA device (without
+# --dry-run); 2 in one line, before any part runs and without writing anything, for bad arguments: a
+# --parts value other than part names joined by commas (a space, an empty name, an unknown part), an OUT
+# that is a file, a link or a folder that is not empty.
 #
 # It uses the machine's own Python and CUDA torch (python3, or $PYTHON). Of the packages a run needs it
 # installs only those that do not import, from the wheels in .gpu-wheels/ (or $GPU_WHEELS; fetched by
@@ -52,8 +55,30 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ $INDUCTOR = 1 ] && [ $DRY = 0 ] && usage
-for name in ${WANTED//,/ }; do [[ ",$ALL_PARTS," == *",$name,"* ]] || usage; done
+refuse() { echo "gpu_lease: error: $*; no part was run" >&2; exit 2; }
+# --parts: names of ALL_PARTS joined by single commas, nothing else (a space, an empty name or an unknown
+# one would match no part and leave every part skipped: a report with nothing measured)
+if [ -n "$WANTED" ]; then
+  [[ "$WANTED" =~ ^[a-z_]+(,[a-z_]+)*$ ]] ||
+    refuse "--parts '$WANTED': give part names joined by commas, without spaces or empty names (parts: $ALL_PARTS)"
+  for name in ${WANTED//,/ }; do
+    [[ ",$ALL_PARTS," == *",$name,"* ]] || refuse "--parts '$WANTED': no part is named '$name' (parts: $ALL_PARTS)"
+  done
+fi
 wanted() { [ -z "$WANTED" ] || [[ ",$WANTED," == *",$1,"* ]]; }
+# OUT: a new folder, or an empty one (never a file, a link, or a folder holding earlier results)
+if [ -n "${OUT:-}" ]; then
+  if [ -L "$OUT" ]; then
+    refuse "OUT=$OUT is a symbolic link: give a new or empty folder"
+  elif [ -e "$OUT" ] && [ ! -d "$OUT" ]; then
+    refuse "OUT=$OUT exists and is not a folder: give a new or empty folder"
+  elif [ -d "$OUT" ] && [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+    refuse "OUT=$OUT is not empty (earlier results are never overwritten): give a new or empty folder"
+  elif [ -d "$OUT" ] && ! [ -w "$OUT" ]; then
+    refuse "OUT=$OUT is not writable: give a new or empty folder"
+  fi
+  mkdir -p -- "$OUT" 2>/dev/null || refuse "OUT=$OUT cannot be created (its parent is missing a folder, not writable or a file)"
+fi
 if [ -n "${PYTHON:-}" ]; then
   PY=$PYTHON
 elif [ $DRY = 1 ] && [ -x "$ROOT/.venv/bin/python" ]; then

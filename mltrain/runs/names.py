@@ -44,10 +44,17 @@ def shorten(text: str, limit: int) -> str:
     return f"{text[: limit - 11]}~{digest}"
 
 
+def one_component(name: str) -> str:
+    """`name` as one path component: '%' and every '/' (and NUL) percent-encoded, so a value such as
+    `data.path=x/../../out` or an absolute path never becomes folders, let alone ones outside the sweep."""
+    return name.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
+
+
 def short_dirname(name: str) -> str:
-    """A sweep job's directory name: its overrides as Hydra joins them, shortened past MAX_DIRNAME
-    characters (file systems refuse names over 255 bytes). Used by conf/config.yaml."""
-    return shorten(name, MAX_DIRNAME) or "default"
+    """A sweep job's directory name: its overrides as Hydra joins them, one path component (a '/' in a
+    value is written %2F: the job's folder is always directly inside hydra.sweep.dir), shortened past
+    MAX_DIRNAME characters (file systems refuse names over 255 bytes). Used by conf/config.yaml."""
+    return shorten(one_component(name), MAX_DIRNAME) or "default"
 
 
 def _label_parts(overrides: Iterable[str], run_kind: Optional[str]) -> list[str]:

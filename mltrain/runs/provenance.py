@@ -3,10 +3,20 @@
 Written into summary.json and the W&B config, so a number in a report can be traced to the code and
 the machine that produced it.
 
-Secrets never land in a record: the value of a secret-looking key (an API key, a token, a password:
-`+hydra.job.env_set.WANDB_API_KEY=...`, `HF_TOKEN=...`) is replaced by `<redacted>` wherever mltrain
-records a command line or a config: summary.json, Hydra's `.hydra/*.yaml` and `multirun.yaml`
-(rewritten right after Hydra writes them), the W&B config and the command line W&B records.
+Secrets never land in a record, judged by the name that holds them and by the shape of the value:
+
+* a secret-looking name (`is_secret_key`): a key or environment variable named with a word such as
+  TOKEN, SECRET, PASSWORD, PASS, PWD, PAT, KEY, AUTH, CREDENTIAL, COOKIE, SESSION, DSN, JWT, WEBHOOK,
+  PRIVATE, as a whole part of the name (`hydra.job.env_set.GITHUB_PAT`, `api_key`, `githubToken`) or,
+  for the unambiguous ones, inside an upper-case name (`MYTOKEN`, `DB_PASSWORD2`): its whole value;
+* a secret-shaped value (`SECRET_VALUES`), whatever the name: the token formats of GitHub (`ghp_`,
+  `github_pat_`, ...), Hugging Face (`hf_`), OpenAI and Anthropic (`sk-`), Stripe, Slack (`xoxb-`, ...),
+  AWS access key ids (`AKIA...`), GitLab (`glpat-`), Google, npm, PyPI, JSON web tokens, private key
+  blocks, a `Bearer` token and the password of a URL (`https://user:PASSWORD@host`): that span of the value.
+
+Each is replaced by `<redacted>` wherever mltrain records a command line or a config: summary.json,
+Hydra's `.hydra/*.yaml` and `multirun.yaml` (rewritten right after Hydra writes them), the W&B config
+and the command line W&B records, a study's study.json and the sweep lines of its log.
 """
 
 from __future__ import annotations
@@ -25,35 +35,76 @@ from mltrain.runs.keys import split_override
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REDACTED = "<redacted>"
-# Words that make a key secret: as a whole part of a key (`hydra.job.env_set.HF_TOKEN`, `api_key`), or
-# anywhere inside an upper-case name (`MYTOKEN`, `DB_PASSWORD2`). `data.tokenizer` is not one.
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY",
-                "KEY", "AUTH", "COOKIE", "SESSION")
+# Words that make a key secret as a whole part of its name (`hydra.job.env_set.HF_TOKEN`, `api_key`,
+# `GITHUB_PAT`, `githubToken`); `data.tokenizer` and `PATH` are not one.
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "PASS", "PWD", "PAT", "CREDENTIAL",
+                "CREDENTIALS", "CREDS", "APIKEY", "KEY", "AUTH", "AUTHORIZATION", "OAUTH", "BEARER", "COOKIE", "SESSION", "DSN",
+                "JWT", "WEBHOOK", "PRIVATE")
+# ... and those also found inside an upper-case name (`MYTOKEN`, `DB_PASSWORD2`): never a part of a
+# harmless word (KEY is in KEYBOARD, PAT in PATH, PASS in BYPASS, PWD in OLDPWD).
+INNER_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY", "OAUTH", "BEARER",
+               "COOKIE", "JWT", "WEBHOOK")
+LONE_HARMLESS = ("PWD",)  # the shell's working directory, when it is the whole name
 _PARTS = re.compile(r"[._\-/@+~\s]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Token formats used in the wild, found anywhere in a value (each match is replaced, the rest kept).
+SECRET_VALUES = re.compile("|".join((
+    r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}",  # GitHub tokens
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}",  # GitHub fine-grained personal access tokens
+    r"\bhf_[A-Za-z0-9]{20,}",  # Hugging Face
+    r"\bsk-[A-Za-z0-9_\-]{16,}",  # OpenAI (sk-proj-...), Anthropic (sk-ant-...)
+    r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
+    r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",  # Slack
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key ids
+    r"\bglpat-[A-Za-z0-9_\-]{20,}",  # GitLab
+    r"\bAIza[0-9A-Za-z_\-]{35}",  # Google API keys
+    r"\bya29\.[0-9A-Za-z_\-]{20,}",  # Google OAuth access tokens
+    r"\bnpm_[A-Za-z0-9]{36}",  # npm
+    r"\bpypi-[A-Za-z0-9_\-]{50,}",  # PyPI
+    r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JSON web tokens
+    r"-----BEGIN[A-Z ]*PRIVATE KEY-----",  # a private key block
+    r"\b[Bb]earer\s+[A-Za-z0-9._~+/\-]{16,}=*",  # an Authorization header's token
+    r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)",  # a URL's user:password
+)))
 
 
 def is_secret_key(key: str) -> bool:
     """Whether a config key or environment variable name looks like it holds a secret."""
     last = str(key).strip().lstrip("+~").rsplit(".", 1)[-1]
-    parts = [p for p in _PARTS.split(last) if p]
-    if any(p.upper() in SECRET_WORDS for p in parts):
+    parts = [p.upper() for p in _PARTS.split(_CAMEL.sub("_", last)) if p]
+    if parts in ([w] for w in LONE_HARMLESS):
+        return False
+    if any(p in SECRET_WORDS for p in parts):
         return True
-    return last.isupper() and any(w in last for w in SECRET_WORDS if w not in ("KEY", "AUTH", "SESSION"))
+    return last.isupper() and any(w in last for w in INNER_WORDS)
+
+
+def secret_value(text: str) -> bool:
+    """Whether `text` holds a value of a known secret shape (SECRET_VALUES)."""
+    return bool(SECRET_VALUES.search(str(text)))
+
+
+def _secret_named(key: str, value: Optional[str]) -> bool:
+    """Whether the override `key=value` sets a secret-looking key (or a mapping holding one at once:
+    +hydra.job.env_set={WANDB_API_KEY:...})."""
+    if value is None:
+        return False
+    return is_secret_key(key) or (value.lstrip().startswith("{") and
+                                  any(is_secret_key(k) for k in re.findall(r"([\w.]+)\s*:", value)))
 
 
 def secret_override(override: str) -> bool:
-    """Whether a `key=value` override (or command-line word) sets a secret-looking key."""
-    key, value = split_override(override)
-    if value is None:
-        return False
-    if is_secret_key(key):
-        return True
-    # a whole mapping at once: +hydra.job.env_set={WANDB_API_KEY:...}
-    return value.lstrip().startswith("{") and any(is_secret_key(k) for k in re.findall(r"([\w.]+)\s*:", value))
+    """Whether a `key=value` override (or command-line word) sets a secret-looking key or holds a
+    secret-shaped value."""
+    return _secret_named(*split_override(override)) or secret_value(override)
 
 
 def redact_override(override: str) -> str:
-    return f"{split_override(override)[0]}={REDACTED}" if secret_override(override) else str(override)
+    """`key=<redacted>` for a secret-looking key; else the override with every secret-shaped span replaced."""
+    key, value = split_override(override)
+    if _secret_named(key, value):
+        return f"{key}={REDACTED}"
+    return SECRET_VALUES.sub(REDACTED, str(override))
 
 
 def redact_tree(node: Any, key: str = "") -> Any:

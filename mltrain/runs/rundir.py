@@ -124,11 +124,40 @@ def unproven_run(path: str | os.PathLike) -> Optional[str]:
 
 
 def _holder(lock_path: Path) -> str:
+    """The process named in the lock file that is alive: the claimant, or a process it handed its claim
+    down to (add_holder: a study's sweeps, which outlive a killed study until they stop)."""
     try:
-        pid = lock_path.read_text().strip()
+        pids = [int(t) for t in lock_path.read_text().split() if t.isdigit()]
     except OSError:
         return "another process"
-    return f"process {pid}" if pid.isdigit() else "another process"
+    live = [p for p in pids if _alive(p)]
+    return f"process {live[-1]}" if live else f"process {pids[0]}" if pids else "another process"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def held_fds() -> list[int]:
+    """The open lock files of this process's claims. A child process given them (Popen's pass_fds) holds
+    the claims too, while it lives: the kernel drops an flock when the last descriptor of it is closed."""
+    return [entry[0].fileno() for entry in _held.values()]
+
+
+def add_holder(pid: int) -> None:
+    """Name `pid` in every lock file this process holds, after the claimant: the process that was handed
+    the claims (held_fds), for the line a second run gets."""
+    for entry in _held.values():
+        with contextlib.suppress(OSError):
+            entry[0].seek(0, os.SEEK_END)
+            entry[0].write(f"{pid}\n")
+            entry[0].flush()
 
 
 class Claim:

@@ -47,11 +47,30 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def threaded(launcher: Any) -> Optional[str]:
+    """Why the joblib launcher settings `launcher` (hydra.launcher's keys, without the prefix) would run
+    jobs as threads of one process, or None: backend=threading, or no backend with prefer=threads or
+    require=sharedmem (joblib then picks threads)."""
+    backend, prefer, require = (launcher.get(k) for k in ("backend", "prefer", "require"))
+    if backend is not None:
+        return "hydra.launcher.backend=threading" if str(backend) == "threading" else None
+    if str(prefer) == "threads":
+        return "hydra.launcher.prefer=threads"
+    return "hydra.launcher.require=sharedmem" if str(require) == "sharedmem" else None
+
+
+THREADS_LINE = ("{what} runs every job in a thread of one process: a run's stop signals (Ctrl-C, SIGTERM) cannot "
+                "reach it there and its work would be lost; leave the joblib backend to its default (loky: a "
+                "process per job); nothing was started")
+
+
 def check_launcher(config: DictConfig) -> None:
-    """ConfigError unless the joblib launcher's n_jobs is a number of processes between 1 and the CPUs."""
+    """ConfigError unless the joblib launcher runs jobs in processes, n_jobs of them between 1 and the CPUs."""
     launcher = config.hydra.get("launcher") or {}
     if "joblib" not in str(launcher.get("_target_", "")).lower():
         return
+    if what := threaded(launcher):
+        raise ConfigError(THREADS_LINE.format(what=what))
     n, cpus = launcher.get("n_jobs"), available_cpus()
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"hydra.launcher.n_jobs={n} must be the number of jobs to run at once, 1 to {cpus} "

@@ -36,6 +36,34 @@ def test_long_override_lists_get_a_short_unique_job_dir():
     assert short_dirname("seed=1") == "seed=1"
 
 
+def test_a_job_dir_name_is_one_path_component_whatever_the_values():
+    from mltrain.runs.names import short_dirname
+
+    for name in ("data.path=x/../../../escape.txt,seed=1", "data.path=/etc,seed=1", "data.path=../..", "a=%2F/"):
+        got = short_dirname(name)
+        assert "/" not in got and got not in (".", "..") and got.startswith(name.split("=")[0]), got
+    assert short_dirname("data.path=a/b") != short_dirname("data.path=a%2Fb")  # '%' is encoded too: no collision
+
+
+def test_sweep_values_that_are_paths_never_put_job_dirs_outside_the_sweep_dir(tmp_path):
+    """`data.path=x/../../../escape.txt` was path components of the job's folder: one level above the sweep
+    dir's parent. Each job's folder is now one name directly inside hydra.sweep.dir."""
+    corpus = tmp_path / "escape.txt"
+    corpus.write_text("hello world " * 3000)
+    work = tmp_path / "a" / "b"
+    (work / "x").mkdir(parents=True)
+    sweep = work / "sweep"
+    before = {p for p in tmp_path.rglob("*")}
+    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "data=text",
+                           f"data.path=x/../../../escape.txt,{corpus}", "hydra.sweep.dir=sweep"],
+                          cwd=work, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    made = {p for p in tmp_path.rglob("*")} - before
+    assert made and all(p == sweep or sweep in p.parents for p in made), sorted(map(str, made - {sweep}))
+    jobs = sorted(p.parent for p in sweep.rglob("summary.json"))
+    assert len(jobs) == 2 and all(job.parent == sweep for job in jobs), jobs
+
+
 def test_a_failing_job_is_reported_once_and_the_sweep_goes_on(tmp_path):
     # a context longer than the data: found when the job loads its data, not by checking the config
     sweep = tmp_path / "sweep"

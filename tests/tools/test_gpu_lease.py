@@ -125,3 +125,65 @@ def test_parts_left_out_by_parts_are_skipped_not_problems_and_the_cuda_tests_are
     assert gpu_lease.report(work, dest, False, "bytes", 540, 20, "gpu") == 1
     assert json.loads((dest / "gpu_check.json").read_text())["problems"] == [
         "cuda_tests: 5 skipped, 0 passed (none may be skipped)"]
+
+
+def test_a_report_with_every_part_skipped_is_never_ok(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "parts.tsv").write_text("".join(f"{n}\tskipped\t60\tnot among --parts x\n" for n in gpu_lease.PARTS))
+    dest = tmp_path / "out"
+    assert gpu_lease.report(work, dest, True, "bytes", 540, 1, "dry-run") == 1
+    got = json.loads((dest / "gpu_check.json").read_text())
+    assert not got["ok"] and got["problems"] == ["nothing was measured: no part ran and passed"]
+
+
+LEASE = Path(__file__).resolve().parents[2] / "scripts" / "gpu_lease.sh"
+
+
+def _lease(tmp_path: Path, *args: str, out: Path) -> "subprocess.CompletedProcess":
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path / "tmp"), "OUT": str(out)}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return subprocess.run(["bash", str(LEASE), "--dry-run", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("parts,why", [
+    ("device bench", "joined by commas"), (",", "joined by commas"), ("device,", "joined by commas"),
+    ("device,,bench", "joined by commas"), ("Device", "joined by commas"), ("device,benchmark", "no part is named 'benchmark'"),
+])
+def test_bad_parts_are_refused_in_one_line_before_any_part_runs(tmp_path, parts, why):
+    out = tmp_path / "out"
+    proc = _lease(tmp_path, "--parts", parts, out=out)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gpu_lease: error: --parts '{parts}'") and why in lines[0], lines
+    assert not out.exists() and list((tmp_path / "tmp").iterdir()) == []  # nothing written, no work folder
+
+
+@pytest.mark.parametrize("make,why", [
+    (lambda p: p.write_text("x"), "exists and is not a folder"),
+    (lambda p: (p.mkdir(), (p / "gpu_check.json").write_text("{}")), "is not empty"),
+    (lambda p: p.symlink_to(p.parent / "elsewhere"), "is a symbolic link"),
+])
+def test_an_out_that_is_not_a_new_or_empty_folder_is_refused_and_left_as_it_was(tmp_path, make, why):
+    out = tmp_path / "out"
+    make(out)
+    (tmp_path / "tmp").mkdir()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    proc = _lease(tmp_path, "--parts", "device", out=out)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"gpu_lease: error: OUT={out}"), lines
+    assert why in lines[0]
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    if out.is_dir() and not out.is_symlink():
+        assert (out / "gpu_check.json").read_text() == "{}"
+
+
+def test_an_out_that_cannot_be_created_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    proc = _lease(tmp_path, "--parts", "device", out=tmp_path / "file" / "out")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "cannot be created" in lines[0], lines

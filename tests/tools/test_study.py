@@ -111,6 +111,19 @@ def test_max_steps_follow_tokens_per_parameter():
      "ladder_axis=params: rungs d16 and d32 also differ in optim.momentum (0.9 at d16, 0.5 at d32)"),
     (["ladder_axis=width", "predict_params=[1e6]"], "predict_params extrapolates along parameters"),
     (["ladder.d16.seeds=[0]"], "seed [0] in both selection_seeds and seeds"),
+    # what cannot give a result: an arm on another held-out set than the frontier's (every run of it would be
+    # left out of the verdict), a value repeated in another spelling, a frontier that cannot bracket
+    (["arms.multilevel.overrides=['train.eval_batches=3']"], "scale d16: arm multilevel evaluates on another "
+     "held-out set than the frontier (arm single): train.eval_batches=3, the frontier's is 2"),
+    (["arms.multilevel.overrides=['data.val_fraction=0.1']"], "arm multilevel evaluates on another held-out set"),
+    (["arms.multilevel.overrides=['model.block_size=8']"], "model.block_size=8, the frontier's is 16"),
+    (["arms.multilevel.grid={optim.lr:[0.3,'0.30']}"], "grid key optim.lr repeats a value ([0.3, '0.30']: 0.3 and "
+     "'0.30' are one value (the same number)"),
+    (["arms.multilevel.grid={optim.lr:[1,1.0]}"], "repeats a value"),
+    (["arms.single.grid={optim.lr:[0.03,0.3],train.budget:[1.0]}", "frontier.max_budget=3"],
+     "frontier.max_budget=3 cannot bracket: an arm past the frontier's data is told on 2 budgets or more, and arm "
+     "single has 1 (train.budget: 1)"),
+    (["frontier.max_budget=2"], "frontier.max_budget=2 cannot bracket: the first budget it would add is 3"),
 ])
 def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys):
     own = tmp_path / "conf" / "study"
@@ -123,6 +136,15 @@ def test_bad_input_is_one_line_before_any_run(overrides, says, tmp_path, capsys)
     assert code == 2 and len(lines) == 1 and lines[0].startswith("mltrain-study: error: "), err
     assert says in lines[0]
     assert not (tmp_path / "study").exists()
+
+
+def test_keys_that_do_not_change_the_held_out_set_may_differ_between_arms(tmp_path):
+    from mltrain.tools.study import stages
+
+    cfg = compose.typed_study(compose_study(["study=smoke", f"dir={tmp_path}", "~ladder.d32",
+                                             "arms.multilevel.overrides=['train.eval_interval=2','data.cache_dir=x']"]))
+    stages.prepare(cfg)  # the held-out set is the frontier's: no error
+    assert not any(tmp_path.iterdir())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ status view or the stages run.
 
 Exit status: 0 every run finished and every report was written; 1 some run failed or a scale has no
 verdict (the ladder report says what is missing); 2 bad input (one `mltrain-study: error:` line,
-before any run; a run already in `dir` made in another environment too); 130 stopped by Ctrl-C (one
-line: run the same command to continue). A study stopped by its time window (--for, --until) exits 0
-with one line: what is done, what is left and the command that continues it.
+before any run; a run already in `dir` made in another environment too); 130 stopped by Ctrl-C, 128 + its
+number by a signal handed on to the runs (143 SIGTERM, 129 SIGHUP, 138 SIGUSR1; one line: run the same
+command to continue). A study stopped by its time window (--for, --until) exits 0 with one line: what is
+done, what is left and the command that continues it.
 """
 
 from __future__ import annotations

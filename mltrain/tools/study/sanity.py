@@ -7,6 +7,10 @@ run (the schema's types and schema.check's rules come first; these are separate 
   override lists): the study sets Hydra's keys itself (every run's folder, the launcher), and a run
   whose folder moved would be reported as failed although it finished; the launcher Hydra has, with
   every key the study sets on it (`check_launcher`).
+* `check_held_out(study)`: every arm's runs evaluated on the frontier's held-out set, from the composed
+  run configs (the keys that define it, `held_out_keys`: data.*, model.block_size, train.eval_* but
+  the interval, and train.batch_size while the held-out set is counted in batches). An arm whose fixed
+  overrides, grid or preset change one would train whole and then be left out of the verdict as other data.
 * `check_study_duration(study, out)`: the study's planned cost (planned.py: every run it can add, as a
   range, at a measured rate): said first when it is long, refused without `allow_long=true` when its
   "at most" would take more than a day. Only for launchers that run here (basic, local).
@@ -22,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TextIO
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.runs import sanity
 from mltrain.runs.files import read_summary
-from mltrain.runs.keys import override_key
+from mltrain.runs.keys import override_key, override_value
+from mltrain.runs.sweep import THREADS_LINE, threaded
 from mltrain.tools.study import planned
 from mltrain.tools.study.plan import Layout, possible_evaluation_runs, tuning_sweeps
 from mltrain.tools.study.planned import Rate
@@ -70,6 +75,9 @@ def check(study: Any) -> None:
         if not override_key(o).startswith("hydra.launcher."):
             raise ConfigError(f"launcher.overrides: {o!r} is not a hydra.launcher.* setting (put run settings in "
                               "common or an arm's overrides)")
+    set_keys = {override_key(o).removeprefix("hydra.launcher."): override_value(o) for o in study.launcher.overrides}
+    if study.launcher.name == "local" and (what := threaded(set_keys)):
+        raise ConfigError(f"launcher.overrides: {THREADS_LINE.format(what=what)}")
     check_launcher(study)
 
 
@@ -107,6 +115,62 @@ def _check_jobs(study: Any) -> None:
     if n is not None and study.launcher.name == "local" and n > cpus:
         raise ConfigError(f"launcher.n_jobs={n} is more than the {cpus} CPUs here: every job is a process that "
                           f"trains, so at most {cpus} run at once; nothing was started")
+
+
+# ---------------------------------------------------------------------------------------------
+# One held-out set
+
+# Keys of a run config's data that say where or whether its tokens are made, not which they are.
+_DATA_PLACE = ("cache_dir", "prepare_if_missing")
+
+
+def held_out_keys(cfg: Config) -> dict[str, Any]:
+    """The values of the typed run config `cfg` that define its held-out set (the sequences its
+    validation loss is measured on, summary.json's held_out fingerprint): the data (data.*, but where its
+    cache lives), the context (model.block_size), how much is evaluated (train.eval_* but eval_interval)
+    and, while that is counted in batches (train.eval_batches), the batch size."""
+    out = {f"data.{f.name}": getattr(cfg.data, f.name) for f in dataclasses.fields(cfg.data)
+           if f.name not in _DATA_PLACE}
+    out["model.block_size"] = cfg.model.block_size
+    train = {f.name for f in dataclasses.fields(cfg.train)}
+    out.update({f"train.{n}": getattr(cfg.train, n) for n in sorted(train) if n.startswith("eval_") and n != "eval_interval"})
+    if "eval_batches" in train:
+        out["train.batch_size"] = cfg.train.batch_size
+    return {k: (v.value if hasattr(v, "value") else v) for k, v in out.items()}
+
+
+def check_held_out(study: Any) -> None:
+    """ConfigError (one line) when, at some rung, a run of any arm would be evaluated on another held-out
+    set than the frontier's: mltrain-compare compares runs on one held-out set only, so that arm's runs
+    would all train and then be left out of the verdict. `study`: stages.prepare's (every setting's typed
+    run config in `configs`, keyed (scale, arm, setting))."""
+    from mltrain.tools.study.schema import frontier_arm
+
+    frontier = frontier_arm(study.cfg)
+    reference: dict[str, tuple[tuple, dict]] = {}
+    for (scale, arm, setting), cfg in study.configs.items():
+        if arm == frontier:
+            reference.setdefault(scale, (setting, held_out_keys(cfg)))
+    for (scale, arm, setting), cfg in study.configs.items():
+        if scale not in reference:
+            continue
+        ref_setting, ref = reference[scale]
+        mine = held_out_keys(cfg)
+        differ = [k for k in ref.keys() | mine.keys() if ref.get(k) != mine.get(k)]
+        if differ:
+            key = sorted(differ)[0]
+            where = f"arm {arm}" + (f" ({_setting_text(setting)})" if setting != ref_setting and arm == frontier else "")
+            raise ConfigError(
+                f"scale {scale}: {where} evaluates on another held-out set than the frontier (arm {frontier}): "
+                f"{key}={mine.get(key)!r}, the frontier's is {ref.get(key)!r}"
+                + (f" (and {len(differ) - 1} more key(s))" if len(differ) > 1 else "")
+                + "; mltrain-compare compares runs on one held-out set, so every run of it would be left out of "
+                  "the verdict: set the held-out keys (data.*, model.block_size, train.eval_*) alike for every "
+                  "arm, in common or a rung's overrides; nothing was run")
+
+
+def _setting_text(setting: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting) or "its setting"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,9 @@ from mltrain.runs.keys import SEED_KEY as SEED
 from mltrain.runs.keys import override_key
 from mltrain.tools.study.axes import AXES  # what a ladder's rungs may vary
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # arm and scale names become folder names
+# budgets a frontier needs before bracketing can find an arm past its data: the points a bound is read on
+# (mltrain/tools/compare/ondata.py reads one on an envelope of 2 points or more, without a fit)
+BRACKET_POINTS = 2
 
 
 @dataclass
@@ -252,6 +255,8 @@ def _check_tuning(study: Any) -> None:
                           "and at least one warm-up kept")
     if f.max_budget is not None and not 0 < f.max_budget <= 10:
         raise ConfigError(f"frontier.max_budget={f.max_budget} must be in (0, 10] (train.budget's range)")
+    if f.max_budget is not None:
+        _check_bracketing(study, f.max_budget)
     extra = list(study.extra_selection_seeds)
     if len(set(extra)) != len(extra):
         raise ConfigError(f"extra_selection_seeds={extra} repeats a seed")
@@ -262,9 +267,39 @@ def _check_tuning(study: Any) -> None:
                           "the extra selection seeds must be apart from both")
 
 
+def _check_bracketing(study: Any, cap: float) -> None:
+    """ConfigError unless frontier.max_budget can add a budget: bracketing adds the next whole multiple of
+    the steps above the grid's largest budget, up to the cap, once an arm lies past the frontier's data,
+    which takes a frontier of BRACKET_POINTS budgets or more to tell."""
+    arm = frontier_arm(study)
+    numbers = sorted({v for v in map(value_identity, study.arms[arm].grid[BUDGET]) if isinstance(v, float)})
+    shown = ", ".join(f"{b:g}" for b in numbers)
+    if len(numbers) < BRACKET_POINTS:
+        raise ConfigError(f"frontier.max_budget={cap:g} cannot bracket: an arm past the frontier's data is told on "
+                          f"{BRACKET_POINTS} budgets or more, and arm {arm} has {len(numbers)} ({BUDGET}: {shown}): "
+                          f"give its grid more budgets, or leave frontier.max_budget out")
+    nxt = math.floor(max(numbers)) + 1
+    if nxt > cap + 1e-9:
+        raise ConfigError(f"frontier.max_budget={cap:g} cannot bracket: the first budget it would add is {nxt:g} "
+                          f"(the next whole multiple above arm {arm}'s largest, {max(numbers):g}): give a cap of "
+                          f"{nxt:g} or more, or leave frontier.max_budget out")
+
+
 def selection_seeds(study: Any) -> list[int]:
     """Every seed a choice may be made on: the selection seeds and the extra ones."""
     return [*study.selection_seeds, *getattr(study, "extra_selection_seeds", [])]
+
+
+def value_identity(value: Any) -> Any:
+    """What a grid value is, for telling two values apart: a number (however it is written: 0.3, '0.30',
+    '3e-1'; 1 and 1.0) as a float, anything else as its stripped text."""
+    if not isinstance(value, bool):
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            return str(value).strip()
+        return "nan" if math.isnan(number) else number
+    return str(value)
 
 
 def _check_arm(name: str, arm: Any) -> None:
@@ -273,8 +308,14 @@ def _check_arm(name: str, arm: Any) -> None:
     for key, values in arm.grid.items():
         if not values:
             raise ConfigError(f"arm {name}: grid key {key} has no values")
-        if len(set(map(str, values))) != len(values):
-            raise ConfigError(f"arm {name}: grid key {key} repeats a value ({list(values)})")
+        seen: dict[Any, Any] = {}
+        for v in values:
+            same = seen.setdefault(value_identity(v), v)
+            if same is not v:
+                as_number = " (the same number)" if isinstance(value_identity(v), float) else ""
+                raise ConfigError(f"arm {name}: grid key {key} repeats a value ({list(values)}: {same!r} and {v!r} "
+                                  f"are one value{as_number}, so one setting would run twice into one job dir); "
+                                  "nothing was written")
         if key == SEED:
             raise ConfigError(f"arm {name}: seed is not a tuned key (the study's selection_seeds and seeds choose it)")
 

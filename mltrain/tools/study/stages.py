@@ -34,12 +34,12 @@ from mltrain.tools.compare import ArmTuning, Multiplier, Report, RunnerUp, RungT
 from mltrain.runs import environment
 from mltrain.tools.study import compose, ladder, records, tuning
 from mltrain.tools.study.compose import setting_key
-from mltrain.tools.study.launch import STOPPED, Interrupts, multirun, output_to
+from mltrain.tools.study.launch import STOPPED, Interrupts, Stopped, multirun, output_to
 from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP, TUNE, Choice, Layout, Run, Sweep,
                                       evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
                                       setting_text, tuning_sweeps)
 from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, measured, run_status
-from mltrain.tools.study.sanity import repeated_data, run_cost
+from mltrain.tools.study.sanity import check_held_out, repeated_data, run_cost
 from mltrain.tools.study.schema import BUDGET, StudyConfig, eval_seeds, frontier_arm, selection_seeds, varied_keys
 from mltrain.tools.study import window as time_window
 from mltrain.tools.study.window import Window, WindowClosed, closing_line
@@ -114,7 +114,9 @@ def prepare(cfg: StudyConfig, out: Optional[TextIO] = None) -> Study:
     compose.check_earlier_runs(earlier, composed)
     accepted = records.check_environment(cfg, layout, next(iter(configs.values()), None))  # made elsewhere: refused
     guarded.refuse_linked(_owned_paths(cfg, layout), layout.root)  # no write of the study through a link
-    return Study(cfg, layout, sizes, kinds, labels, out, configs=configs, accepted=accepted)
+    study = Study(cfg, layout, sizes, kinds, labels, out, configs=configs, accepted=accepted)
+    check_held_out(study)  # every arm on the frontier's held-out set, or no verdict could use it
+    return study
 
 
 def _owned_paths(cfg: StudyConfig, layout: Layout) -> list[Path]:
@@ -153,10 +155,10 @@ def run(study: Study, command: str) -> int:
                                           cfg.ladder_axis, tuning=study.tuning)
             ladder.write_ladder(report, layout.ladder, root=layout.root)
             _note_accepted(study)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(f"mltrain-study: stopped; every finished run is kept and interrupted ones resume: continue with "
               f"the same command: {command}", file=out, flush=True)
-        return 130
+        return stop.status if isinstance(stop, Stopped) else 130  # 143 after SIGTERM, 130 after Ctrl-C
     except WindowClosed:
         print(_window_line(study, command), file=out, flush=True)
         return 0
@@ -425,7 +427,7 @@ def _launch_batch(study: Study, todo: list[Sweep]) -> None:
     if window is not None:
         window.measured(time_window.now() - started, [t for s in finished if (t := measured(s)) is not None])
     if study.interrupts.requested or (code in STOPPED and not (window and window.stopped)):
-        raise KeyboardInterrupt
+        raise Stopped(code if code in STOPPED else 130)
     if window is not None and window.stopped:
         raise WindowClosed
     with open(log, "rb") as f:
