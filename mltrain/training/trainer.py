@@ -6,9 +6,9 @@ training loop per level; the LR, forward, backward, clipping, optimizer step and
 metrics read in that one function, top to bottom. Apart from the step: held-out evaluation
 (training/evaluation.py), the gradient diagnostics (training/diagnostics.py), the bookkeeping of train
 rows and non-finite losses (training/rows.py), and the opt-in step that skips a non-finite one
-(train.on_nonfinite=skip, training/skipping.py). Everything that must survive a resume lives in `TrainState` (counters and
-the plan position), in the rows not yet written (`pending_state`), in the `Clock` and in the samplers'
-own state.
+(train.on_nonfinite=skip, training/skipping.py). Everything that must survive a resume lives in
+`TrainState` (counters and the plan position), in the rows not yet written (`pending_state`), in the
+`Clock` and in the samplers' own state.
 """
 
 from __future__ import annotations
