@@ -38,6 +38,10 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: OptimConfig, devi
 FUSED_DEVICES = ("cuda", "cpu")
 
 
+def is_fused(optimizer: torch.optim.Optimizer) -> bool:
+    return bool(optimizer.param_groups[0].get("fused"))
+
+
 # How each OptimName builds its torch optimizer from the param groups and the config.
 _OPTIMIZERS = {
     OptimName.sgd: lambda groups, cfg, fused: torch.optim.SGD(

@@ -176,17 +176,16 @@ class PendingRow:
         return p
 
 
-def step_name(state: Any, view: ModelView, kind: StepKind, bad_step: int, now: int, in_step: bool = False) -> str:
+def step_name(state: Any, view: ModelView, kind: StepKind, bad_step: int, now: int) -> str:
     """Names optimizer step `bad_step` of the current row's steps (`now` is the latest): its fine
-    step, level and phase. A row's steps are all of one kind and, for coarse ones, of one phase.
-    `in_step`: called from within the step, before the runner has counted the step in its phase."""
+    step, level and phase. A row's steps are all of one kind and, for coarse ones, of one phase."""
     back = now - bad_step
     where = f"level {view.level}, {kind} phase"
     if view.path:
         where += f" of {view.name}"
     if kind == StepKind.fine:
         return f"fine step {state.fine_steps - back} ({where})"
-    return f"{kind} step {state.step_in_phase + in_step - back} of the phase after fine step {state.fine_steps} ({where})"
+    return f"{kind} step {state.step_in_phase - back} of the phase after fine step {state.fine_steps} ({where})"
 
 
 def nonfinite_error(state: Any, kind: StepKind, pending: PendingRow) -> NonFiniteLoss:

@@ -3,11 +3,12 @@
 `Trainer.train_step(view, optimizer, lr, sampler, kind)` trains whatever `ModelView` it is handed — the fine
 model, a coarse model, the fine model standing in for a coarse phase — so there is no copy of the
 training loop per level; the LR, forward, backward, clipping, optimizer step and the step's row
-metrics read in that one function. Apart from the step: held-out evaluation (training/evaluation.py), the
-gradient diagnostics (training/diagnostics.py), and the bookkeeping of train rows and non-finite
-losses (training/rows.py). Everything that must survive a resume lives in `TrainState` (counters and
-the plan position), in the rows not yet written (`pending_state`), in the `Clock` and in the samplers'
-own state.
+metrics read in that one function, top to bottom. Apart from the step: held-out evaluation
+(training/evaluation.py), the gradient diagnostics (training/diagnostics.py), the bookkeeping of train
+rows and non-finite losses (training/rows.py), and the opt-in step that skips a non-finite one
+(train.on_nonfinite=skip, training/skipping.py). Everything that must survive a resume lives in
+`TrainState` (counters and the plan position), in the rows not yet written (`pending_state`), in the
+`Clock` and in the samplers' own state.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
 from mltrain.flops import train_flops_per_token
 from mltrain.training.compiling import CompileWatch
-from mltrain.training.optim import set_lr
+from mltrain.training.optim import is_fused, set_lr
+from mltrain.training.skipping import SkipNonFinite
 from mltrain.training.settings import TrainConfig
 from mltrain.training.rows import ROW_METRICS, NonFiniteLoss, PendingRow, SteadyRate, Step, nonfinite_error, step_name
 
@@ -115,7 +117,6 @@ class Trainer:
         self._device_type = device.type
         # The step's settings, read once into plain values the step uses.
         self.grad_accum, self.grad_clip = int(train_cfg.grad_accum), float(train_cfg.grad_clip)
-        self.skip_nonfinite = train_cfg.on_nonfinite == "skip"
         self.state, self.world, self.clock = TrainState(), world, Clock()
         # MFU is per job: the FLOPs of all ranks against the peak of all their devices.
         self.peak_flops = peak_flops * world.size if peak_flops else None
@@ -139,6 +140,8 @@ class Trainer:
         # Ranks > 0 show no bar: rank 0 speaks for the job.
         show = train_cfg.progress and world.is_main
         self.bar = tqdm(disable=None if show else True, unit="step", dynamic_ncols=True)
+        if train_cfg.on_nonfinite == "skip":  # chosen once: the common step has no test for it
+            self.train_step = SkipNonFinite(self)  # type: ignore[method-assign]
 
     def attach_replica(self, ddp: torch.nn.Module, call: Optional[torch.nn.Module] = None) -> None:
         """Train through `ddp`, the one DistributedDataParallel wrapper (called as `call`, its compiled
@@ -188,17 +191,32 @@ class Trainer:
         the forward and backward (over train.grad_accum micro-batches), clipping, the optimizer step, and
         the step's share of its train row (`ROW_METRICS`, training/rows.py).
 
-        The hot path: no host sync (train.on_nonfinite=skip decides on the device, except with an
-        unfused optimizer, which the CPU has: there the decision reads a host tensor), no per-step
-        allocation beyond the step's own tensors. The sampler's next batch is built and copied while
-        the step runs (its `prefetch`, when it has one)."""
+        The hot path: no host sync, no per-step allocation beyond the step's own tensors. The sampler's
+        next batch is built and copied while the step runs (its `prefetch`, when it has one). Under
+        train.on_nonfinite=skip the Trainer steps through `SkipNonFinite` (training/skipping.py) instead,
+        chosen once when it is built and made of the same parts."""
+        pending = self.row_of(kind, view)
+        graphs = self.compiles.count() if self.compiled else 0
+        set_lr(optimizer, lr)
+        x, y = self.to_device(sampler.next_batch())
+        loss = self.forward_backward(view, x, y)
+        grad_norm = self.clip(optimizer)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step = Step(loss, grad_norm, view, x, lr, kind)  # the row's metrics: the loss and each of ROW_METRICS
+        self.record(pending, sampler, graphs, step, {name: metric(step) for name, metric in ROW_METRICS.items()})
+
+    def row_of(self, kind: StepKind, view: ModelView) -> PendingRow:
+        """The steps of `kind` since its last train row (a new row starts now when there are none)."""
         pending = self._pending.get(kind)
         if pending is None:
             pending = self._pending[kind] = PendingRow(self.clock.train_time(), view)
-        set_lr(optimizer, lr)
-        x, y = self.to_device(sampler.next_batch())
+        return pending
+
+    def forward_backward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The forward and backward of `view` on the batch (x, y), over train.grad_accum micro-batches;
+        returns the loss (detached; the mean over the micro-batches)."""
         accum, idle = self.grad_accum, self._idle_parameters(view)
-        graphs = self.compiles.count() if self.compiled else 0
         with self.compiles:  # dynamo's recompile limit reached: one line (CompileLimitError)
             if accum == 1:  # one micro-batch: the loss as it is (no chunking, no division by 1)
                 with self.autocast():
@@ -215,46 +233,33 @@ class Trainer:
                     loss = loss + part.detach() / accum
         for p in idle:  # the zeros DDP averaged for them: the optimizer skips them, as in one process
             p.grad = None
+        return loss
+
+    def clip(self, optimizer: torch.optim.Optimizer) -> Optional[torch.Tensor]:
+        """Clip the gradients of `optimizer`'s parameters to train.grad_clip; returns their global norm
+        before clipping (None: train.grad_clip=0). Primes a fused SGD's momentum (`prime_momentum`)."""
         params = self._clip_params.get(id(optimizer))
         if params is None:
             params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
         # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip) if self.grad_clip > 0 else None
-        fused = is_fused(optimizer)
-        if fused:
+        if is_fused(optimizer):
             prime_momentum(optimizer, params)
-        # train.on_nonfinite=skip: True (applied), False (skipped, decided on the host: an unfused optimizer,
-        # free on a CPU) or a device boolean (a fused optimizer skips the update itself when told)
-        applied: Any = True
-        if self.skip_nonfinite:
-            finite = torch.isfinite(loss) if grad_norm is None else torch.isfinite(loss) & torch.isfinite(grad_norm)
-            finite = distributed.agree_on_device(finite)  # every rank takes the same decision
-            if fused:
-                optimizer.found_inf = (~finite).to(torch.float32)  # read by the fused kernel on the device
-            applied = finite if fused else bool(finite)
-        try:
-            if applied is not False:
-                optimizer.step()
-        finally:
-            if fused and self.skip_nonfinite:
-                del optimizer.found_inf
-        optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    def record(self, pending: PendingRow, sampler: Any, graphs: int, step: Step, metrics: dict,
+               applied: Optional[torch.Tensor] = None) -> None:
+        """After the update: start the sampler's next batch, count the step, add its loss and row `metrics`
+        to its row (summed on the device, read when the row is written); `applied`: the step's flag under
+        train.on_nonfinite=skip."""
         prefetch = getattr(sampler, "prefetch", None)
         if prefetch is not None:
             prefetch()
         if self.compiled and self.compiles.count() != graphs:
             pending.compiled = True
-        n_tokens = x.numel() * self.world.size  # the global batch: every rank's slice
-        flops = self._count(kind, view, n_tokens)
-        if applied is False:
-            self.state.skipped_steps += 1
-            now = self.state.optimizer_steps
-            log.warning("non-finite loss at %s: step skipped (train.on_nonfinite=skip)",
-                        step_name(self.state, view, kind, now, now, in_step=True))
-        else:  # the row's metrics: the loss, and each of ROW_METRICS (summed on the device, read at the row)
-            step = Step(loss, grad_norm, view, x, lr, kind)
-            pending.add(loss, n_tokens, view, flops, None if applied is True else applied,
-                        {name: metric(step) for name, metric in ROW_METRICS.items()})
+        n_tokens = step.x.numel() * self.world.size  # the global batch: every rank's slice
+        flops = self._count(step.kind, step.view, n_tokens)
+        pending.add(step.loss, n_tokens, step.view, flops, applied, metrics)
         self.bar.update(1)
 
     def _forward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor, idle: list = ()):
@@ -312,7 +317,7 @@ class Trainer:
         """Write one train row: the mean loss and row metrics of the `kind` steps since its last row (one
         host sync). A row in which a graph was compiled says so (`compiled_in_row`) and has no MFU."""
         pending = self._pending.pop(kind)
-        if pending.steps == 0:  # every step since the last row was skipped (decided on the host)
+        if pending.steps == 0:  # no step: a row kept by an older checkpoint whose steps were all skipped
             return math.nan
         means = pending.metric_means()  # the row metrics (training/rows.py ROW_METRICS)
         on_device = [name for name, value in means.items() if isinstance(value, torch.Tensor)]
@@ -388,10 +393,6 @@ class Trainer:
 
     def close(self) -> None:
         self.bar.close()
-
-
-def is_fused(optimizer: torch.optim.Optimizer) -> bool:
-    return bool(optimizer.param_groups[0].get("fused"))
 
 
 def prime_momentum(optimizer: torch.optim.Optimizer, params: list) -> None:
