@@ -174,7 +174,11 @@ COVERED = {
         "shard rewritten in place, old mtime put back":
             "data/test_inputs_judged_once.py::test_a_shard_rewritten_in_place_with_its_old_mtime_is_refused_before_training",
         "token cache file changed under its meta":
-            "data/test_inputs_judged_once.py::test_a_token_cache_changed_under_its_meta_is_one_line",
+            "data/test_inputs_judged_once.py::test_a_token_cache_changed_under_its_meta_is_rebuilt",
+        "token cache file changed with its checksums":
+            "data/test_inputs_judged_once.py::test_a_token_cache_changed_with_its_checksums_is_one_line",
+        "token cache zero-filled at its right size":
+            "data/test_data_proves_itself.py::test_a_zero_filled_cache_file_is_rebuilt_not_used",
         "sample/export: model.json says 100,000 blocks, 4096 positions":
             "data/test_inputs_judged_once.py::test_model_json_is_compared_with_the_weights_header_before_anything_is_built",
     },

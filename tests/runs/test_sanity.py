@@ -70,7 +70,7 @@ def test_the_installed_study_refuses_infinity_and_a_thread_count_of_zero(tmp_pat
 def test_a_study_far_longer_than_a_day_here_needs_consent_and_says_its_estimate(tmp_path, capsys):
     code, out, err = study_main("study=smoke", f"dir={tmp_path / 'study'}", "tokens_per_param=50000",
                                 capsys=capsys)
-    assert code == 2 and "this study needs" in err and "add allow_long=true" in err and ("hours" in err or "days" in err)
+    assert code == 2 and "study smoke plans" in err and "add allow_long=true" in err and " h now; at most " in err
     assert not (tmp_path / "study").exists()
 
     from mltrain.tools.study import stages
@@ -82,7 +82,7 @@ def test_a_study_far_longer_than_a_day_here_needs_consent_and_says_its_estimate(
     cfg = compose_study(["study=smoke", f"dir={tmp_path / 'study'}", "tokens_per_param=50000", "allow_long=true"])
     study = stages.prepare(cfg, out)
     check_study_duration(study, out)  # consent given: its estimate said first, nothing refused
-    assert "mltrain-study: this study needs" in out.getvalue() and "at least" in out.getvalue()
+    assert "mltrain-study: study smoke plans" in out.getvalue() and " h with every tuning rule" in out.getvalue()
     assert any("train.allow_long=true" in o for s in stages.tuning_sweeps(cfg, study.layout, "d16") for o in
                s.overrides(cfg))  # its runs have the consent too
     assert not (tmp_path / "study").exists()
@@ -162,6 +162,6 @@ def test_a_multilevel_run_with_a_huge_coarse_phase_is_refused_with_an_estimate_t
 def test_a_studys_estimate_counts_an_arms_coarse_phases(tmp_path):
     study = tmp_path / "study"
     overrides = "arms.multilevel.overrides=[" + ",".join(f"'{o}'" for o in HUGE_COARSE[1:]) + "]"
-    line = refused(tool("mltrain-study", "study=smoke", f"dir={study}", overrides, cwd=tmp_path), "this study needs")
-    assert "add allow_long=true" in line and "days" in line, line
+    line = refused(tool("mltrain-study", "study=smoke", f"dir={study}", overrides, cwd=tmp_path), "study smoke plans")
+    assert "add allow_long=true" in line and " h now; at most " in line, line
     assert not study.exists()

@@ -113,8 +113,8 @@ def test_max_steps_follow_tokens_per_parameter():
     (["ladder.d16.seeds=[0]"], "seed [0] in both selection_seeds and seeds"),
     # what cannot give a result: an arm on another held-out set than the frontier's (every run of it would be
     # left out of the verdict), a value repeated in another spelling, a frontier that cannot bracket
-    (["arms.multilevel.overrides=['train.eval_batches=3']"], "scale d16: arm multilevel evaluates on another "
-     "held-out set than the frontier (arm single): train.eval_batches=3, the frontier's is 2"),
+    (["arms.multilevel.overrides=['train.eval_tokens=96']"], "scale d16: arm multilevel evaluates on another "
+     "held-out set than the frontier (arm single): train.eval_tokens=96, the frontier's is 128"),
     (["arms.multilevel.overrides=['data.val_fraction=0.1']"], "arm multilevel evaluates on another held-out set"),
     (["arms.multilevel.overrides=['model.block_size=8']"], "model.block_size=8, the frontier's is 16"),
     (["arms.multilevel.grid={optim.lr:[0.3,'0.30']}"], "grid key optim.lr repeats a value ([0.3, '0.30']: 0.3 and "
@@ -348,7 +348,8 @@ def test_readme_study_commands_compose_and_pass_the_checks():
 
 def test_the_new_ladders_hold_their_stated_rungs():
     """The depth ladder's 8-block rung as stated (width 32, context 32, batch 8, 8 tokens per parameter
-    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run (on data=prose); the coarse phases
+    = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run (on data=prose, with the ladders'
+    held-out set: 32,768 tokens every 1,000 steps); the coarse phases
     cost ~34% of the fine steps' FLOPs at every rung of both."""
     from mltrain.flops import train_flops_per_token
 
@@ -373,7 +374,8 @@ def test_the_new_ladders_hold_their_stated_rungs():
             one = ["seed=1", "optim.lr=0.3"]
             a = composer.compose([*data.common, *data.ladder.t8.overrides, "train.max_steps=1824",
                                   f"experiment={data.arms[arm].experiment}", *one], "t8")
-            b = composer.compose([*cpu.common, "data=prose", *cpu.ladder.d32.overrides, "train.max_steps=1824",
+            b = composer.compose([*cpu.common, "data=prose", "train.eval_tokens=32768", "train.eval_interval=1000",
+                                  *cpu.ladder.d32.overrides, "train.max_steps=1824",
                                   f"experiment={cpu.arms[arm].experiment}", *one], "d32")
             assert a == b, arm
 
