@@ -16,7 +16,7 @@ from helpers import run_main
 from mltrain.tools.study import planned, schema, tuning
 from mltrain.tools.study.cli import compose_study
 from mltrain.tools.study.compose import typed_study
-from mltrain.tools.study.plan import TUNE, Choice, Layout, evaluation_sweeps, setting_text, tuning_sweeps
+from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, evaluation_sweeps, setting_text, tuning_sweeps
 from mltrain.tools.study.progress import ended, run_status
 from mltrain.tools.study.schema import BUDGET, frontier_arm, selection_seeds
 
@@ -39,7 +39,7 @@ def every_rule(cfg, arm: str, setting: dict) -> float:
     """Best at the grid's top value (1.0): its edge runs and loses; one value below lies within tie_nats
     (the frontier's neighbour 0.577, the other arms' 0.3): a two-way near tie. The first warm-up wins."""
     if arm not in cfg.arms:
-        return 3.0  # the control's schedule at the frontier's budgets
+        return 1.9  # the control's schedule at the frontier's budgets wins each: both are evaluated
     x, slope = tuned_value(cfg, arm, setting), 0.02 if arm == frontier_arm(cfg) else 0.015
     warmups = [str(round(f * STEPS)) for f in cfg.frontier.warmup_fractions]
     late = 0.1 * (warmups.index(setting["schedule.warmup_steps"]) > 0) if "schedule.warmup_steps" in setting else 0.0
@@ -68,7 +68,15 @@ def choose(cfg, layout, sweeps) -> dict[str, Choice]:
             budgets = dict.fromkeys(dict(s)[BUDGET] for s in table)
             by_budget = {b: {k: v for k, v in best([s for s in table if dict(s)[BUDGET] == b]) if k != BUDGET}
                          for b in budgets}
-            choices[arm] = Choice({}, by_budget)
+            control = [r for s in sweeps if s.dir.name.endswith("@frontier") for r in s.runs()]
+            rivals = tuning.losses(control)
+            wins = {}
+            for b, setting in by_budget.items():
+                own = tuning.mean_loss(table, tuple(sorted({**setting, BUDGET: b}.items())), seeds)
+                there = [(m, s) for s in rivals if dict(s)[BUDGET] == b and (m := tuning.mean_loss(rivals, s, seeds))]
+                if there and min(there)[0] < own:
+                    wins[b] = {k: v for k, v in min(there)[1] if k != BUDGET}
+            choices[arm] = Choice({}, by_budget, wins)
             continue
         chosen = best(list(table))
         close = tuning.tied(table, table, list(cfg.selection_seeds), cfg.tie_nats) if cfg.extra_selection_seeds else []
@@ -85,7 +93,7 @@ def simulate(cfg, layout, loss, budgets: list[str]) -> tuple[list, dict[str, Cho
         for run in (r for s in sweeps for r in s.runs()):
             if not ended(run_status(run.dir)):
                 run.dir.mkdir(parents=True, exist_ok=True)
-                summary = {"status": "finished", "final_val_loss": loss(cfg, run.sweep.arm, run.setting)}
+                summary = {"status": "finished", "final_val_loss": loss(cfg, run.sweep.dir.name, run.setting)}
                 (run.dir / "summary.json").write_text(json.dumps(summary))
         choices = choose(cfg, layout, sweeps)
         more = tuning.more_sweeps(cfg, layout, RUNG, STEPS, sweeps, choices, budgets)
@@ -117,6 +125,11 @@ def test_at_most_is_what_the_planner_adds_up_when_every_rule_and_bracketing_fire
     assert {r.seed for r in runs} >= set(cfg.extra_selection_seeds)
     assert all(c.runner_up for a, c in choices.items() if a != frontier_arm(cfg))
     assert any(r.sweep.dir.name.endswith("@frontier") for r in runs)
+    # the control's schedule won every budget: it and the budget's own choice are both evaluated
+    won = choices[frontier_arm(cfg)]
+    assert won.control_by_budget.keys() == won.by_budget.keys()
+    evaluated = {(r.sweep.dir.name, r.setting[BUDGET]) for r in runs if r.sweep.stage == EVAL and BUDGET in r.setting}
+    assert {(n, b) for b in budgets for n in ("single", cfg.frontier.control_arm + "@frontier")} <= evaluated
     most = sum(i.runs for i in items)
     assert most == pytest.approx(len(runs), rel=0.25)
     assert sum(i.runs * i.budget * unit(RUNG, i.arm) for i in items) == pytest.approx(flops(runs), rel=0.25)

@@ -351,8 +351,8 @@ class Choice:
 def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str, Choice],
                       max_steps: Optional[int] = None) -> list[Sweep]:
     """Stage 2: each arm's chosen setting on the evaluation seeds; the frontier arm's budgets, grouped
-    by the setting chosen for them (one sweep per distinct setting). Arms stage 1 chose nothing for
-    are left out (the report says so)."""
+    by the setting chosen for them (one sweep per distinct setting), and where the control's schedule
+    won a budget, that schedule as well. Arms stage 1 chose nothing for are left out (the report says so)."""
     sweeps, frontier, seeds = [], frontier_arm(study), eval_seeds(study, scale)
     for arm, choice in choices.items():
         if arm != frontier and choice.setting:
@@ -366,10 +366,11 @@ def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str,
         for budget, setting in choice.control_by_budget.items():
             sweeps.append(setting_sweep(study, layout, scale, EVAL, control, {**setting, BUDGET: budget}, seeds,
                                         max_steps, control + AT_FRONTIER))
+        # every budget's own single-level choice runs too, where the control's schedule won it: the
+        # control arm is measured against the frontier without its own schedule, which needs these
         groups: dict[tuple, list[str]] = {}
         for budget, setting in choice.by_budget.items():
-            if budget not in choice.control_by_budget:
-                groups.setdefault(tuple(sorted(setting.items())), []).append(budget)
+            groups.setdefault(tuple(sorted(setting.items())), []).append(budget)
         for setting, budgets in groups.items():
             values = {**{k: [v] for k, v in setting}, BUDGET: budgets}
             sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps, values, seeds))

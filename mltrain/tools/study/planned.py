@@ -6,7 +6,8 @@
                   the control's schedule at each budget, the chosen settings on the evaluation seeds
     at most       ... and every adaptive rule of tuning.py firing once per choice: an edge extension per
                   numeric tuned key (up to grid_extensions), a two-way near tie on the extra selection
-                  seeds, the runner-up on the evaluation seeds, and bracketing: the frontier's budgets 3,
+                  seeds, the runner-up on the evaluation seeds, the control's schedule on the evaluation
+                  seeds where it beat a budget's own choice, and bracketing: the frontier's budgets 3,
                   4, ... up to frontier.max_budget, each with all of the above
 
 A run's FLOPs are its arm's planned FLOPs at budget 1 (mltrain/method/cost.py, every phase of its plan)
@@ -39,7 +40,7 @@ MEASURED_CPU_S_PER_FLOP = 1 / 1.74e10
 MEASURED_START_S = 4.9
 RATE_SOURCE = "measured here: depth_ladder runs' CPU time, 1 thread, scripts/study_rate.py"
 
-ADAPTIVE = ("edge", "tie", "runner-up", "bracketing")  # the neighbours of a grid LR always run
+ADAPTIVE = ("edge", "tie", "runner-up", "control wins", "bracketing")  # the neighbours of a grid LR always run
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ def scale_items(study: Any, scale: str) -> list[Item]:
             grid = settings_count(study.arms[control]) if study.frontier.control_grid else 1
             n = grid * len(study.frontier.control_length_factors)
             items.append(Item(scale, control, budget, n, "control", late))
+            items.append(Item(scale, control, budget, evals, "control wins", late))  # beside the frontier's own
         items.append(Item(scale, f, budget, evals, "evaluation", late))
     for arm in study.arms:
         if arm == f:
