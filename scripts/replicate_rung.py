@@ -1,0 +1,118 @@
+"""Re-measure one rung of a study with plain `mltrain -m` sweeps and `mltrain-compare`, on seeds the study
+never used, and set each arm's M beside the study's.
+
+    python scripts/replicate_rung.py results/depth_ladder/L12 --seeds 11,12,13,14,15 [--out DIR] [--run]
+
+The rung's evaluation runs in the records (`<rung>/eval/<arm>/<run>/.hydra/overrides.yaml`, what each run
+was launched with) give the configurations: each distinct one, without its seed and the study's bookkeeping
+keys (resume, progress bar, W&B tags), becomes one `mltrain -m` sweep over the new seeds into
+`<out>/<arm>/<n>/seed=<s>`. Then one `mltrain-compare` over `<out>` with the study verdict's own `--tune`
+keys (no selection seeds: every setting here was chosen by the study, on seeds the replication does not
+use). Without `--run` the commands are printed, to be run anywhere; with it they run here and, once the
+comparison exists, each arm's M and interval is printed beside the study's, with whether they overlap.
+A seed any run of the rung used is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+BOOKKEEPING = ("seed=", "train.resume=", "train.progress=", "logger.", "hydra.")
+
+
+def configurations(rung: Path) -> dict[tuple[str, tuple[str, ...]], list[int]]:
+    """(arm folder, the overrides without seed and bookkeeping) -> the seeds the study ran it on."""
+    found: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for file in sorted(rung.glob("eval/*/*/.hydra/overrides.yaml")):
+        overrides = [str(o) for o in yaml.safe_load(file.read_text())]
+        seed = next(int(o.split("=", 1)[1]) for o in overrides if o.startswith("seed="))
+        kept = tuple(o for o in overrides if not o.startswith(BOOKKEEPING))
+        found.setdefault((file.parents[2].name, kept), []).append(seed)
+    return found
+
+
+def used_seeds(rung: Path) -> set[int]:
+    seeds = set()
+    for file in rung.glob("*/*/*/.hydra/overrides.yaml"):
+        seeds |= {int(o.split("=", 1)[1]) for o in yaml.safe_load(file.read_text()) if str(o).startswith("seed=")}
+    return seeds
+
+
+def tune_flags(rung: Path) -> list[str]:
+    """The study verdict's `--tune KEY` flags (its comparison.json's command)."""
+    words = shlex.split(json.loads((rung / "verdict" / "comparison.json").read_text())["command"])
+    return [w for i, w in enumerate(words) if w == "--tune" or (i and words[i - 1] == "--tune")]
+
+
+def commands(rung: Path, seeds: list[int], out: Path) -> list[list[str]]:
+    sweeps, counts = [], {}
+    for (arm, overrides), _ in configurations(rung).items():
+        n = counts[arm] = counts.get(arm, -1) + 1
+        sweeps.append(["mltrain", "-m", *overrides, f"seed={','.join(map(str, seeds))}",
+                       f"hydra.sweep.dir={out / arm / str(n)}", "hydra.sweep.subdir=seed=${seed}"])
+    return [*sweeps, ["mltrain-compare", str(out), "--out", str(out / "verdict"), *tune_flags(rung)]]
+
+
+def intervals(report: Path) -> dict[str, tuple[float, float, float]]:
+    """label -> (M, lower, upper) of each arm's headline (upper inf when unbounded)."""
+    out = {}
+    for arm in json.loads(report.read_text())["arms"]:
+        head = (arm.get("multiplier") or {}).get("headline") or {}
+        if head.get("M_lo") is not None and not arm.get("is_frontier"):
+            hi = head.get("M_hi")
+            out[arm["label"]] = (head.get("M") or float("nan"), head["M_lo"], float("inf") if hi is None else hi)
+    return out
+
+
+def side_by_side(study: Path, replication: Path) -> list[str]:
+    mine, theirs = intervals(replication), intervals(study)
+    lines = ["| arm | study M [interval] | replication M [interval] | overlap |", "|---|---|---|---|"]
+    for label, (m, lo, hi) in theirs.items():
+        if label not in mine:
+            lines.append(f"| {label} | {m:.3g}× [{lo:.3g}×, {hi:.3g}×] | not measured | — |")
+            continue
+        r, rlo, rhi = mine[label]
+        lines.append(f"| {label} | {m:.3g}× [{lo:.3g}×, {hi:.3g}×] | {r:.3g}× [{rlo:.3g}×, {rhi:.3g}×] | "
+                     f"{'yes' if rlo <= hi and lo <= rhi else 'NO'} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rung", type=Path, help="a rung's folder of a study's records, e.g. results/depth_ladder/L12")
+    parser.add_argument("--seeds", default="11,12,13,14,15", help="comma-separated seeds the study never used")
+    parser.add_argument("--out", type=Path, default=None, help="where the runs go (default outputs/replicate/<study>/<rung>)")
+    parser.add_argument("--run", action="store_true", help="run the commands here, then print the side-by-side table")
+    args = parser.parse_args(argv)
+    rung = args.rung.resolve()
+    if not (rung / "verdict" / "comparison.json").is_file() or not configurations(rung):
+        parser.error(f"{args.rung}: no evaluated rung there (eval/*/*/.hydra/overrides.yaml and verdict/comparison.json)")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"--seeds {args.seeds!r}: comma-separated integers")
+    if clash := sorted(set(seeds) & used_seeds(rung)):
+        parser.error(f"--seeds: the study's runs at {rung.name} used {clash}: a replication needs seeds it never used")
+    out = (args.out or Path("outputs") / "replicate" / rung.parent.name / rung.name).resolve()
+    todo = commands(rung, seeds, out)
+    for cmd in todo:
+        print(shlex.join(cmd))
+    if not args.run:
+        return 0
+    for cmd in todo:
+        if subprocess.run(cmd).returncode != 0:
+            print(f"replicate_rung: failed: {shlex.join(cmd)}", file=sys.stderr)
+            return 1
+    print("\n".join(side_by_side(rung / "verdict" / "comparison.json", out / "verdict" / "comparison.json")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""scripts/replicate_rung.py: a rung's evaluated configurations from the records become plain `mltrain -m`
+sweeps on new seeds, a seed the study used is refused, and the side-by-side table says whether the
+replication's interval overlaps the study's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "replicate_rung.py"
+spec = importlib.util.spec_from_file_location("replicate_rung", SCRIPT)
+replicate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(replicate)
+
+COMMON = ["data=prose", "model.n_layer=4", "train.max_steps=100"]
+
+
+def record(rung: Path, stage: str, arm: str, setting: list[str], seed: int) -> None:
+    d = rung / stage / arm / f"{','.join(setting)},seed={seed}" / ".hydra"
+    d.mkdir(parents=True)
+    overrides = [*COMMON, *setting, f"seed={seed}", "train.resume=True", "train.progress=False",
+                 "logger.tags=[x]", "logger.group=L4/x", "logger.job_type=eval"]
+    (d / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+
+
+def verdict(path: Path, arms: dict[str, tuple]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{"label": label, "is_frontier": label == "single",
+             "multiplier": {"headline": {"M": m, "M_lo": lo, "M_hi": hi}}} for label, (m, lo, hi) in arms.items()]
+    path.write_text(json.dumps({"command": "mltrain-compare a b --out o --select-seeds 0 --tune optim.lr "
+                                           "--tune multilevel.coarse_optim.lr", "arms": rows}))
+
+
+@pytest.fixture
+def rung(tmp_path):
+    rung = tmp_path / "study" / "L4"
+    record(rung, "tune", "single", ["experiment=single", "optim.lr=0.1"], 0)
+    for seed in (1, 2):
+        record(rung, "eval", "single", ["experiment=single", "optim.lr=0.3", "train.budget=0.5"], seed)
+        record(rung, "eval", "single", ["experiment=single", "optim.lr=0.1", "train.budget=1.0"], seed)
+        record(rung, "eval", "multilevel", ["experiment=multilevel", "optim.lr=0.3"], seed)
+    verdict(rung / "verdict" / "comparison.json", {"single": (1.0, 1.0, 1.0), "ml": (1.1, 1.05, 1.2)})
+    return rung
+
+
+def test_each_evaluated_configuration_is_one_sweep_on_the_new_seeds_then_one_comparison(rung, tmp_path):
+    todo = replicate.commands(rung, [11, 12], tmp_path / "rep")
+    sweeps, compare = todo[:-1], todo[-1]
+    assert len(sweeps) == 3  # two frontier budgets and the multilevel arm; tuning runs are not replicated
+    for cmd in sweeps:
+        assert cmd[:2] == ["mltrain", "-m"] and cmd[2:5] == COMMON and "seed=11,12" in cmd
+        assert not any(w.startswith(("train.resume", "train.progress", "logger.")) or w in ("seed=1", "seed=2")
+                       for w in cmd)
+    dirs = sorted(w.split("=", 1)[1] for c in sweeps for w in c if w.startswith("hydra.sweep.dir="))
+    assert dirs == [str(tmp_path / "rep" / a) for a in ("multilevel/0", "single/0", "single/1")]
+    assert compare == ["mltrain-compare", str(tmp_path / "rep"), "--out", str(tmp_path / "rep" / "verdict"),
+                       "--tune", "optim.lr", "--tune", "multilevel.coarse_optim.lr"]
+
+
+def test_a_seed_the_study_used_is_refused_before_anything_runs(rung, capsys):
+    with pytest.raises(SystemExit) as out:
+        replicate.main([str(rung), "--seeds", "0,11", "--run"])
+    assert out.value.code == 2 and "used [0]" in capsys.readouterr().err
+
+
+def test_the_printed_commands_are_shell_words(rung, capsys, tmp_path):
+    assert replicate.main([str(rung), "--seeds", "11", "--out", str(tmp_path / "rep")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all(shlex.split(line)[0] in ("mltrain", "mltrain-compare") for line in lines)
+
+
+def test_the_table_says_whether_the_intervals_overlap(tmp_path):
+    study, rep = tmp_path / "s.json", tmp_path / "r.json"
+    verdict(study, {"single": (1.0, 1.0, 1.0), "ml": (1.1, 1.05, 1.2), "ctrl": (0.9, 0.8, 0.95), "gone": (1, 0.9, 1.1)})
+    verdict(rep, {"single": (1.0, 1.0, 1.0), "ml": (1.25, 1.15, None), "ctrl": (1.02, 0.97, 1.08)})
+    rows = {r.split(" | ")[0].strip("| "): r for r in replicate.side_by_side(study, rep)[2:]}
+    assert rows["ml"].endswith("| yes |") and "∞" not in rows["ml"] and "inf×]" in rows["ml"]
+    assert rows["ctrl"].endswith("| NO |") and "not measured" in rows["gone"] and "single" not in rows
