@@ -35,22 +35,23 @@ Hydra run dir: `prepare_launch()`, called before Hydra composes the config, agre
 for `${mltrain_now:...}` in the run-dir pattern and keeps ranks > 0 from writing Hydra's own files.
 
 How a rank's process ends (`ends_the_process`, `end_process`)
-------------------------------------------------------------
+-------------------------------------------------------------
 Without the interpreter's teardown. Once DDP has used the gloo group, torch keeps the group's C++ threads
 (two `pt_gloo_runloop` workers, `gloo_tcp_loop`) alive past `destroy_process_group`, and past a
 `gc.collect()` after the model is gone (torch 2.13, measured by the threads' names in /proc), so they are
 still there while Python finalizes. A worker that then needs the GIL is ended by pthread_exit, and that
 unwinding through a C++ noexcept frame calls std::terminate: "terminate called without an active
-exception", SIGABRT, after the run had ended and written everything. tests/training/
-test_distributed_ending.py makes it happen on purpose (a future's Python callback on a worker); in the
-CI abort (1 failed test of 1,376, under load) the likely need is freeing a tensor Python made: a worker
-drops its collective's inputs (the closing barrier's) only after the main thread's wait has returned. torch's own
-destroy_process_group says as much of hooks that outlive the interpreter. So a rank's process ends as a
-normal exit does up to that teardown (the atexit handlers, which flush and close logging's files; the
-streams flushed) and then with os._exit: no interpreter teardown and no C++ static destructors, so no
-thread is left to trip over them. That is every rank `mltrain` starts (torchrun, srun, ranks by hand:
-cli.launch) and scripts/syncs.py; not a job of the SLURM launcher (submitit), whose process is
-submitit's, which writes the job's result after the run returns and then exits as Python does.
+exception" (or Python's own "Fatal Python error" about a thread of a finalizing runtime), SIGABRT, after
+the run had ended and written everything. tests/training/test_distributed_ending.py makes it happen on
+purpose (a future's Python callback on a worker); in the CI abort (1 failed test of 1,376, under load)
+the likely need is freeing a tensor Python made: a worker drops its collective's inputs (the closing
+barrier's) only after the main thread's wait has returned. torch's own destroy_process_group says as
+much of hooks that outlive the interpreter. So a rank's process ends as a normal exit does up to that
+teardown (the atexit handlers, which flush and close logging's files; the streams flushed) and then with
+os._exit: no interpreter teardown and no C++ static destructors, so no thread is left to trip over them.
+That is every rank `mltrain` starts (torchrun, srun, ranks by hand: cli.launch) and scripts/syncs.py;
+not a job of the SLURM launcher (submitit), whose process is submitit's, which writes the job's result
+after the run returns and then exits as Python does.
 """
 
 from __future__ import annotations
