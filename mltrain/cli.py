@@ -200,8 +200,9 @@ def launch() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _ranks_joined() -> Iterator[None]:
-    """Under torchrun or SLURM tasks: the ranks joined before Hydra starts, and at the end their barrier
-    and the process group shut down. In one process there is nothing to join, and nothing to import."""
+    """Under torchrun or SLURM tasks: the ranks joined before Hydra starts, and at the end their barrier,
+    the process group shut down and the process ended. In one process there is nothing to join, and
+    nothing to import."""
     try:
         world = world_from_env()
     except MltrainError as err:
@@ -215,13 +216,10 @@ def _ranks_joined() -> Iterator[None]:
         distributed.prepare_launch(sys.argv)
     except MltrainError as err:
         _fail(str(err))
-    try:
+    # The ranks meet, the group is shut down and the process ends here, with os._exit: gloo's threads
+    # outlive the group and could abort Python's teardown (see distributed.py, "How a rank's process ends").
+    with distributed.ends_the_process():
         yield
-        # Rank 0 writes the summary and weights while the others are done: a rank that tore the group
-        # down first could abort in gloo's teardown ("terminate called without an active exception").
-        distributed.barrier()
-    finally:
-        distributed.shutdown()
 
 
 def train_main() -> None:

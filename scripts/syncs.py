@@ -238,14 +238,15 @@ def main() -> None:
     names = args.methods or list(METHODS)
     out = {name: count(METHODS[name], args.steps, args.device, args.compile) for name in names}
     found = [line for name, got in out.items() for line in problems(name, got, 16, args.steps)]
-    if distributed.world_from_env().is_main:
+    world = distributed.world_from_env()
+    if world.is_main:
         Path(args.out).write_text(json.dumps({"methods": out, "problems": found}, indent=2))
         for line in found:
             print(f"syncs: {line}", file=sys.stderr)
-    # Rank 0 writes while the others are done: a rank that tore the group down first could abort in
-    # gloo's teardown ("terminate called without an active exception"), as mltrain's own runs avoid too.
-    distributed.barrier()
-    distributed.shutdown()
+    if world.distributed:  # the ranks end as mltrain's do (training/distributed.py, "How a rank's process ends"):
+        distributed.barrier()  # rank 0 writes while the others are done
+        distributed.shutdown()
+        distributed.end_process(1 if found else 0)  # os._exit: never Python's teardown with gloo's threads
     sys.exit(1 if found else 0)
 
 

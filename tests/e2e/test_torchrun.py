@@ -36,8 +36,30 @@ def one_process(tmp_path: Path, overrides: list[str]):
     return read_run(tmp_path)
 
 
+# A sitecustomize for the ranks: says so when Python's teardown clears it. A rank ends with os._exit, never
+# in that teardown, where gloo's threads, alive past destroy_process_group, can abort it (SIGABRT,
+# "terminate called without an active exception": training/distributed.py, "How a rank's process ends").
+TEARDOWN_PROBE = """
+import os
+
+
+class _Teardown:
+    def __del__(self):
+        os.write(2, f"rank {os.environ['RANK']}: {TEARDOWN}\\n".encode())
+
+
+if "RANK" in os.environ:
+    _teardown = _Teardown()
+"""
+TEARDOWN = "went through Python's teardown"
+
+
 def torchrun(cwd: Path, overrides: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    probe = cwd / "teardown_probe"
+    probe.mkdir(exist_ok=True)
+    (probe / "sitecustomize.py").write_text(f"TEARDOWN = {TEARDOWN!r}\n{TEARDOWN_PROBE}")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "mltrain.cli", *overrides]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
@@ -91,6 +113,7 @@ def test_two_processes_train_like_one_with_the_same_global_batch(tmp_path, monke
 
     proc = torchrun(tmp_path, overrides)  # no hydra.run.dir: both ranks must agree on the default one
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert TEARDOWN not in proc.stderr  # each rank ended with os._exit once its run had ended
     run_dirs = [p.parent for p in (tmp_path / "outputs").rglob("summary.json")]
     assert len(run_dirs) == 1, run_dirs  # one run dir for the two ranks
     assert len(list((tmp_path / "outputs").glob("*/*"))) == 1
@@ -107,6 +130,7 @@ def test_a_global_batch_the_ranks_cannot_split_is_one_error_line(tmp_path):
     proc = torchrun(tmp_path, [*TINY, "train.batch_size=6", "train.grad_accum=2", f"hydra.run.dir={tmp_path / 'r'}"])
     assert proc.returncode != 0
     assert "train.batch_size=6 is the global batch: it must be divisible by the number of processes (2)" in proc.stderr
+    assert TEARDOWN not in proc.stderr  # a refused run's ranks end with os._exit too, with their status
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
 
 
