@@ -82,8 +82,8 @@ def help_groups(searchpath: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-register_configs()
 OmegaConf.register_new_resolver("mltrain_help_groups", help_groups, replace=True)
+register_configs()
 
 
 def import_plugins(argv: Sequence[str] = ()) -> None:

@@ -97,7 +97,17 @@ class Config:
 
 def _method_name_choice() -> type[Choice]:
     """`none` and the name of every registered depth method chosen by its name (mltrain/method/registry.py)."""
-    return Choice("MethodName", {name: name for name in depth_method_values()})
+    made = Choice("MethodName", {name: name for name in depth_method_values()})
+    made.__reduce_ex__ = lambda self, protocol: (_method_name, (self.value,))  # type: ignore[method-assign]
+    return made
+
+
+def _method_name(value: str) -> Choice:
+    """A `depth_method` value unpickled: in a sweep's worker process (hydra/launcher=local), which gets its
+    job's composed config pickled, the plugins of MLTRAIN_PLUGINS imported first (their methods' names)."""
+    plugins.load(plugins.from_env())
+    schema()
+    return MethodName(value)
 
 
 def _make_schema() -> type[Config]:
