@@ -125,3 +125,59 @@ def test_a_pickled_depth_method_of_a_plugin_loads_where_only_the_environment_nam
     proc = subprocess.run([sys.executable, "-c", code, data], cwd=plugin_folder, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "plugged", proc.stderr[-2000:]
+
+
+HALVES = textwrap.dedent('''
+    from mltrain.method.coarsening import Scheme, register_scheme
+
+
+    @register_scheme
+    class Halves(Scheme):
+        name = "halves_cli"
+        uniform_steps = False
+
+        def partition(self, n_parent, seed):
+            size = n_parent // self.k
+            return [[(i,) for i in range(r * size, (r + 1) * size)] for r in range(self.k)]
+''')
+
+
+def test_a_plugins_coarsening_scheme_runs_from_the_command_line(tmp_path):
+    from helpers import cli, read_rows
+
+    (tmp_path / "halves_mod.py").write_text(HALVES)
+    proc = cli(["plugins=[halves_mod]", "coarsening=evenodd", "coarsening.scheme=halves_cli", "scale=smoke",
+                "model.n_layer=4", "train.progress=false", "device=cpu", "hydra.run.dir=run"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    coarse = [r for r in read_rows(tmp_path / "run") if r.get("phase") == "coarse"]
+    assert {r["coarse_model"] for r in coarse} == {0, 1} and {r["blocks"] for r in coarse} == {2.0}
+    refused = cli(["coarsening=evenodd", "coarsening.scheme=halves_cli", "scale=smoke", "hydra.run.dir=no"], cwd=tmp_path)
+    assert refused.returncode == 2 and "halves_cli" in refused.stderr and not (tmp_path / "no").exists()
+
+
+AXIS = textwrap.dedent('''
+    from mltrain.tools.study.axes import ladder_axis
+
+
+    @ladder_axis(name="steps_cli", keys=("model",), words="training steps", symbol="steps", title="steps",
+                 unit="steps")
+    def steps(size):
+        return float(size.max_steps)
+''')
+
+
+def test_a_plugins_study_axis_is_one_mltrain_study_takes(plugin_folder):
+    from mltrain.tools.study import schema as study_schema
+    from mltrain.tools.study.axes import AXES
+    from mltrain.tools.study.cli import compose_study
+
+    (plugin_folder / "axis_mod.py").write_text(AXIS)
+    with pytest.raises(ConfigError, match="steps_cli"):
+        study_schema.check(compose_study(["study=smoke", "ladder_axis=steps_cli"]))
+    try:
+        study = compose_study(["plugins=[axis_mod]", "study=smoke", "ladder_axis=steps_cli"])
+        study_schema.check(study)
+        assert study.plugins == ["axis_mod"] and "steps_cli" in AXES
+    finally:
+        AXES.pop("steps_cli", None)
+        sys.modules.pop("axis_mod", None)
