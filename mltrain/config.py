@@ -127,9 +127,13 @@ def _make_schema() -> type[Config]:
 
 # The values of `depth_method` (Hydra refuses any other while composing) and the schema, for the depth
 # methods registered: schema() makes them again when a method was registered since.
+def _registered() -> tuple:
+    return tuple(depth_method_values()), tuple(method_sections().items())
+
+
 MethodName = _method_name_choice()
 Schema = _make_schema()
-_SCHEMA_FOR: tuple = ()
+_SCHEMA_FOR = _registered()
 
 
 def schema() -> type[Config]:
@@ -137,7 +141,7 @@ def schema() -> type[Config]:
     each registered method's own section (its `Config`) under its name. Made again, and the module
     attributes `MethodName` and `Schema` rebound, when the registered methods changed since."""
     global MethodName, Schema, _SCHEMA_FOR
-    key = (tuple(depth_method_values()), tuple(method_sections().items()))
+    key = _registered()
     if key != _SCHEMA_FOR:
         MethodName = _method_name_choice()
         Schema = _make_schema()
