@@ -85,3 +85,13 @@ def test_without_the_plugin_or_with_a_misspelt_one_it_is_one_line(folder):
     assert proc.returncode == 2 and error_lines(proc.stderr) == [
         f"mltrain: error: plugins: no module named 'warm_prefx' in the current folder ({folder}) or on the Python path"]
     assert not (folder / "refused").exists()
+
+
+def test_the_help_lists_the_plugins_method_and_preset_named_on_the_line_or_in_the_environment(folder):
+    line = tool("mltrain", f"plugins=[{NAME}]", "hydra.searchpath=[file://conf]", "--help", cwd=folder)
+    env = tool("mltrain", "hydra.searchpath=[file://conf]", "--help", cwd=folder, env={"MLTRAIN_PLUGINS": NAME})
+    for proc in (line, env):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        methods = next(s for s in proc.stdout.splitlines() if s.startswith("depth_method="))
+        presets = next(s for s in proc.stdout.splitlines() if s.startswith("experiment: "))
+        assert methods.endswith(f"|{NAME}") and NAME in presets.split(": ")[1].split(", ")
