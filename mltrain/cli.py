@@ -14,17 +14,18 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from mltrain.config import Config, register_configs, resuming, typed, validate_composed
 from mltrain.errors import ConfigError, MltrainError, hydra_one_line, os_error_line, report
+from mltrain.method import plugins
 from mltrain.preflight import Checked, preflight
 from mltrain.runs import rundir
 from mltrain.runs import sweep as sweeps
@@ -40,7 +41,58 @@ log = logging.getLogger("mltrain")
 # pyproject.toml), so the same path works from a checkout, an editable install and a wheel.
 CONFIG_PATH = "pkg://mltrain.conf"
 
+# `mltrain --help` lists the groups of conf/ but these: Hydra's own, and mltrain-study's.
+NOT_RUN_GROUPS = ("hydra", "study", "__pycache__")
+
+
+def _group_folders(searchpath: Sequence[str]) -> Iterator[Any]:
+    """The folders of conf/ and of the `file://` and `pkg://` entries of hydra.searchpath, in that order."""
+    from importlib import resources
+
+    yield resources.files("mltrain.conf")
+    for entry in searchpath:
+        kind, _, where = str(entry).partition("://")
+        if kind == "file":
+            yield Path(where)
+        elif kind == "pkg":
+            try:
+                yield resources.files(where.replace("/", "."))
+            except (ModuleNotFoundError, TypeError):
+                continue  # Hydra itself says so when it composes
+
+
+def help_groups(searchpath: Sequence[str] = ()) -> str:
+    """`mltrain --help`'s groups and their options (conf/config.yaml, `${mltrain_help_groups:...}`): the
+    presets in conf/ and in the folders of hydra.searchpath, then the values the registries give
+    `depth_method=` and `coarsening.scheme=` (a plugin's method or scheme included)."""
+    from mltrain.method.coarsening import scheme_names
+    from mltrain.method.registry import depth_method_values
+
+    options: dict[str, set[str]] = {}
+    for folder in _group_folders(searchpath):
+        if not folder.is_dir():
+            continue
+        for group in folder.iterdir():
+            if group.is_dir() and group.name not in NOT_RUN_GROUPS:
+                names = {f.name[:-5] for f in group.iterdir() if f.name.endswith(".yaml")}
+                options.setdefault(group.name, set()).update(names)
+    lines = [f"{group}: {', '.join(sorted(names))}" for group, names in sorted(options.items()) if names]
+    lines += ["", "== Registered ==", "Depth methods and coarsening schemes (plugins=[my_module] adds its own)", "",
+              f"depth_method={'|'.join(depth_method_values())}", f"coarsening.scheme={'|'.join(scheme_names())}"]
+    return "\n".join(lines)
+
+
+OmegaConf.register_new_resolver("mltrain_help_groups", help_groups, replace=True)
 register_configs()
+
+
+def import_plugins(argv: Sequence[str] = ()) -> None:
+    """Import the plugins (mltrain/method/plugins.py) that MLTRAIN_PLUGINS and the overrides `argv`
+    (`plugins=[my_method]`) name, then store the schema with what they registered: before Hydra composes.
+    ConfigError in one line for a module that is not there."""
+    plugins.load([*plugins.from_env(), *plugins.from_overrides(argv)])
+    register_configs()
+
 
 # The typed config and what RunGuard.on_run_start checked (preflight.preflight) for the single run that
 # follows it in this process, handed to the task so that the conversion and the checks are made once.
@@ -161,6 +213,7 @@ def hydra_task(cfg: DictConfig) -> float | None:
     if HydraConfig.get().mode != RunMode.RUN:
         ready = None  # each job of a multirun is typed and checked by itself
     try:
+        import_plugins()  # a sweep's worker process (hydra/launcher=local): those of MLTRAIN_PLUGINS
         with distributed.one_line_when_a_rank_is_lost():
             typed_cfg, checked = ready or _typed_and_checked(cfg, HydraConfig.get().runtime.output_dir)
             return run(typed_cfg, checked=checked)
@@ -193,6 +246,10 @@ def launch() -> Iterator[None]:
     at the end the ranks' barrier and the process group shut down. A block, not a wrapper: the console
     entry point calls the task itself (mltrain/console.py)."""
     logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" tracebacks
+    try:
+        import_plugins(sys.argv[1:])  # their methods, sections and schemes: in the schema Hydra composes onto
+    except MltrainError as err:
+        _fail(str(err))
     with _ranks_joined():
         with hydra_one_line("mltrain"):  # Hydra's override parser and its own writers: one line too
             yield

@@ -3,22 +3,24 @@
 Each section's dataclass lives beside what it configures: `model` in mltrain/model_settings.py
 (GPTConfig, beside mltrain/model.py), `data` in mltrain/data/config.py, `train` in
 mltrain/training/settings.py, `optim` and `schedule` (and the coarse levels' optimizer) in
-mltrain/optim_settings.py, `logger` in mltrain/runs/tracking.py, and the depth methods' sections in
-their methods' modules: `coarsening` in mltrain/method/coarsening.py, `multilevel` in
-mltrain/method/multilevel.py, `stacking`, `layer_drop` and `raptr` in mltrain/method/stacking.py,
-layer_drop.py and raptr.py. This module only composes them into `Config` and checks them (`validate()`).
+mltrain/optim_settings.py, `logger` in mltrain/runs/tracking.py, `coarsening` in
+mltrain/method/coarsening.py and `multilevel` in mltrain/method/multilevel.py. This module composes them
+into `Config` (the sections every run has) and checks them (`validate()`). A depth method with keys of
+its own declares their dataclass as its `Config` (mltrain/method/registry.py; stacking.py, layer_drop.py,
+raptr.py): `schema()` adds it under the method's name, so a method registered from a plugin of the
+user's own (`plugins=[my_method]`, mltrain/method/plugins.py) brings its keys without an edit here.
 None of them, and nothing this module imports, loads torch: a config is composed, checked and refused
 without it.
 
-The dataclasses are registered in Hydra's ConfigStore as `mltrain_schema`; `conf/config.yaml` lists it
+The schema is registered in Hydra's ConfigStore as `mltrain_schema`; `conf/config.yaml` lists it
 first in its defaults, so a misspelt key (`train.max_step=...`) or a wrong type (`train.max_steps=abc`)
 fails at start-up with Hydra's own message, before any data is read or any model is built.
 
-`typed()` turns the composed config into a `Config` instance once, where Hydra hands it over (the CLI's
-task and run-dir guard, a sweep's check of its jobs): code below the CLI takes that typed object and
-its sections, never the DictConfig. Checks that need more than a type (δ in [0, 1], the depth divisible
-by the coarsening, batch size divisible by gradient accumulation, ...) live in `validate()`, which
-`run` calls before any compute.
+`typed()` turns the composed config into a `Config` instance (of the schema class, a subclass of
+`Config`) once, where Hydra hands it over (the CLI's task and run-dir guard, a sweep's check of its
+jobs): code below the CLI takes that typed object and its sections, never the DictConfig. Checks that
+need more than a type (δ in [0, 1], the depth divisible by the coarsening, batch size divisible by
+gradient accumulation, ...) live in `validate()`, which `run` calls before any compute.
 """
 
 from __future__ import annotations
@@ -42,13 +44,11 @@ from mltrain.checks import check_optim, check_schedule, positive
 from mltrain.choice import Choice
 from mltrain.data.config import DataConfig, Source
 from mltrain.errors import RETIRED_KEYS, ConfigError, first_line
+from mltrain.method import plugins
 from mltrain.method.coarsening import CoarseningConfig, scheme_class
-from mltrain.method.layer_drop import LayerDropConfig
 from mltrain.method.multilevel import Control, MultilevelConfig
 from mltrain.method.plan import budget_steps
-from mltrain.method.raptr import RaptrConfig
-from mltrain.method.registry import NONE, depth_method_values, method_for
-from mltrain.method.stacking import StackingConfig
+from mltrain.method.registry import NONE, depth_method_values, method_for, method_sections
 from mltrain.model_settings import GPTConfig
 from mltrain.optim_settings import OptimConfig, ScheduleConfig
 from mltrain.runs.keys import is_bookkeeping
@@ -60,7 +60,8 @@ from mltrain.training.settings import TrainConfig, compile_setting
 
 ModelConfig = GPTConfig  # one class: the schema's `model` node is the model's own config
 
-__all__ = ["Config", "ConfigError", "DataConfig", "ModelConfig", "register_configs", "typed", "validate", "validate_composed"]
+__all__ = ["Config", "ConfigError", "DataConfig", "ModelConfig", "register_configs", "schema", "typed", "validate",
+           "validate_composed"]
 
 
 class Device(Choice):
@@ -69,18 +70,11 @@ class Device(Choice):
     cuda = "cuda"
 
 
-def _depth_method_choice() -> type[Choice]:
-    """`none` and the name of every registered depth method chosen by its name (mltrain/method/registry.py)."""
-    return Choice("DepthMethod", {name: name for name in depth_method_values()})
-
-
-# The values of `depth_method`, from the registry: Hydra refuses any other while composing. The schema
-# names it by this module attribute, which register_configs() renews when a method was registered since.
-DepthMethod = _depth_method_choice()
-
-
 @dataclass
 class Config:
+    """The sections every run has. The schema Hydra composes onto is `schema()`: this class with
+    `depth_method` taking the registered methods' names and each method's own section."""
+
     seed: int = 0
     device: Device = Device.auto
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -91,14 +85,68 @@ class Config:
     coarsening: CoarseningConfig = field(default_factory=CoarseningConfig)
     multilevel: MultilevelConfig = field(default_factory=MultilevelConfig)
     # A rival depth method instead of single-level or multilevel training (experiment=stacking,
-    # layer_drop, raptr set it), and each one's keys.
-    depth_method: DepthMethod = NONE
-    stacking: StackingConfig = field(default_factory=StackingConfig)
-    layer_drop: LayerDropConfig = field(default_factory=LayerDropConfig)
-    raptr: RaptrConfig = field(default_factory=RaptrConfig)
+    # layer_drop, raptr set it): `none` or a registered method's name (MethodName in the schema).
+    depth_method: str = NONE
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     preset: Optional[str] = None  # name of the method preset, set by conf/experiment/*.yaml
     scale: Optional[str] = None  # name of the scale preset, set by conf/scale/*.yaml
+    # Modules of the user's own imported before the schema is built (mltrain/method/plugins.py): read
+    # from the command line and MLTRAIN_PLUGINS, recorded here.
+    plugins: List[str] = field(default_factory=list)
+
+
+def _method_name_choice() -> type[Choice]:
+    """`none` and the name of every registered depth method chosen by its name (mltrain/method/registry.py)."""
+    made = Choice("MethodName", {name: name for name in depth_method_values()})
+    made.__reduce_ex__ = lambda self, protocol: (_method_name, (self.value,))  # type: ignore[method-assign]
+    return made
+
+
+def _method_name(value: str) -> Choice:
+    """A `depth_method` value unpickled: in a sweep's worker process (hydra/launcher=local), which gets its
+    job's composed config pickled, the plugins of MLTRAIN_PLUGINS imported first (their methods' names)."""
+    plugins.load(plugins.from_env())
+    schema()
+    return MethodName(value)
+
+
+def _make_schema() -> type[Config]:
+    sections = method_sections()
+    common = {f.name for f in dataclasses.fields(Config)}
+    for name in sections:
+        if name in common:
+            raise TypeError(f"the depth method {name!r} declares a Config, but {name} is a common section of "
+                            "the config: rename the method")
+    own = [(name, section, field(default_factory=section)) for name, section in sections.items()]
+    made = dataclasses.make_dataclass("Schema", [("depth_method", MethodName, field(default=NONE)), *own],
+                                      bases=(Config,))
+    made.__module__, made.__qualname__ = __name__, "Schema"  # pickled by name (a sweep's worker finds it)
+    made.__doc__ = "The schema for the depth methods registered when it was made (config.schema())."
+    return made
+
+
+# The values of `depth_method` (Hydra refuses any other while composing) and the schema, for the depth
+# methods registered: schema() makes them again when a method was registered since.
+def _registered() -> tuple:
+    return tuple(depth_method_values()), tuple(method_sections().items())
+
+
+MethodName = _method_name_choice()
+Schema = _make_schema()
+_SCHEMA_FOR = _registered()
+
+
+def schema() -> type[Config]:
+    """The schema class: `Config`, `depth_method` one of the registered methods' names (MethodName), and
+    each registered method's own section (its `Config`) under its name. Made again, and the module
+    attributes `MethodName` and `Schema` rebound, when the registered methods changed since."""
+    global MethodName, Schema, _SCHEMA_FOR
+    key = _registered()
+    if key != _SCHEMA_FOR:
+        MethodName = _method_name_choice()
+        Schema = _make_schema()
+        _SCHEMA_FOR = key
+    return Schema
 
 
 _PROCESS_START = time.time()
@@ -125,20 +173,19 @@ def hydra_subdir(output_dir: str, resume: bool) -> Optional[str]:
     return ".hydra"
 
 
-_STORED_FOR: Any = None  # the DepthMethod the schema in the ConfigStore was stored with
+_STORED_FOR: Any = None  # the schema class stored in the ConfigStore
 
 
 def register_configs() -> None:
-    """The schema, and the resolvers the config tree uses; idempotent. `depth_method` takes the values of
-    the depth methods registered when it is called (DepthMethod is made again if one was registered since)."""
-    global DepthMethod, _STORED_FOR
-    if [m.value for m in DepthMethod] != depth_method_values():
-        DepthMethod = _depth_method_choice()
+    """The schema, and the resolvers the config tree uses; idempotent. The schema is the one for the
+    depth methods registered when it is called (schema(): made again if one was registered since)."""
+    global _STORED_FOR
+    made = schema()
     store = ConfigStore.instance()
     # Storing converts the schema (OmegaConf.structured, ~30 ms): once per set of depth methods, not per call.
-    if _STORED_FOR is not DepthMethod or "mltrain_schema.yaml" not in store.repo:
-        store.store(name="mltrain_schema", node=Config)
-        _STORED_FOR = DepthMethod
+    if _STORED_FOR is not made or "mltrain_schema.yaml" not in store.repo:
+        store.store(name="mltrain_schema", node=made)
+        _STORED_FOR = made
     OmegaConf.register_new_resolver("mltrain_dirname", short_dirname, replace=True)
     # Default run/sweep dirs: claimed with an atomic mkdir, suffixed when another run took the name in
     # the same second. Cached like Hydra's `now`, so every job of a sweep resolves the same folder.
@@ -152,7 +199,7 @@ def bookkeeping_override_keys() -> list[str]:
     """`hydra.job.config.override_dirname.exclude_keys` (conf/config.yaml): runs/keys.py's
     BOOKKEEPING_KEYS with every key below them spelled out (Hydra compares whole keys), so a sweep
     job's directory name leaves out exactly what the label and the resume check leave out."""
-    return [key for key in _schema_keys(Config) if is_bookkeeping(key)]
+    return [key for key in _schema_keys(schema()) if is_bookkeeping(key)]
 
 
 def _schema_keys(schema: type, prefix: str = "") -> list[str]:
@@ -234,12 +281,14 @@ def typed(cfg: DictConfig) -> Config:
     """The composed config as a `Config` instance, made once where Hydra hands the config over: the
     keys checked first (a key added with `+` has no field to go to, so it is refused by name), then
     OmegaConf.to_object (interpolations resolved, fixed-choice values kept as their Choice enums).
-    Hydra's own node, present in its callbacks, is left out. ConfigError in one line."""
-    problem = next(_check_tree(cfg, Config), None)
+    Hydra's own node, present in its callbacks, is left out, and a config composed onto another schema (a
+    method registered since) is made again on this one. ConfigError in one line."""
+    made = schema()
+    problem = next(_check_tree(cfg, made), None)
     if problem is not None:
         raise ConfigError(problem)
-    if "hydra" in cfg:
-        cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+    if "hydra" in cfg or OmegaConf.get_type(cfg) is not made:
+        cfg = OmegaConf.merge(OmegaConf.structured(made), OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
     try:
         return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as err:  # an interpolation that does not resolve (${oc.env:...})
@@ -261,9 +310,10 @@ def validate(cfg: Config) -> None:
     what a type cannot say: first that every key is the schema's and every number finite (so
     `optim.lr=nan` is named as itself, not as a later comparison that happens to fail), then each
     key's range."""
-    problem = next(_check_tree(cfg, Config), None)
+    problem = next(_check_tree(cfg, schema()), None)
     if problem is not None:
         raise ConfigError(problem)
+    _check_plugins(cfg.plugins)
     m, t = cfg.model, cfg.train
     if not 0 <= cfg.seed < 2**32:
         raise ConfigError(f"seed={cfg.seed} must be in [0, 2**32)")
@@ -307,6 +357,14 @@ def validate(cfg: Config) -> None:
     # The depth method checks its own keys (multilevel: the cycles, the coarse optimizer, the scheme's
     # keys; a rival: its section) and that it fits in the run's fine steps.
     method_for(cfg).check_config(budget_steps(t))
+
+
+def _check_plugins(names: List[str]) -> None:
+    """A plugin named in the config but not imported: set in a config file, read after the schema was built."""
+    late = [name for name in names if name not in plugins.loaded()]
+    if late:
+        raise ConfigError(f"plugins={names}: {late[0]} was not imported: plugins are imported before the config "
+                          f"files are read, from the command line (plugins=[{late[0]}]) or {plugins.PLUGINS_ENV}")
 
 
 def _validate_coarsening(cfg: Config) -> None:

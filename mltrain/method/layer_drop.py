@@ -101,7 +101,7 @@ class LayerDropping(Rival):
     """Every step skips blocks at random (progressive layer dropping)."""
 
     name = "layer_drop"
-    sections = ("layer_drop",)
+    Config = LayerDropConfig  # the `layer_drop` section
     cfg: LayerDropRun
 
     def stages(self, total_steps: int) -> list[Stage]:

@@ -78,7 +78,7 @@ class Raptr(Rival):
     """Stages of random sub-paths of growing length (RaPTr)."""
 
     name = "raptr"
-    sections = ("raptr",)
+    Config = RaptrConfig  # the `raptr` section
     cfg: RaptrRun
 
     def stages(self, total_steps: int) -> list[Stage]:

@@ -5,8 +5,10 @@ mltrain asks about it, in one place:
 
     name       the run kind its runs record (summary.json's `run_kind`; method/kinds.py RunKind lists the
                registered names, in registration order)
+    Config     the dataclass of its own keys, if it has any: composed into the run's config as the
+               section named after the method (`<name>.<key>=...`; mltrain/config.py schema())
     sections   the config sections it reads beyond the common ones (a run's label leaves out the
-               sections of the other methods: runs/keys.py METHOD_KEYS)
+               sections of the other methods: runs/keys.py METHOD_KEYS); its own `Config`'s section is added
     chosen     when a config selects it: by default `depth_method=<name>`; single-level and multilevel
                training (and its controls) are chosen by `coarsening=` and `multilevel.control=` under
                `depth_method=none` and set `by_name = False`
@@ -25,14 +27,18 @@ A new method is one class:
         def stages(self, total_steps): ...
 
 and is then chosen with `depth_method=reversed` (the schema's `depth_method` values come from this
-registry when mltrain/config.py register_configs() runs). A method with keys of its own defines its
-section's dataclass in its module (stacking.py `StackingConfig`), which mltrain/config.py composes into
-the schema. The built-in methods are registered when `mltrain.method` is imported. Torch-free: the tools that read run files list the run kinds from here.
+registry when mltrain/config.py register_configs() runs). A method with keys of its own declares their
+dataclass as its `Config` (stacking.py: `Config = StackingConfig`), which the schema composes under the
+method's name (`stacking.factor=4`): no other file names it. The built-in methods are registered when
+`mltrain.method` is imported; a method of the user's own, from a module named by `plugins=[...]` on the
+command line (method/plugins.py), before the schema is built. Torch-free: the tools that read run files
+list the run kinds from here.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import dataclasses
+from typing import Any, ClassVar, Optional
 
 from mltrain.errors import ConfigError
 from mltrain.method.settings import RunSettings
@@ -45,6 +51,7 @@ class DepthMethod:
     section of its own narrows `cfg` to its module's Protocol (multilevel.py `MultilevelRun`, ...)."""
 
     name: ClassVar[str]
+    Config: ClassVar[Optional[type]] = None  # the dataclass of its own section, `<name>.<key>=...`
     sections: ClassVar[tuple[str, ...]] = ()
     by_name: ClassVar[bool] = True  # chosen with depth_method=<name>
     cfg: RunSettings
@@ -90,6 +97,12 @@ def register_method(cls: type[DepthMethod]) -> type[DepthMethod]:
     if not name or name == NONE or hasattr(str, name):
         raise TypeError(f"{cls.__name__} needs a `name` (not {NONE!r}, not a str attribute) to be registered as a "
                         f"depth method")
+    own = cls.__dict__.get("Config")
+    if own is not None:
+        if not dataclasses.is_dataclass(own):
+            raise TypeError(f"{cls.__name__}.Config must be a dataclass (the keys of its `{name}` section)")
+        if name not in cls.sections:
+            cls.sections = (*cls.sections, name)
     _METHODS[name] = cls
     return cls
 
@@ -102,6 +115,12 @@ def method_names() -> list[str]:
 def method_class(name: str) -> type[DepthMethod]:
     """The method registered as `name`; KeyError for another name."""
     return _METHODS[str(name)]
+
+
+def method_sections() -> dict[str, type]:
+    """The config sections the registered methods declare (`Config`), by name, in registration order:
+    what mltrain/config.py composes into the schema beside the common sections."""
+    return {name: cls.__dict__["Config"] for name, cls in _METHODS.items() if cls.__dict__.get("Config") is not None}
 
 
 def depth_method_values() -> list[str]:

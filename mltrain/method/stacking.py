@@ -92,7 +92,7 @@ class Stacking(Rival):
     """A shallow model grown by copying its blocks (progressive stacking)."""
 
     name = "stacking"
-    sections = ("stacking",)
+    Config = StackingConfig  # the `stacking` section
     cfg: StackingRun
 
     def stages(self, total_steps: int) -> list[Stage]:

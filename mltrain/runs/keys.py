@@ -40,6 +40,7 @@ BOOKKEEPING_KEYS = (
     "train.eval_batch_size",
     "data.cache_dir",
     "data.prepare_if_missing",
+    "plugins",  # which modules registered the methods: the config's own keys say what runs
 )
 SEED_KEY = "seed"  # changes the computation, but a seed is a replicate of a configuration, not another one
 # The fraction of train.max_steps a run trains for: single-level runs at several budgets make the

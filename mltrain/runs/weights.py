@@ -169,7 +169,7 @@ def check_room(cfg: GPTConfig, copies: float, device: Any, what: str) -> None:
         )
 
 
-def model_config(info: dict[str, Any]) -> GPTConfig:
+def config_from_info(info: dict[str, Any]) -> GPTConfig:
     """The GPTConfig described by `info["model"]`; fixed-choice fields (norm, attention) as their Enums, so
     a value this mltrain does not know fails here instead of silently building another model."""
     types = typing.get_type_hints(GPTConfig)
@@ -231,7 +231,7 @@ def check_vocabulary(run_dir: str | Path, info: dict[str, Any], tokenizer: Any =
     outside the rows, or a tokenizer (`tokenizer`, when the caller has loaded it; `bytes` always) with
     more tokens than the model has rows, whose ids would index past the embedding."""
     path, name = Path(run_dir) / INFO_FILE, info.get("tokenizer")
-    rows = model_config(info).vocab_size
+    rows = config_from_info(info).vocab_size
     if not isinstance(name, str) or not name:
         raise DataError(f"{path}: tokenizer is {name!r}, not a tokenizer's name ('bytes' or a tiktoken encoding)")
     eot = info.get("eot_token")
@@ -284,7 +284,7 @@ def load_weights(run_dir: str | Path, device: str | torch.device = "cpu",
     times the weights' size the caller needs free (checked before the model is built)."""
     run_dir = Path(run_dir)
     info = read_info(run_dir)
-    config = model_config(info)
+    config = config_from_info(info)
     check_room(config, copies, "cpu", "loading it")  # the model is built on the CPU first
     check_header(run_dir, config)  # model.json against the weights file's own header, before anything is built
     if torch.device(device).type != "cpu":

@@ -31,7 +31,7 @@ from mltrain.model import GPT, GPTConfig, Norm
 from mltrain import guarded
 from mltrain.atomic import full_or_denied
 from mltrain.guarded import write_bytes, write_json  # never through a link below the export's folder
-from mltrain.runs.weights import check_vocabulary, load_weights, model_config, read_info, run_note
+from mltrain.runs.weights import check_vocabulary, config_from_info, load_weights, read_info, run_note
 
 PROG = "mltrain-export"
 HF_CONFIG = "config.json"
@@ -114,7 +114,7 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
     run_dir, out = Path(run_dir), Path(out)
     info = read_info(run_dir)
     check_vocabulary(run_dir, info)  # the tokenizer's files are not needed (offline): its name, eot and bytes
-    reason = unsupported(model_config(info))
+    reason = unsupported(config_from_info(info))
     if reason is not None:
         raise ConfigError(f"cannot export {run_dir} to GPT-2: {reason}")
     if out.exists() and not out.is_dir():

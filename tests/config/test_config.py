@@ -3,20 +3,20 @@
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
-from helpers import compose_config, typed
+from helpers import REPO, compose_config, typed
 
 from mltrain.config import validate
 from mltrain.errors import ConfigError, composition_line
 from mltrain.memory import parameter_count
 from mltrain.method.multilevel import control_ratio, control_steps
 from mltrain.method.plan import build_plan, run_kind
+from mltrain.method.registry import NONE, depth_method_values, method_names
 from mltrain.model_settings import model_config
 from mltrain.runs.keys import override_key
 
 
-METHODS = ["single", "multilevel", "schedule_control", "random_control", "stride3", "ode_step", "adamw_reset",
-           "stacking", "layer_drop", "raptr"]
-RIVALS = ("stacking", "layer_drop", "raptr")  # their run kind is their name
+METHODS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))  # the method presets
+RIVALS = [name for name in depth_method_values() if name != NONE]  # chosen by name: their run kind is their name
 SCALES = ["demo", "cpu", "paper", "smoke"]
 
 
@@ -55,7 +55,9 @@ def test_every_method_composes_at_every_scale(method, scale):
         validate(typed(cfg))
         assert build_plan(OmegaConf.merge(cfg, {"model": {"vocab_size": 256}}))
     assert cfg.preset == method and cfg.scale == scale
-    assert run_kind(cfg) == (method if method in ("single", "schedule_control", *RIVALS) else "multilevel")
+    # a preset named after a registered method runs it (a rival is chosen by name); the others are multilevel
+    # training with a scheme or an optimizer of their own
+    assert run_kind(cfg) == (method if method in method_names() else "multilevel")
 
 
 def test_scale_and_method_are_orthogonal():
@@ -162,7 +164,7 @@ def test_a_composition_error_is_one_line_naming_the_override_or_the_file(overrid
     ("model.norm=batchnorm", "[layernorm, rmsnorm]"),
     ("model.attention=flash", "[sdpa, explicit]"),
     ("data.source=web", "[embedded, prose, text, shards]"),
-    ("depth_method=dropout", "[none, stacking, layer_drop, raptr]"),
+    ("depth_method=dropout", f"[{', '.join(depth_method_values())}]"),
     ("stacking.operator=mirror", "[stack, interleave]"),
     ("stacking.optimizer_state=keep", "[reset, copy]"),
     ("layer_drop.profile=cubic", "[linear, uniform]"),

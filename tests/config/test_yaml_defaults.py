@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import mltrain.conf
-from mltrain.config import Config, register_configs
+from mltrain.config import register_configs, schema as run_schema
 
 CONF = Path(mltrain.conf.__file__).parent
 ROOT = OmegaConf.load(CONF / "config.yaml")
@@ -66,7 +66,7 @@ def plain(value: Any) -> Any:
 def keys_at_their_default(path: Path) -> list[str]:
     """`key=value` for every key of the yaml whose value, merged onto the schema, is the schema's default
     (compared as the schema holds them: `0` for a float key is `0.0`, a choice's string its member)."""
-    schema = OmegaConf.structured(Config)
+    schema = OmegaConf.structured(run_schema())
     stated = body(path)
     merged = OmegaConf.merge(schema, stated)
     out = []
@@ -125,7 +125,7 @@ def chain(group: str, option: str) -> list[Path]:
 def merged_by_hand(choices: dict) -> dict:
     """The schema, then each entry of conf/config.yaml's defaults in order (`_self_`: its own keys), each
     group at the option Hydra chose for it; resolved."""
-    cfg = OmegaConf.structured(Config)
+    cfg = OmegaConf.structured(run_schema())
     own = OmegaConf.to_container(ROOT, resolve=False)
     for key in ("defaults", "hydra"):
         own.pop(key)

@@ -16,9 +16,6 @@ from mltrain.method.plan import build_plan
 from mltrain.method.raptr import RandomPaths, path_lengths
 
 
-RIVALS = ["stacking", "layer_drop", "raptr"]
-
-
 def frequencies(policy, steps, n_layer):
     runs = np.zeros(n_layer)
     for t in steps:

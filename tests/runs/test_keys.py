@@ -21,7 +21,7 @@ BOOKKEEPING = ["logger=wandb", "logger.mode=offline", "device=cpu", "train.compi
                "train.resume=true", "train.checkpoint_interval=7", "train.keep_checkpoints=3",
                "data.cache_dir=/elsewhere", "data.prepare_if_missing=true", "train.peak_flops=1e15",
                "train.prefetch=false", "train.stop_check_interval=5", "train.compile=auto", "train.allow_long=true",
-               "train.eval_batch_size=3"]
+               "train.eval_batch_size=3", "plugins=[mltrain.method.stacking]"]
 BASE = ["coarsening=evenodd", "multilevel.delta=0.5"]
 
 

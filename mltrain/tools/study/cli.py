@@ -48,14 +48,20 @@ def compose_study(overrides: Sequence[str]) -> Any:
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
+    from mltrain.method import plugins
+    from mltrain.runs.keys import override_key
     from mltrain.tools.study.plan import parse
 
     for o in overrides:
         parse(o)  # a malformed override is named as itself, not as Hydra's grammar message alone
+    plugins.load([*plugins.from_env(), *plugins.from_overrides(overrides)])  # what they register, before composing
     schema.register()
+    # the study's own search path is its runs' too (their presets may be in it): searchpath=, unless given
+    handed = [f"searchpath={o.partition('=')[2]}" for o in overrides
+              if override_key(o) == "hydra.searchpath" and not any(override_key(p) == "searchpath" for p in overrides)]
     try:
         with initialize_config_module(config_module="mltrain.conf", version_base="1.3"):
-            cfg = compose("mltrain_study", overrides=list(overrides))
+            cfg = compose("mltrain_study", overrides=[*overrides, *handed])
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation now: a bad one is a composition error
     except Exception as err:  # noqa: BLE001 - Hydra's, OmegaConf's and YAML's errors: a missing study, a typo
         from hydra.errors import HydraException

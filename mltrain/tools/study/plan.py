@@ -217,11 +217,13 @@ class Layout:
 
 
 def arm_overrides(study: Any, scale: str, arm: str, max_steps: Optional[int]) -> list[str]:
-    """Every fixed override of the arm's runs at this scale: common < extra < scale < steps < preset < arm."""
+    """Every fixed override of the arm's runs at this scale: plugins < common < extra < scale < steps < preset < arm."""
     steps = [f"train.max_steps={max_steps}"] if max_steps is not None else []
     a = study.arms[arm]
-    return merged(study.common, study.extra, study.ladder[scale].overrides, steps, [f"experiment={a.experiment}"],
-                  a.overrides)
+    handed = [f"plugins=[{','.join(study.plugins)}]"] if study.plugins else []  # the study's plugins, to each run
+    handed += [f"hydra.searchpath=[{','.join(study.searchpath)}]"] if study.searchpath else []  # and its folders
+    return merged(handed, study.common, study.extra, study.ladder[scale].overrides, steps,
+                  [f"experiment={a.experiment}"], a.overrides)
 
 
 def _sweep(study: Any, layout: Layout, scale: str, stage: str, arm: str, max_steps: Optional[int],

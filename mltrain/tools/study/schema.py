@@ -134,6 +134,12 @@ class StudyConfig:
     # device, corpus, held_out) in which the runs already in `dir` may differ from this machine's (or
     # from each other's): a continuation elsewhere is refused unless named here; the reports say so.
     allow_env_change: List[str] = field(default_factory=list)
+    # Modules of one's own (mltrain/method/plugins.py: a depth method, a scheme, a ladder axis), imported
+    # before the study is composed and handed to every run (`plugins=[...]` among its overrides).
+    plugins: List[str] = field(default_factory=list)
+    # The runs' hydra.searchpath (the folders their presets are found in, an arm's `experiment` of one's
+    # own): by default the one the study is given (`mltrain-study study=mine 'hydra.searchpath=[file://mine]'`).
+    searchpath: List[str] = field(default_factory=list)
 
 
 def register() -> None:
