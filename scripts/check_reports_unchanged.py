@@ -10,10 +10,11 @@ through the study's types and renderer: ladder.json, ladder.md and ladder.png by
 
 The run folders named on the verdict's command line are copied into a temporary folder first, under
 the rung's own folder name (the reports name their runs' paths, so both installs read the same copies;
-nothing is written beside the shipped results). Caution, found while writing this check: main's
+nothing is written beside the shipped results). Caution (seen 2026-12-06 on this machine): main's
 mltrain-compare gave a schedule control's wall-clock saving differently for the same runs copied under
 another folder name (/tmp/rc2/runs/...: 16.1% where the shipped report and this layout give -0.0%),
-so a difference here is first to be rerun against the reference twice before it is blamed on this checkout. Exit status 0 when every file is identical, 1 when one differs (named on stdout).
+so a difference here is first rerun at another folder before it is blamed on this checkout.
+Exit status 0 when every file is identical, 1 when one differs (named on stdout).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def write_ladder(verdict: Path, out: Path) -> None:
     from mltrain.tools.study import ladder
     try:
         from mltrain.tools.study.rungs import ArmTuning, RungTuning, SettingLosses
-    except ImportError:  # an install from before the study's types left compare
+    except ImportError:  # an install whose compare holds the study's types
         from mltrain.tools.compare import ArmTuning, RungTuning, SettingLosses  # type: ignore[attr-defined,no-redef]
     report = Report.from_json(json.loads((verdict / "comparison.json").read_text()))
     arms = [a.name for a in report.arms]
