@@ -21,16 +21,24 @@ _HINTS: dict[type, dict[str, Any]] = {}
 NEUTRAL: dict[Any, Callable[[], Any]] = {int: int, str: str, bool: bool, tuple: tuple, dict: dict}
 
 
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """How a field is written: under `name` (None: its own), only `when` the object says so, and not at all
+    where it is None (`omit_none`)."""
+
+    name: Optional[str] = None
+    when: Optional[Callable[[Any], bool]] = None
+    omit_none: bool = False
+
+
+PLAIN, SPEC = Spec(), "jsonable"  # a field without key(...); its metadata's key
+
+
 def key(name: Optional[str] = None, when: Optional[Callable[[Any], bool]] = None, omit_none: bool = False,
         **field: Any) -> Any:
     """A field written under `name` (default: its own) and only `when` the object says so (`omit_none`: when
     it is not None); `field`: dataclasses.field's default or default_factory."""
-    return dataclasses.field(metadata={"key": name, "when": when, "omit_none": omit_none}, **field)
-
-
-def never(_: Any) -> bool:
-    """`when` for a field that is no key of the JSON (derived on reading)."""
-    return False
+    return dataclasses.field(metadata={SPEC: Spec(name, when, omit_none)}, **field)
 
 
 class Jsonable:
@@ -44,7 +52,7 @@ class Jsonable:
     def from_json(cls: type[T], entry: Optional[dict[str, Any]]) -> T:
         e, hints = entry or {}, _hints(cls)
         return cls(**{f.name: _field(f, hints[f.name], e.get(_key(f))) for f in dataclasses.fields(cls)  # type: ignore
-                      if f.init and f.metadata.get("when") is not never})
+                      if f.init})
 
 
 def write(value: Any) -> Any:
@@ -58,13 +66,17 @@ def write(value: Any) -> Any:
     return value
 
 
+def _spec(f: dataclasses.Field) -> Spec:
+    return f.metadata.get(SPEC, PLAIN)
+
+
 def _written(f: dataclasses.Field, obj: Any) -> bool:
-    when = f.metadata.get("when")
-    return (when is None or when(obj)) and not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)
+    spec = _spec(f)
+    return (spec.when is None or spec.when(obj)) and not (spec.omit_none and getattr(obj, f.name) is None)
 
 
 def _key(f: dataclasses.Field) -> str:
-    return f.metadata.get("key") or f.name
+    return _spec(f).name or f.name
 
 
 def _hints(cls: type) -> dict[str, Any]:

@@ -209,7 +209,8 @@ class Ladder(Jsonable):
     min_seeds_for_trend: int
     rungs: tuple[Rung, ...] = key("scales", default=())
     trends: tuple[Trend, ...] = ()
-    with_tuning: bool = False  # each rung's `tuning` is written (the study records it); no key of its own
+    # each rung's `tuning` is written (the study records it); no key of its own: read from the rungs
+    with_tuning: bool = key(default=False, when=lambda _: False)
 
     @classmethod
     def from_json(cls, entry: Optional[dict[str, Any]]) -> Ladder:
@@ -218,7 +219,6 @@ class Ladder(Jsonable):
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
-        del out["with_tuning"]
         if not self.with_tuning:
             for rung in out["scales"]:
                 del rung["tuning"]
