@@ -38,10 +38,11 @@ class Outer(Jsonable):
 
 
 def test_a_result_writes_its_fields_in_order_under_their_keys_and_reads_back_as_itself():
-    o = Outer("a", 2, (Inner("x", 1.0), Inner("y")), {"k": Inner("z", 2.0)}, Inner("w"), (1.0, 2.0), "n", (0.5, 1.5), 0.25,
-              {"optim.lr": 0.1})
+    o = Outer("a", 2, (Inner("x", 1.0), Inner("y")), {"k": Inner("z", 2.0)}, Inner("w"), (1.0, 2.0), "n", (0.5, 1.5),
+              0.25, {"optim.lr": 0.1})
     written = json.loads(json.dumps(o.to_json()))
-    assert list(written) == ["arm", "count", "inners", "by_name", "first", "span", "note", "samples", "share", "settings"]
+    assert list(written) == ["arm", "count", "inners", "by_name", "first", "span", "note", "samples", "share",
+                             "settings"]
     assert written["inners"] == [{"kind": "x", "value": 1.0}, {"kind": "y", "value": None}]
     assert written["span"] == [1.0, 2.0] and written["by_name"] == {"k": {"kind": "z", "value": 2.0}}
     assert Outer.from_json(written) == o

@@ -402,7 +402,8 @@ class Arm(Jsonable):
     within_fit_error: Optional[bool] = None
     verdict: str = ""
     runs: tuple[RunReading, ...] = ()
-    selected_by_budget: Optional[dict[str, dict[str, Any]]] = key(default=None, omit_none=True)  # the single-level arm's setting per budget
+    # the single-level arm's setting per budget
+    selected_by_budget: Optional[dict[str, dict[str, Any]]] = key(default=None, omit_none=True)
 
     @property
     def kept(self) -> dict[str, Any]:

@@ -252,8 +252,8 @@ def fit_trend(points: list[tuple]) -> Trend:
     monotone = _monotone(found)
     diff, diff_lo, diff_hi = contrast(rungs)
     lo, hi = b - half, b + half
-    return Trend(arm="", verdict=trend_word(lo, hi, found), n_scales=len(usable), excluded=excluded, slope=b, slope_lo=lo,
-                 slope_hi=hi, intercept=line.a, cov=line.cov.tolist(), quantile=line.q, method=method,
+    return Trend(arm="", verdict=trend_word(lo, hi, found), n_scales=len(usable), excluded=excluded, slope=b,
+                 slope_lo=lo, slope_hi=hi, intercept=line.a, cov=line.cov.tolist(), quantile=line.q, method=method,
                  n_min=float(np.exp(line.x.min())), n_max=float(np.exp(line.x.max())), monotone=monotone,
                  dof=line.dof if math.isfinite(line.dof) else None, contrast=diff, contrast_lo=diff_lo,
                  contrast_hi=diff_hi, steps=found)
