@@ -1,6 +1,6 @@
-"""Every Markdown report of the results tools, from their typed results (results.py): mltrain-compare's
-`Report` (printed and written to comparison.md: `render_markdown`) and the study's `Ladder` (ladder.md:
-`render_ladder`), with one set of cells (numbers, intervals, savings, bounds) for both."""
+"""mltrain-compare's Markdown report, from its typed results (results.py): the `Report`, printed and
+written to comparison.md (`render_markdown`). The study's ladder.md has its own renderer
+(mltrain/tools/study/ladder_md.py)."""
 
 from __future__ import annotations
 
