@@ -15,7 +15,7 @@ import pytest
 from helpers import made_smoke_study, run_main
 from omegaconf import OmegaConf
 
-from mltrain.tools.compare import Ladder, Report
+from mltrain.tools.compare import Report
 from mltrain.tools.study import compose, ladder, progress, stages
 from mltrain.tools.study.axes import AXES
 from mltrain.tools.study.cli import compose_study
@@ -109,7 +109,7 @@ def test_reports_regenerated_from_the_same_runs_are_byte_identical(smoke_study, 
     # and each file reads back into the typed results it was written from, every key and value as it was
     for name in ("d16/verdict/comparison.json", "d32/verdict/comparison.json"):
         assert Report.from_json(json.loads(after[name])).to_json() == json.loads(after[name])
-    assert Ladder.from_json(json.loads(after["ladder.json"])).to_json() == json.loads(after["ladder.json"])
+    assert ladder.Ladder.from_json(json.loads(after["ladder.json"])).to_json() == json.loads(after["ladder.json"])
 
 
 def test_a_study_with_runs_missing_or_cut_short_resumes_to_the_same_reports(smoke_study, verdict, tmp_path, monkeypatch):

@@ -1,8 +1,9 @@
 """String-key lookups in the results tools: subscripts with a string constant read (`x["key"]`, not
 `x["key"] = ...`) and `.get("key")` calls, counted in mltrain/tools/compare/*.py and
 mltrain/tools/study/*.py by `ast`.
-The fewer, the more the results are read through typed fields. The lookups inside a `from_json`
-(results.py reading a JSON file back) are the JSON boundary itself and are counted apart.
+The fewer, the more the results are read through typed fields. The lookups inside a `from_json` (the
+few readers the generic field-by-field one cannot be: study/rungs.py) are the JSON boundary itself and
+are counted apart.
 
     python tests/tools/string_keys.py        # per module, then the totals and the distinct keys
 """

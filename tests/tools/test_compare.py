@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mltrain.tools.compare import first_reach, main, moving_average
+from mltrain.tools.compare import main
+from mltrain.tools.compare.statistics import first_reach, moving_average
 
 
 def test_compare_imports_neither_torch_nor_wandb():

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from helpers import DATA, HELD, linear_run, report_of
 
-from mltrain.tools.compare import interval, main
+from mltrain.tools.compare import main
+from mltrain.tools.compare.statistics import interval
 from mltrain.tools.compare.statistics import FrontierPoint, frontier_flops, frontier_loss, lower_envelope
 
 

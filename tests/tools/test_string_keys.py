@@ -18,7 +18,7 @@ def test_the_counter_counts_reads_not_stores_and_the_json_readers_apart():
 
 
 def test_the_ladder_renderer_reads_no_string_key():
-    tree = ast.parse((TOOLS / "compare" / "report.py").read_text())
+    tree = ast.parse((TOOLS / "study" / "ladder_md.py").read_text())
     ladder = [f for f in tree.body if isinstance(f, ast.FunctionDef) and "ladder" in f.name]
     assert len(ladder) >= 5  # render_ladder and its cells: else the check reads nothing
     assert {f.name: string_keys(ast.unparse(f)) for f in ladder if string_keys(ast.unparse(f))} == {}
@@ -46,7 +46,7 @@ def test_compare_builds_and_renders_its_results_through_typed_fields():
                "axes.prop_cycle", "color"}  # matplotlib's colour cycle
     found = count()
     modules = ("compare/analysis.py", "compare/api.py", "compare/dimensions.py", "compare/verdict.py",
-               "compare/frontier.py", "compare/report.py", "compare/plot.py", "study/ladder.py")
+               "compare/frontier.py", "compare/report.py", "compare/plot.py", "study/ladder.py", "study/ladder_md.py")
     read = {name: set(found[name]) - allowed for name in modules}
     assert {name: keys for name, keys in read.items() if keys} == {}
     assert sum(found["compare/report.py"].values()) == 0

@@ -6,6 +6,7 @@ comparison of constructed runs, a constructed ladder), so a part built as a plai
 from __future__ import annotations
 
 import json
+import typing
 from dataclasses import fields, is_dataclass
 
 from helpers import linear_run
@@ -13,9 +14,9 @@ from test_compare_tuned import frontier_runs, law, multilevel
 from test_study import multiplier, scale_result
 
 import mltrain.tools.compare as compare
-from mltrain.tools.compare import (ArmTuning, Ladder, Multiplier, Report, RunnerUp, RungTuning, SettingLosses,
-                                   compare_report, markdown_safe)
+from mltrain.tools.compare import Jsonable, Multiplier, Report, compare_report, markdown_safe
 from mltrain.tools.study import ladder
+from mltrain.tools.study.rungs import ArmTuning, Ladder, RunnerUp, RungTuning, SettingLosses
 
 # The typed parts every comparison below holds: the frontier's and the per-configuration tables'.
 REPORT_PARTS = {"FrontierRun", "PowerLawFit", "ConfigurationMean", "EnvelopePoint", "SeedEnvelope", "WallclockFrontier",
@@ -120,5 +121,26 @@ def test_an_arm_tuning_writes_only_the_keys_its_record_has():
     assert list(frontier)[4:] == ["control_settings_run", "control_selection_losses"]
 
 
-def test_the_typed_parts_are_public():
-    assert (REPORT_PARTS | LADDER_PARTS) <= set(compare.__all__)
+def reachable(cls: type) -> set[str]:
+    """The names of the typed results `cls`'s fields hold (through Optional, tuples and dicts), itself too."""
+    found, todo = set(), [cls]
+    while todo:
+        c = todo.pop()
+        if c.__name__ in found:
+            continue
+        found.add(c.__name__)
+        for hint in typing.get_type_hints(c).values():
+            todo += [t for t in _types_in(hint) if isinstance(t, type) and issubclass(t, Jsonable)]
+    return found
+
+
+def _types_in(hint) -> list:
+    return [hint, *(t for a in typing.get_args(hint) for t in _types_in(a))]
+
+
+def test_the_public_api_is_a_handful_of_names_and_every_part_is_reached_from_them():
+    """compare exports a handful of names; every part of comparison.json is a field type of `Report`'s
+    (so a consumer reaches it through the report), every part of ladder.json one of the study's `Ladder`."""
+    assert len(compare.__all__) <= 13 and "Report" in compare.__all__
+    assert REPORT_PARTS <= reachable(Report), REPORT_PARTS - reachable(Report)
+    assert LADDER_PARTS - {"RungArm"} <= reachable(Ladder) and "Arm" in reachable(Ladder)

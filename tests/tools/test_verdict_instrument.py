@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import linear_run
 
-from mltrain.tools.compare import ExcludedRung, FitError, Multiplier, Report, compare_dirs
+from mltrain.tools.compare import FitError, Multiplier, Report, compare_dirs
 from mltrain.tools.compare.powerlaw import fit_power_law, fit_shift
 from mltrain.tools.study import ladder
 
@@ -157,7 +157,7 @@ def test_the_trend_weighs_the_rungs_by_their_intervals_and_fit_error_and_skips_b
     assert ladder.fit_trend(wide).verdict == "cannot tell"  # a ±25% fit error swamps the slope
     bounded = rungs + [(16, Multiplier.from_json({**multiplier(1.5), "bound": {"kind": "lower", "value": 1.4}}), 6, None)]
     t = ladder.fit_trend(bounded)
-    assert t.n_scales == 3 and t.excluded == (ExcludedRung(16, "M only bounded (M > 1.4)"),)
+    assert t.n_scales == 3 and t.excluded == (ladder.ExcludedRung(16, "M only bounded (M > 1.4)"),)
     assert "not used as points: 16: M only bounded" in ladder.trend_sentence("multilevel", t, "depth")
 
 

@@ -9,7 +9,10 @@ training with less compute? Reads run directories (or W&B runs); never the train
     report = compare_report(["multirun/"], out=None, select_seeds=[0], tune=(), plot=False)
     report.arms[0].multiplier.M                             # compare_dirs: report.to_json(), comparison.json's dict
 
-This package's names are its public API (what the study and scripts use); its modules are its own.
+This package's names are its public API (what the study and scripts use): the command, the pipeline, the
+report's types a consumer reads (`Report`, `Arm`, `Multiplier`, `FitError`; the rest of the report's
+parts are reached through them) and the JSON conversion they share (`Jsonable`, `key`); its modules
+are its own.
 
 The verdict: runs are grouped into *arms* (a method with its tuned keys left free, `arms`); each arm
 keeps its best setting on the selection seeds; the single-level runs form one tuned frontier
@@ -20,9 +23,9 @@ the frontier's points and on a wall-clock axis.
 Modules, one way down: `cli` (arguments) → `api` (the pipeline, `compare_dirs`) → `verdict`,
 `analysis` (per-configuration tables) → `frontier`, `arms`, `powerlaw`, `statistics` (arrays) and
 `loading` (runs, their status and provenance); `names` makes readable names; `results` holds the
-typed results the pipeline builds (the report, its arms and frontier, the study's ladder rungs) and
-writes as JSON (`tables`: the per-configuration tables among them); `report` renders markdown
-(comparison.md, and the study's ladder.md) and `plot` the figure, both from those results.
+typed results the pipeline builds (the report, its arms and frontier) and writes as JSON through
+`jsonable` (`tables`: the per-configuration tables among them); `report` renders comparison.md and
+`plot` the figure, both from those results.
 
 Trust: only runs that finished with finite losses count. A run without summary.json, one whose summary
 says interrupted or diverged, one with a non-finite loss, one whose files contradict themselves, and
@@ -33,32 +36,11 @@ listed in the report with the reason and left out of every number.
 from mltrain.tools.compare.api import compare_dirs, compare_report
 from mltrain.tools.compare.arms import TUNED_KEYS
 from mltrain.tools.compare.cells import markdown_safe
-from mltrain.tools.compare.cli import main, run_compare
+from mltrain.tools.compare.cli import main
+from mltrain.tools.compare.jsonable import Jsonable, key
 from mltrain.tools.compare.loading import CompareError
-from mltrain.tools.compare.report import params_text, render_ladder, render_markdown
-from mltrain.tools.compare.results import (Arm, ArmTuning, Bound, BudgetReading, BudgetTried, ConfigurationMean,
-                                          DataReading, EnvelopePoint, ExcludedRung, FitError, Frontier, FrontierRun, Gain,
-                                          GainReading, Headline, Ladder, LossInterval, Multiplier, PowerLawFit,
-                                          Prediction, Report, Rung, RungArm, RungTuning, RunnerUp, RunReading, Saving,
-                                          SeedEnvelope, SettingLosses, Step, Trend, TriedSetting, WallclockFrontier,
-                                          WallclockSaving, WithoutControl)
-from mltrain.tools.compare.statistics import first_reach, interval, moving_average
-from mltrain.tools.compare.tables import (Baseline, BootstrapRecord, ConfigurationRow, ConfigurationRun, ConfigVerdict,
-                                          FixedFlops, FixedFlopsCell, FixedFlopsRow, HeldOut, LeftOut, Outputs, Outside,
-                                          Reference, SeedInterval, SeedVsFrontier, SeedVsReference, TargetReading,
-                                          TargetSummary, UncountedCost, VsFrontier, VsReference)
+from mltrain.tools.compare.results import Arm, FitError, Multiplier, Report
 from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 
-__all__ = ["main", "run_compare", "compare_dirs", "compare_report", "CompareError", "first_reach", "interval",
-           "moving_average", "markdown_safe", "render_markdown", "render_ladder", "params_text", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL",
-           "Report", "Arm", "Frontier", "FitError", "Multiplier", "Headline", "Bound", "BudgetReading", "LossInterval",
-           "Saving", "WallclockSaving", "RunReading", "WithoutControl", "Ladder", "Rung", "RungArm",
-           "Trend", "Step", "DataReading", "Prediction", "ExcludedRung", "RungTuning", "ArmTuning", "SettingLosses", "RunnerUp",
-           # the frontier's parts
-           "FrontierRun", "PowerLawFit", "ConfigurationMean", "EnvelopePoint", "SeedEnvelope", "WallclockFrontier",
-           "TriedSetting", "BudgetTried", "Gain", "GainReading",
-           # the per-configuration tables (tables.py)
-           "SeedInterval", "Outside", "Reference", "Baseline", "TargetReading", "SeedVsReference", "TargetSummary",
-           "VsReference", "SeedVsFrontier", "VsFrontier", "FixedFlopsCell", "FixedFlopsRow", "FixedFlops", "HeldOut",
-           "UncountedCost", "ConfigVerdict", "ConfigurationRun", "ConfigurationRow", "LeftOut", "BootstrapRecord",
-           "Outputs"]
+__all__ = ["main", "compare_dirs", "compare_report", "CompareError", "Report", "Arm", "Multiplier", "FitError",
+           "Jsonable", "key", "markdown_safe", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL"]

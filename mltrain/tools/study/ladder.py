@@ -1,7 +1,7 @@
 """Stage 4, the ladder report: does an arm's saving survive along the ladder's axis?
 
 From each rung's verdict (mltrain-compare's typed `Report`) it builds the `Ladder` of `Rung`s and
-`Trend`s (the compare package's results) and writes `ladder.md`, `ladder.json` and `ladder.png`: per
+`Trend`s (rungs.py) and writes `ladder.md`, `ladder.json` and `ladder.png`: per
 rung and arm the tuned settings, the compute multiplier M and the saving 1 - 1/M with their intervals,
 tokens per parameter; the multiplier against the study's `ladder_axis` (parameters, depth, width or
 tokens per parameter: each rung's value read from its composed config); and per arm the trend along
@@ -42,11 +42,11 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mltrain import guarded
-from mltrain.tools.compare import (MIN_SEEDS_FOR_INTERVAL, Arm, ExcludedRung, FitError, Ladder, Multiplier, Prediction,
-                                   Report, Rung, RungArm, RungTuning, Step, Trend, markdown_safe, params_text,
-                                   render_ladder)
+from mltrain.tools.compare import MIN_SEEDS_FOR_INTERVAL, Arm, FitError, Multiplier, Report, markdown_safe
 from mltrain.tools.study.axes import AXES  # how the report and the plot name each axis
+from mltrain.tools.study.ladder_md import params_text, render_ladder
 from mltrain.tools.study.plan import label_parts
+from mltrain.tools.study.rungs import ExcludedRung, Ladder, Prediction, Rung, RungArm, RungTuning, Step, Trend
 
 FLAT_SLOPE = 0.05
 Z95 = 1.959963984540054
@@ -228,7 +228,7 @@ def _too_few(usable: list, measured: list, excluded: tuple) -> Trend:
            + (f", {few_seeds} of them on fewer than {MIN_SEEDS_FOR_TREND} evaluation seeds" if few_seeds else "")
            + f"; a trend needs {MIN_SCALES_FOR_TREND} scales with {MIN_SEEDS_FOR_TREND} seeds or more each "
            "(two scales always lie on a line; fewer seeds give no interval to weigh a scale by)")
-    return Trend("", word, n_scales=len(usable), excluded=excluded, why=why)
+    return Trend(arm="", verdict=word, n_scales=len(usable), excluded=excluded, why=why)
 
 
 def fit_trend(points: list[tuple]) -> Trend:
@@ -252,8 +252,8 @@ def fit_trend(points: list[tuple]) -> Trend:
     monotone = _monotone(found)
     diff, diff_lo, diff_hi = contrast(rungs)
     lo, hi = b - half, b + half
-    return Trend("", trend_word(lo, hi, found), n_scales=len(usable), excluded=excluded, slope=b, slope_lo=lo,
-                 slope_hi=hi, intercept=line.a, cov=line.cov.tolist(), quantile=line.q, method=method,
+    return Trend(arm="", verdict=trend_word(lo, hi, found), n_scales=len(usable), excluded=excluded, slope=b,
+                 slope_lo=lo, slope_hi=hi, intercept=line.a, cov=line.cov.tolist(), quantile=line.q, method=method,
                  n_min=float(np.exp(line.x.min())), n_max=float(np.exp(line.x.max())), monotone=monotone,
                  dof=line.dof if math.isfinite(line.dof) else None, contrast=diff, contrast_lo=diff_lo,
                  contrast_hi=diff_hi, steps=found)
@@ -316,7 +316,8 @@ def rung(result: ScaleResult, arms: list[str], tuning: Optional[RungTuning] = No
     """One scale of the ladder from what stage 3 left: each study arm's verdict there."""
     verdict = result.comparison
     return Rung(result.name, result.x, result.n_params, result.max_steps, result.tokens_per_param,
-                tuple(RungArm(arm, result.labels.get(arm), result.arm(arm)) for arm in arms), verdict is not None,
+                tuple(RungArm(arm, result.labels.get(arm), result.arm(arm)) for arm in arms),
+                "comparison.json" if verdict is not None else None,
                 result.why_no_verdict, verdict.warnings if verdict else (), result.fit_error,
                 verdict.optimistic if verdict else None, tuple(result.missing), tuning)
 

@@ -30,7 +30,8 @@ from mltrain import guarded
 from mltrain.plain import plain
 from mltrain.runs import rundir
 from mltrain.runs.provenance import redact_tree
-from mltrain.tools.compare import ArmTuning, Multiplier, Report, RunnerUp, RungTuning, compare_report
+from mltrain.tools.compare import Multiplier, Report, compare_report
+from mltrain.tools.study.rungs import ArmTuning, RunnerUp, RungTuning
 from mltrain.runs import environment
 from mltrain.tools.study import compose, ladder, records, tuning
 from mltrain.tools.study.compose import setting_key

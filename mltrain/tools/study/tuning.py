@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional
 
-from mltrain.tools.compare import SettingLosses
+from mltrain.tools.study.rungs import SettingLosses
 from mltrain.tools.study.plan import (BUDGET, FINE_LR, TUNE, WARMUP, Choice, Layout, Run, Sweep, control_sweeps,
                                       halved, halving_sweep, setting_sweep, setting_text)
 from mltrain.tools.study.progress import ended, run_status
