@@ -414,3 +414,21 @@ def test_a_selection_seed_no_run_has_is_not_said_to_have_built_the_frontier(tmp_
     built = report["frontier"]["built_from"]
     assert "seeds [99]" not in built and "no single-level run has a selection seed (99)" in built
     assert any("--select-seeds 99: no usable run has seed 99" in w for w in report["warnings"])
+
+
+def test_the_controls_wallclock_saving_is_read_against_the_frontier_without_its_runs(tmp_path):
+    """Train time proportional to FLOPs: the control's wall-clock saving equals its FLOPs saving on the
+    plain frontier (it reaches law(5e13) at 6e13 FLOPs: about 1 − 6/5 = −20% read between the frontier's
+    points), not 0 from reading its own runs."""
+    frontier_runs(tmp_path, range(3), train_time_s=None)
+    for d in tmp_path.iterdir():  # each single-level run's time: its FLOPs / 1e12 s
+        s = json.loads((d / "summary.json").read_text())
+        (d / "summary.json").write_text(json.dumps({**s, "train_time_s": s["total_flops"] / 1e12}))
+    for s in range(3):
+        linear_run(tmp_path, f"ctrl_s{s}", "schedule_control", "coarsening=evenodd,multilevel.control=schedule", s,
+                   flops=6e13, val=law(5e13), summary={"train_time_s": 60.0})
+    report = compare_dirs([tmp_path], out=tmp_path / "out", plot=False)
+    ctrl = arm(report, "schedule_control")
+    wall, flops = ctrl["saving_wallclock"], ctrl["saving_interpolated"]
+    assert wall["available"] and wall["saving"] == pytest.approx(flops["saving"], rel=1e-6)
+    assert wall["saving"] == pytest.approx(-0.2, abs=0.03)

@@ -164,7 +164,8 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     # built without its runs; every other arm is measured against the frontier with them.
     controls = [a for a in arms if a.run_kind == dimensions.CONTROL]
     control_ids = {id(a) for a in controls}
-    plain = frontiers.build(configs, arms, select_seeds, kinds=(RunKind.single,))[0] if controls else flops_frontier
+    plain, plain_clock = (frontiers.build(configs, arms, select_seeds, kinds=(RunKind.single,)) if controls
+                          else (flops_frontier, clock))
     plain_fit = _fit(plain) if controls else fit
     readings = {id(a): (plain, plain_fit) if id(a) in control_ids else (flops_frontier, fit) for a in arms}
     draws, fitted = bootstrap(flops_frontier, fit, [a for a in arms if id(a) not in control_ids]) if fit.available else ({}, 0)
@@ -177,8 +178,9 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     config_names, common = _name_configs(configs, tuned)
     tables = build_report(configs, baseline, flops_frontier, config_names, control_label, plain)
     warnings += _report_warnings(runs, baseline, flops_frontier, fit, arms)
-    arm_results = tuple(_arm_result(a, readings[id(a)][1], draws.get(id(a), Draws()), fitted, readings[id(a)][0], clock,
-                                    errors[id(readings[id(a)][0])], id(a) in control_ids) for a in arms)
+    arm_results = tuple(_arm_result(a, readings[id(a)][1], draws.get(id(a), Draws()), fitted, readings[id(a)][0],
+                                    plain_clock if id(a) in control_ids else clock, errors[id(readings[id(a)][0])],
+                                    id(a) in control_ids) for a in arms)
     frontier = replace(_frontier(flops_frontier, clock, fit, config_names, tuned, select_seeds, arms), fit_error=error,
                        tried_per_budget=tuple(dimensions.tried_per_budget(flops_frontier, configs, arms, tuned,
                                                                           config_names, select_seeds)),
