@@ -123,3 +123,18 @@ def test_the_values_a_continuation_must_equal_are_read_from_a_summary():
     assert values["torch"] == "2.13.0" and values["corpus"] == "c0ffee" and values["held_out"] == "f00d"
     assert "machine_id" not in values and set(values) <= set(environment.MUST_EQUAL)
     assert environment.recorded({"status": "finished"}) == {}  # an older run records none: nothing to compare
+
+
+def test_runs_about_to_start_are_left_out_of_the_records_before_they_exist(tmp_path):
+    """A commit while a batch trains takes none of its runs: they are listed before they are written."""
+    root = tmp_path / "results" / "study"
+    _run(root / "d16" / "tune" / "single" / "optim.lr=0.3,seed=0", {"status": "finished"})
+    starting = root / "d16" / "eval" / "single" / "optim.lr=0.3,seed=1"
+    records.write_gitignore(root, [starting])
+    _run(starting, None)  # it starts writing its files: no summary yet
+    (starting / "metrics.jsonl").write_text("{}\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "results/study"], check=True)
+    added = subprocess.run(["git", "-C", str(tmp_path), "diff", "--cached", "--name-only"], check=True,
+                           capture_output=True, text=True).stdout.split()
+    assert any("seed=0" in a for a in added) and not any("seed=1" in a for a in added)

@@ -40,9 +40,9 @@ KEPT = ["/study.json", f"/{ENVIRONMENT}", "/ladder.md", "/ladder.json", "/ladder
         "/*/.selection.basis.json", "/*/verdict/comparison.md", "/*/verdict/comparison.json",
         "/*/verdict/comparison.png", *(f"/*/*/*/*/{name}" for name in (
             "run.json", "summary.json", "metrics.jsonl", ".hydra/config.yaml", ".hydra/overrides.yaml"))]
-HEAD = ("# Written by mltrain-study at every start and stop: `git add` of this folder takes the study's\n"
-        "# records only (docs/studies.md, records that travel): never weights, checkpoints, logs or W&B\n"
-        "# folders, and no run that has not ended.\n")
+HEAD = ("# Written by mltrain-study at every start and stop and before each batch of runs: `git add` of\n"
+        "# this folder takes the study's records only (docs/studies.md, records that travel): never weights,\n"
+        "# checkpoints, logs or W&B folders, and no run that has not ended.\n")
 
 
 def run_dirs(root: Path) -> list[Path]:
@@ -56,8 +56,10 @@ def _escaped(part: str) -> str:
     return re.sub(r"([\\*?\[\]!# ])", r"\\\1", part)
 
 
-def gitignore_text(root: Path) -> str:
-    unfinished = [d for d in run_dirs(root) if not ended(run_status(d))]
+def gitignore_text(root: Path, launching: Iterable[Path] = ()) -> str:
+    """The records folder's .gitignore; `launching`: run folders about to start (listed as not ended before
+    they exist, so records committed while they train leave them out)."""
+    unfinished = sorted({*(d for d in run_dirs(root) if not ended(run_status(d))), *launching})
     lines = [HEAD + "*", "!*/", "!/.gitignore", *(f"!{p}" for p in KEPT), "checkpoints/", "wandb/"]
     if unfinished:
         lines.append("# runs that have not ended (left out until they do)")
@@ -65,8 +67,8 @@ def gitignore_text(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_gitignore(root: Path) -> None:
-    guarded.write_text(root / ".gitignore", gitignore_text(root), root=root)
+def write_gitignore(root: Path, launching: Iterable[Path] = ()) -> None:
+    guarded.write_text(root / ".gitignore", gitignore_text(root, launching), root=root)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -421,6 +421,8 @@ def _launch_batch(study: Study, todo: list[Sweep]) -> None:
 
     window = study.window
     lines = [s.overrides(study.cfg, study.sizes[s.scale].tags) for s in todo]
+    # the batch's folders are left out of the records before they exist: a commit while they train skips them
+    records.write_gitignore(study.layout.root, [r.dir for r in pending])
     started = time_window.now()
     with Watcher(pending, on_end) as watcher:
         code = multirun(lines, _run_env(study.cfg), **({"stop": _window_ends(window)} if window else {}))
