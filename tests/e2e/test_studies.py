@@ -16,7 +16,7 @@ from helpers import made_smoke_study, run_main
 from omegaconf import OmegaConf
 
 from mltrain.tools.compare import Ladder, Report
-from mltrain.tools.study import compose, ladder, progress, stages
+from mltrain.tools.study import compose, progress, stages
 from mltrain.tools.study.axes import AXES
 from mltrain.tools.study.cli import compose_study
 

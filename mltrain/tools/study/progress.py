@@ -13,10 +13,11 @@ import json
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, TextIO
+from typing import Any, Callable, Iterable, Optional, TextIO, TypeGuard
 
 from mltrain.runs import rundir
 from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, Run, evaluation_sweeps, tuning_sweeps
+from mltrain.tools.study.schema import StudyConfig
 
 ENDED = ("finished", "diverged")
 
@@ -29,7 +30,7 @@ def run_status(run_dir: Path) -> Optional[dict]:
         return None
 
 
-def ended(summary: Optional[dict]) -> bool:
+def ended(summary: Optional[dict]) -> TypeGuard[dict]:
     return summary is not None and summary.get("status", "finished") in ENDED
 
 
@@ -212,7 +213,7 @@ def _count(runs: list[Run]) -> str:
     return ", ".join([head, *(f"{n} {what}" for what, n in states.items() if n)])
 
 
-def status_lines(study: Any, layout: Layout, choices: dict[str, Optional[dict[str, Choice]]],
+def status_lines(study: StudyConfig, layout: Layout, choices: dict[str, Optional[dict[str, Choice]]],
                  distrusted: Optional[dict[str, list[str]]] = None) -> list[str]:
     """What is done, per scale, stage and arm; `choices[scale]` is what selection.json records and this
     config's tuning runs bear out (None: stage 1 has not chosen yet), `distrusted[scale]` the arms whose
