@@ -57,10 +57,15 @@ def measured(summary: dict) -> Optional[tuple[float, float]]:
     extra = [summary.get(k) for k in ("eval_flops", "diag_flops")]
     if not isinstance(seconds, (int, float)):
         seconds, extra = summary.get("train_time_s"), []
-    numbers = [flops, seconds, *extra]
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in numbers) or not flops:
+    amounts = [x for x in extra if _amount(x)]
+    if not (_amount(flops) and _amount(seconds)) or len(amounts) < len(extra) or not flops:
         return None
-    return float(seconds), float(flops) + float(sum(extra))
+    return float(seconds), float(flops) + float(sum(amounts))
+
+
+def _amount(x: object) -> TypeGuard[float]:
+    """A count a summary can hold: a number (not a bool), not negative."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
 
 
 class Progress:
