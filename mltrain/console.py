@@ -37,7 +37,7 @@ def _stopped_by_ctrl_c(prog: str) -> Iterator[None]:
 def _entry(prog: str, main: Callable[[], object]) -> NoReturn:
     with _stopped_by_ctrl_c(prog):
         code = main()
-    sys.exit(code)
+    sys.exit(code if code is None or isinstance(code, (int, str)) else str(code))
 
 
 def train_main() -> NoReturn:

@@ -14,7 +14,7 @@ import errno
 import functools
 import logging
 import sys
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
 
 class MltrainError(Exception):
@@ -116,9 +116,10 @@ def _nearest_key(err: BaseException) -> str:
     import dataclasses
     import difflib
 
-    if str(getattr(err, "full_key", "") or "") in RETIRED_KEYS:
-        return "; " + RETIRED_KEYS[str(err.full_key)]
-    section, missing = str(getattr(err, "full_key", "") or "").rpartition(".")[::2]
+    full_key = str(getattr(err, "full_key", "") or "")
+    if full_key in RETIRED_KEYS:
+        return "; " + RETIRED_KEYS[full_key]
+    section, missing = full_key.rpartition(".")[::2]
     schema = getattr(err, "object_type", None)
     if not missing or not dataclasses.is_dataclass(schema):
         return ""
@@ -136,8 +137,8 @@ def composition_line(err: BaseException, overrides: Sequence[str]) -> str:
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     if isinstance(err, OverrideParseException):
-        said = [line.strip() for line in str(err).splitlines() if line.strip()]
-        return override_line(err.override, said[0] if said else type(err).__name__)
+        parsed = [line.strip() for line in str(err).splitlines() if line.strip()]
+        return override_line(err.override, parsed[0] if parsed else type(err).__name__)
     cause = err.__cause__ or err.__context__ or err  # OmegaConf's error, raised from or while Hydra's
     lines = [line.strip().rstrip(".") for line in str(err).splitlines() if line.strip()]
     key = str(getattr(cause, "full_key", "") or "")
@@ -204,7 +205,7 @@ class _OneLine(contextlib.ContextDecorator):
     def __enter__(self) -> "_OneLine":
         return self
 
-    def __exit__(self, kind: Any, err: Optional[BaseException], tb: Any) -> bool:
+    def __exit__(self, kind: Any, err: Optional[BaseException], tb: Any) -> Literal[False]:
         from hydra.errors import HydraException, OverrideParseException
 
         if _full_error() and isinstance(err, HydraException):
@@ -235,7 +236,7 @@ def hydra_one_line(prog: str) -> Iterator[None]:
     one_line = _OneLine(prog)
     for name in _HYDRA_STEPS:
         setattr(Hydra, name, one_line(saved[name]))
-    Hydra.compose_config = _one_line_composition(prog, saved["compose_config"])
+    Hydra.compose_config = _one_line_composition(prog, saved["compose_config"])  # type: ignore[method-assign]  # a patch, undone below
     try:
         yield
     finally:

@@ -24,13 +24,13 @@ from __future__ import annotations
 FLOPS_FORMULA = "6N+12LTd"  # short name written to summary.json
 
 
-def forward_flops_per_token(n_blocks: int, n_embd: int, vocab_size: int, seq_len: int) -> float:
+def forward_flops_per_token(n_blocks: float, n_embd: int, vocab_size: int, seq_len: int) -> float:
     d = n_embd
     matmul_params = n_blocks * 12 * d * d + vocab_size * d
     return 2.0 * matmul_params + 4.0 * n_blocks * seq_len * d
 
 
-def train_flops_per_token(n_blocks: int, n_embd: int, vocab_size: int, seq_len: int) -> float:
+def train_flops_per_token(n_blocks: float, n_embd: int, vocab_size: int, seq_len: int) -> float:
     """Forward + backward (backward ≈ 2 × forward): the paper's '3 forward passes per step'."""
     return 3.0 * forward_flops_per_token(n_blocks, n_embd, vocab_size, seq_len)
 

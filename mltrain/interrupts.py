@@ -23,7 +23,8 @@ STOPPED = (130, 143, 138, 129)
 
 class CtrlC:
     def __init__(self, defer: bool = False) -> None:
-        self.defer, self.count, self._previous = defer, 0, None
+        self.defer, self.count = defer, 0
+        self._previous: Any = None  # the handler signal.signal replaced (a callable, SIG_DFL or SIG_IGN)
 
     @property
     def requested(self) -> bool:

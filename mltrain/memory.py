@@ -19,7 +19,7 @@ import os
 from typing import TYPE_CHECKING, Any, Optional
 
 from mltrain.errors import ConfigError
-from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab
+from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab, resolved_vocab
 
 if TYPE_CHECKING:
     import torch
@@ -58,7 +58,7 @@ def logit_bytes(config: GPTConfig, micro_batch: int) -> int:
     rows = micro_batch * config.block_size
     if config.loss_chunk:
         rows = min(rows, config.loss_chunk)  # chunks recomputed in the backward: one chunk's logits at a time
-    return 2 * rows * HALF * (padded_vocab(config) + config.vocab_size)
+    return 2 * rows * HALF * (padded_vocab(config) + resolved_vocab(config))
 
 
 def training_bytes(params: int, buffer_bytes: int, copies: int, logits: int) -> int:
@@ -113,7 +113,7 @@ def check_fits(model_config: GPTConfig, optim: Any, micro_batch: int, device: to
         c, padded = model_config, padded_vocab(model_config)
         vocab = f"vocab {c.vocab_size}" + (f" padded to {padded:,}" if padded != c.vocab_size else "")
         advice = "a smaller model.* or train.batch_size, or a larger train.grad_accum"
-        if padded >= 2 * c.vocab_size:
+        if padded >= 2 * resolved_vocab(c):
             advice = f"a smaller model.pad_vocab_to (the logits are computed at all {padded:,} rows), or {advice}"
         raise ConfigError(
             f"the model has {params:,} parameters ({c.n_layer} blocks, d={c.n_embd}, context {c.block_size}, "

@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab
+from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab, resolved_vocab
 
 
 def _chunk_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -56,12 +56,15 @@ def make_norm(cfg: GPTConfig) -> nn.Module:
 
 
 class CausalSelfAttention(nn.Module):
+    causal_mask: torch.Tensor  # a buffer, with attention=explicit
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.n_head = cfg.n_head
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.c_proj.residual_projection = True  # scaled init, see GPT._init_weights
+        # scaled init, see GPT._init_weights (torch's stubs type a module attribute as a Tensor or Module)
+        self.c_proj.residual_projection = True  # type: ignore[assignment]
         self.dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.explicit = cfg.attention == Attention.explicit
@@ -94,7 +97,7 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.c_proj.residual_projection = True
+        self.c_proj.residual_projection = True  # type: ignore[assignment]
         self.dropout = nn.Dropout(cfg.dropout)
         self.p = cfg.dropout
 
@@ -164,7 +167,7 @@ class GPT(nn.Module):
         targets: Optional[torch.Tensor] = None,
         blocks: Optional[Iterable[nn.Module]] = None,
         step_size: float | Sequence[float] | torch.Tensor = 1.0,
-    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """Logits over the real vocabulary (and mean cross-entropy if targets are given; with
         config.loss_chunk, the loss alone and no logits), running `blocks` in order.
 
@@ -188,15 +191,14 @@ class GPT(nn.Module):
             steps = zip(blocks, step_size, strict=True)
         for block, h in steps:
             x = block(x, h)
-        h, vocab = self.ln_f(x), self.config.vocab_size
+        h, vocab = self.ln_f(x), resolved_vocab(self.config)
         if targets is not None and self.config.loss_chunk:
-            loss = chunked_cross_entropy(h.view(B * T, -1), self.lm_head.weight, targets.reshape(-1), vocab,
-                                         self.config.loss_chunk)
-            return None, loss
+            return None, chunked_cross_entropy(h.view(B * T, -1), self.lm_head.weight, targets.reshape(-1), vocab,
+                                               self.config.loss_chunk)
         logits = self.lm_head(h)
         if logits.size(-1) != vocab:
             logits = logits[..., :vocab]  # the padded rows' logits: never predicted
-        loss = None
+        loss: Optional[torch.Tensor] = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
         return logits, loss

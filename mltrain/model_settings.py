@@ -45,9 +45,16 @@ class GPTConfig:
     loss_chunk: int = 0  # the training loss this many rows (tokens) at a time, no whole fp32 logits; 0 = at once
 
 
+def resolved_vocab(cfg: GPTConfig) -> int:
+    """cfg.vocab_size, once model_config has filled it from the tokenizer."""
+    if cfg.vocab_size is None:
+        raise ValueError("GPTConfig.vocab_size is unset (it comes from the tokenizer)")
+    return cfg.vocab_size
+
+
 def padded_vocab(cfg: GPTConfig) -> int:
     """Rows of the embedding/head matrix: the vocabulary rounded up to a multiple of cfg.pad_vocab_to."""
-    return -(-cfg.vocab_size // cfg.pad_vocab_to) * cfg.pad_vocab_to
+    return -(-resolved_vocab(cfg) // cfg.pad_vocab_to) * cfg.pad_vocab_to
 
 
 def model_config(model: GPTConfig, vocab_size: int) -> GPTConfig:

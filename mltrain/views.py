@@ -74,6 +74,20 @@ def path_view(model: GPT, sub: SubPath) -> ModelView:
     return ModelView(model, [blocks[i] for i in sub.blocks], step_size=sub.scales or 1.0)
 
 
+def parent_of(view: ModelView) -> ModelView:
+    """The view `view` was coarsened from (the fine model has none: nothing moves into or out of it)."""
+    if view.parent is None:
+        raise ValueError(f"{view.name} is the fine model: it has no parent to restrict from or prolong into")
+    return view.parent
+
+
+def _uniform_step(view: ModelView) -> float:
+    """The one Euler step of every block of a hierarchy's view (per-block steps are a sub-path's alone)."""
+    if isinstance(view.step_size, tuple):
+        raise ValueError(f"{view.name} has a step per block: a hierarchy coarsens only views with one step")
+    return view.step_size
+
+
 class Hierarchy:
     """Builds the coarse views of a fine model with a scheme and moves weights between levels.
 
@@ -104,19 +118,19 @@ class Hierarchy:
                 blocks = self.scheme.coarse_blocks(parent.blocks, groups)
             self._views[key] = ModelView(
                 self.model, blocks, level=len(path), path=path, parent=parent, groups=groups,
-                owns_blocks=self.scheme.owns_blocks, step_size=parent.step_size * self.scheme.step_factor(),
+                owns_blocks=self.scheme.owns_blocks, step_size=_uniform_step(parent) * self.scheme.step_factor(),
             )
         return self._views[key]
 
     @torch.no_grad()
     def restrict(self, view: ModelView) -> None:
         """Initialise the coarse weights from the parent (a no-op for subset schemes)."""
-        self.scheme.restrict(view.blocks, view.parent.blocks, view.groups)
+        self.scheme.restrict(view.blocks, parent_of(view).blocks, view.groups)
 
     @torch.no_grad()
     def prolong(self, view: ModelView) -> None:
         """Carry the trained coarse weights back into the parent, mixing by δ."""
-        self.scheme.prolong(view.blocks, view.parent.blocks, view.groups, self.delta)
+        self.scheme.prolong(view.blocks, parent_of(view).blocks, view.groups, self.delta)
 
     # Owned coarse blocks (`average`); subset schemes have nothing beyond the fine model.
     def state_dict(self) -> dict:

@@ -207,7 +207,10 @@ def first_results(result: dict) -> dict:
     """What the first GPU is to tell, in one place: step speed and MFU at gpt22m, memory, recompiles, the
     paper run against its single-level run of equal FLOPs, mltrain's step against a bare loop's."""
     b, p = result["bench"] or {}, result["paper"] or {}
-    pick = lambda kind: {k: b[kind][k] for k in ("ms_per_step", "mfu", "peak_memory_bytes")} if kind in b else None
+
+    def pick(kind: str) -> dict | None:
+        return {k: b[kind][k] for k in ("ms_per_step", "mfu", "peak_memory_bytes")} if kind in b else None
+
     return {"fine_step": pick("fine_single"), "coarse_step": pick("coarse"), "plain_loop_step": pick("plain_fine"),
             "padded_vocab_step": pick("fine_padded"), "chunked_loss_step": pick("fine_chunked"),
             "plain_loop_ratio": b.get("ratios"), "recompiles_after_warmup": (b.get("compile") or {}).get(

@@ -28,7 +28,7 @@ import os
 import random
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class _SplitWriter:
 
     def write(self, tokens: np.ndarray) -> None:
         tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
-        data = memoryview(tokens).cast("B")
+        data = memoryview(tokens).cast("B")  # type: ignore[arg-type]  # numpy's stubs: ndarray lacks __buffer__ under 3.10 rules
         self.f.write(data)
         self.count += len(tokens)
         while len(data):
@@ -152,12 +152,12 @@ class TokenCache:
             raise StorageError(f"cannot write the token cache in {self.dir} ({atomic.full_or_denied(err)}); free some "
                                f"space or point data.cache_dir at a writable folder") from None
 
-    def build(self, dtype: np.dtype, fill: Callable[[dict[str, TokenWriter]], dict]) -> tuple[dict[str, np.memmap], dict]:
+    def build(self, dtype: np.dtype, fill: Callable[[Mapping[str, TokenWriter]], dict]) -> tuple[dict[str, np.memmap], dict]:
         """Run `fill(writers)` (it writes each split's tokens and returns extra meta), commit, reload."""
         self.check_writable()
         try:
             with contextlib.ExitStack() as stack:
-                writers = {s: _SplitWriter(stack.enter_context(atomic.atomic_open(self.split_path(s))), dtype) for s in SPLITS}
+                writers: dict[str, _SplitWriter] = {s: _SplitWriter(stack.enter_context(atomic.atomic_open(self.split_path(s))), dtype) for s in SPLITS}
                 extra = fill(writers)
                 for split, w in writers.items():
                     if w.count == 0:

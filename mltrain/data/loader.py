@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TokenSplits:
-    train: list[np.ndarray]  # 1-D token arrays (uint16 when the vocabulary fits, else uint32)
-    val: list[np.ndarray]
+    train: Sequence[np.ndarray]  # 1-D token arrays (uint16 when the vocabulary fits, else uint32)
+    val: Sequence[np.ndarray]
     vocab_size: int  # the tokenizer's n_vocab
     tokenizer: str
     description: str  # one human line: source, tokenizer and token counts
@@ -51,11 +51,12 @@ class TokenSplits:
 def data_config(data: DataConfig | Mapping[str, Any]) -> DataConfig:
     """`data` (a DataConfig, or a mapping of its fields) as a DataConfig with interpolations resolved: a
     DataConfig made in Python holds its defaults as written (`cache_dir` is `${oc.env:MLTRAIN_CACHE,...}`)."""
+    fields: Any = data
     if dataclasses.is_dataclass(data):
-        data = OmegaConf.to_container(OmegaConf.structured(data), resolve=True)
+        fields = OmegaConf.to_container(OmegaConf.structured(data), resolve=True)
     elif OmegaConf.is_config(data):
-        data = OmegaConf.to_container(data, resolve=True)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), data))
+        fields = OmegaConf.to_container(data, resolve=True)
+    return cast(DataConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), fields)))
 
 
 MAX_VAL_OVERSHOOT = 1.5  # a document is held out only while the held-out side stays under this x its target
@@ -91,7 +92,7 @@ def _describe(meta: dict, tok: Tokenizer) -> str:
 
 
 def _write_documents(
-    writers: dict, tok: Tokenizer, docs: Any, names: Sequence[str], is_val: Sequence[bool], hasher: corpus.Hasher
+    writers: Mapping[str, cache.TokenWriter], tok: Tokenizer, docs: Any, names: Sequence[str], is_val: Sequence[bool], hasher: corpus.Hasher
 ) -> int:
     """Tokenize and write each document to its split; `hasher` hashes its text (the corpus record)."""
     for name, flag, body in zip(names, is_val, docs, strict=True):
@@ -116,7 +117,7 @@ def _load_documents(c: Any, tok: Tokenizer, source: str, key: str, read: Callabl
         names = [n for n, _ in docs]
         is_val = validation_documents(names, [len(t.encode("utf-8")) for _, t in docs], c.val_fraction)
 
-        def fill(writers: dict) -> dict:
+        def fill(writers: Mapping[str, cache.TokenWriter]) -> dict:
             hasher = corpus.Hasher()
             n_bytes = _write_documents(writers, tok, (t for _, t in docs), names, is_val, hasher)
             return {"what": what(docs, n_bytes), "val_documents": [n for n, v in zip(names, is_val) if v],
@@ -184,7 +185,7 @@ def _load_text(c: Any, tok: Tokenizer) -> TokenSplits:
                     not_text.append(name)
                 yield body
 
-        def fill(writers: dict) -> dict:
+        def fill(writers: Mapping[str, cache.TokenWriter]) -> dict:
             docs = checked(text.read_documents(files, c.cache_dir))
             hasher = corpus.Hasher()
             if len(files) == 1:  # one document: its last val_fraction is validation

@@ -40,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Generator, Iterator, Mapping, Optional, cast
 
 import hydra
 import numpy as np
@@ -105,13 +105,14 @@ register_configs()
 def prepare_config(prepare: PrepareConfig | Mapping[str, Any]) -> PrepareConfig:
     """`prepare` (a PrepareConfig, or a mapping of its fields or of the root holding them under
     `prepare`: the composed config) as a PrepareConfig with interpolations resolved."""
+    fields: Any = prepare
     if isinstance(prepare, PrepareConfig):
-        prepare = OmegaConf.to_container(OmegaConf.structured(prepare), resolve=True)
+        fields = OmegaConf.to_container(OmegaConf.structured(prepare), resolve=True)
     elif "prepare" in prepare:
-        prepare = prepare["prepare"]
-    if OmegaConf.is_config(prepare):
-        prepare = OmegaConf.to_container(prepare, resolve=True)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PrepareConfig), prepare))
+        fields = prepare["prepare"]
+    if OmegaConf.is_config(fields):
+        fields = OmegaConf.to_container(fields, resolve=True)
+    return cast(PrepareConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PrepareConfig), fields)))
 
 
 def validation_tokens(c: PrepareConfig) -> int:
@@ -147,10 +148,10 @@ def resolve_data_files(spec: str) -> tuple[list[Path], str]:
         files = [Path(f) for f in glob.glob(str(p), recursive=True) if Path(f).is_file()]
     if not files:
         raise DataError(f"prepare.data_files={spec!r} matches no files (give a file, a folder or a quoted glob)")
-    kinds = {builder_of(f) for f in files}
-    if None in kinds:
-        bad = next(f for f in files if builder_of(f) is None)
+    bad = next((f for f in files if builder_of(f) is None), None)
+    if bad is not None:
         raise DataError(f"prepare.data_files: {bad} is not .json/.jsonl/.parquet/.txt/.md (optionally compressed)")
+    kinds = {str(builder_of(f)) for f in files}
     if len(kinds) > 1:
         raise DataError(f"prepare.data_files={spec!r} mixes file types ({', '.join(sorted(kinds))}); use one type")
     files = sorted(f.resolve() for f in files)
@@ -230,7 +231,7 @@ class _Batch:
     stream_state_doc: int
 
 
-def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> Iterator[_Batch]:
+def _batches(ds: Any, c: PrepareConfig, start_doc: int, resume: dict | None) -> Generator[_Batch, None, None]:
     """The documents from index start_doc on, in lists of about docs_per_task, with stream positions.
 
     Only the text column is read, a batch at a time (Arrow -> Python per column, not per row): the main
@@ -309,7 +310,7 @@ def _document_place(c: PrepareConfig, doc: int) -> str:
     return f"document {doc:,} of {_source(c)}"
 
 
-def _judged(batches: Iterator[_Batch], c: PrepareConfig) -> Iterator[_Batch]:
+def _judged(batches: Generator[_Batch, None, None], c: PrepareConfig) -> Generator[_Batch, None, None]:
     """Local text files (one document each, read with undecodable bytes as U+FFFD) judged as data=text
     judges them (data/inputs.py): not text is refused naming the file unless prepare.allow_binary, a
     few undecodable bytes are said in one warning. Other sources pass as they are (their readers refuse
@@ -326,11 +327,12 @@ def _judged(batches: Iterator[_Batch], c: PrepareConfig) -> Iterator[_Batch]:
         batches.close()
 
 
-def _encoded(batches: Iterator[_Batch], tok: Tokenizer, workers: int) -> Iterator[tuple[_Batch, np.ndarray, np.ndarray]]:
+def _encoded(batches: Iterator[_Batch], tok: Tokenizer, workers: int,
+             ) -> Generator[tuple[_Batch, np.ndarray, np.ndarray], None, None]:
     """(batch, tokens, per-document lengths) in input order; eot before each document."""
     if workers <= 1:
         for b in batches:
-            tokens, lengths = tok.encode_documents(b.texts, separator="before")
+            tokens, lengths = tok.encode_documents(b.texts or [], separator="before")
             b.texts = None
             yield b, tokens, lengths
         return

@@ -21,6 +21,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -103,7 +104,7 @@ def _load_sidecar(folder: Path) -> dict:
         return {}
 
 
-def check_vocab(folder: Path, shards: dict[Path, np.ndarray], vocab_size: int, tokenizer: str) -> None:
+def check_vocab(folder: Path, shards: Mapping[Path, np.ndarray], vocab_size: int, tokenizer: str) -> None:
     """DataError naming the shard when any id is >= vocab_size. Scans only shards not seen before."""
     known = _load_sidecar(folder)
     changed = False

@@ -95,6 +95,8 @@ class _PerToken:
     """Training FLOPs per token of a model of n blocks with `m`'s width, vocabulary and context."""
 
     def __init__(self, m: ModelShape):
+        if m.vocab_size is None:
+            raise ValueError("model.vocab_size is unset: plan_cost resolves it from the tokenizer first")
         self.dims = (int(m.n_embd), int(m.vocab_size), int(m.block_size))
 
     def __call__(self, n_blocks: float) -> float:
@@ -115,7 +117,7 @@ def _depths(cfg: RunSettings, plan: list[Phase]) -> list[int]:
 def _mean_blocks(phase: Phase, first_step: int) -> float:
     """The mean number of blocks the phase's sub-paths run (its policy asked at up to PATH_SAMPLES of
     its fine steps, counted over the run from `first_step`)."""
-    if phase.steps <= 0:
+    if phase.steps <= 0 or phase.paths is None:
         return 0.0
     at = np.unique(np.linspace(0, phase.steps - 1, min(PATH_SAMPLES, phase.steps)).round().astype(int))
     return float(np.mean([len(phase.paths.path(first_step + int(i)).blocks) for i in at]))

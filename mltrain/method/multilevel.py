@@ -247,6 +247,8 @@ class ScheduleControl(Multilevel):
 def control_ratio(cfg: RunSettings, level: int) -> float:
     """FLOPs of one level-`level` coarse step over one fine step (same batch size)."""
     m, scheme = cfg.model, build_scheme(cfg.coarsening)
+    if m.vocab_size is None:
+        raise ValueError("model.vocab_size is unset: the control ratio needs the tokenizer's vocabulary")
     depth = m.n_layer
     for _ in range(level):
         depth = scheme.coarse_depth(depth)

@@ -65,7 +65,7 @@ def machine_id() -> str:
 @functools.lru_cache(maxsize=1)
 def cpu() -> dict:
     """{"model": the CPU's name, "flags": the KERNEL_FLAGS it has}, from /proc/cpuinfo where there is one."""
-    model, flags = platform.processor() or platform.machine(), set()
+    model, flags = platform.processor() or platform.machine(), set[str]()
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
@@ -118,7 +118,8 @@ def ended(env: dict) -> dict:
 
 def recorded(summary: dict) -> dict:
     """The must-be-equal values a summary.json records (a key absent where the run did not record it)."""
-    env = summary.get("environment") if isinstance(summary.get("environment"), dict) else {}
+    env = summary.get("environment")
+    env = env if isinstance(env, dict) else {}
     values = {k: env[k] for k in MUST_EQUAL if k in env}
     corpus, held = summary.get("corpus"), summary.get("held_out")
     if isinstance(corpus, dict) and corpus.get("sha256") is not None:

@@ -331,7 +331,7 @@ def _agreed_by_ranks(choose: Callable[[], str]) -> str:
         return choose()
     chosen = [choose() if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(chosen, src=0)
-    return chosen[0]
+    return str(chosen[0])
 
 
 def _claim_unique(base: str) -> str:

@@ -131,7 +131,7 @@ def _composed_once(config: DictConfig, composed: dict) -> None:
             del composed[tuple(sweep_overrides)]
         return copy.deepcopy(entry[0])
 
-    loader.load_sweep_config = load_sweep_config
+    loader.load_sweep_config = load_sweep_config  # type: ignore[method-assign]  # this loader instance's, replaced
 
 
 def check_sweep(config: DictConfig, validate: Callable[[DictConfig], object]) -> None:
@@ -252,7 +252,8 @@ def _gone(pid: int) -> bool:
 
 def _in_job() -> bool:
     """Whether this worker's main thread is running a job now (Hydra's run_job is on its stack)."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
+    main = threading.main_thread().ident
+    frame = sys._current_frames().get(main) if main is not None else None
     while frame is not None:
         if frame.f_code.co_name == "run_job":
             return True

@@ -32,7 +32,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from mltrain.errors import StorageError
 from mltrain import atomic
@@ -56,7 +56,7 @@ def _plain(config: Any) -> dict:
             return OmegaConf.to_container(config, resolve=True, enum_to_str=True)  # type: ignore[return-value]
     except ImportError:  # pragma: no cover - omegaconf is a dependency
         pass
-    if dataclasses.is_dataclass(config):
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return dataclasses.asdict(config)
     return dict(config)
 
@@ -143,6 +143,8 @@ class Tracker:
         full, file-size limit, a read-only remount) the file is cut back to its size before the row,
         and StorageError says what it keeps."""
         fd, start = self._file, self._size
+        if fd is None:
+            raise ValueError(f"{self.metrics_path} is not open: a row is appended between open and finish only")
         try:
             view = memoryview(data)
             while view:
@@ -206,6 +208,6 @@ class Tracker:
     def __enter__(self) -> "Tracker":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.finish(exit_code=1 if exc_type is not None else 0)
         return False  # re-raise

@@ -36,6 +36,7 @@ from mltrain.atomic import write_bytes, write_json
 from mltrain.data import get_tokenizer
 from mltrain.errors import DataError, first_line
 from mltrain.model import GPT, GPTConfig, padded_vocab
+from mltrain.model_settings import resolved_vocab
 
 WEIGHTS_FILE = "model.safetensors"
 INFO_FILE = "model.json"
@@ -152,7 +153,7 @@ def weight_bytes(cfg: GPTConfig) -> int:
     d = cfg.n_embd
     norms = (2 if cfg.bias else 1) * d if cfg.norm_affine else 0  # per norm: weight (and bias)
     per_block = 12 * d * d + (9 * d if cfg.bias else 0) + 2 * norms
-    return 4 * (cfg.vocab_size * d + cfg.block_size * d + cfg.n_layer * per_block + norms)
+    return 4 * (resolved_vocab(cfg) * d + cfg.block_size * d + cfg.n_layer * per_block + norms)
 
 
 def check_room(cfg: GPTConfig, copies: float, device: Any, what: str) -> None:
@@ -231,7 +232,7 @@ def check_vocabulary(run_dir: str | Path, info: dict[str, Any], tokenizer: Any =
     outside the rows, or a tokenizer (`tokenizer`, when the caller has loaded it; `bytes` always) with
     more tokens than the model has rows, whose ids would index past the embedding."""
     path, name = Path(run_dir) / INFO_FILE, info.get("tokenizer")
-    rows = config_from_info(info).vocab_size
+    rows = resolved_vocab(config_from_info(info))
     if not isinstance(name, str) or not name:
         raise DataError(f"{path}: tokenizer is {name!r}, not a tokenizer's name ('bytes' or a tiktoken encoding)")
     eot = info.get("eot_token")

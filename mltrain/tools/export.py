@@ -27,7 +27,8 @@ import torch.nn as nn
 from safetensors.torch import save as save_safetensors
 
 from mltrain.errors import ConfigError, MltrainError, StorageError, report, tool_main
-from mltrain.model import GPT, GPTConfig, Norm
+from mltrain.model import GPT, Block, GPTConfig, Norm
+from mltrain.model_settings import resolved_vocab
 from mltrain import guarded
 from mltrain.atomic import full_or_denied
 from mltrain.guarded import write_bytes, write_json  # never through a link below the export's folder
@@ -74,7 +75,8 @@ def hf_config(cfg: GPTConfig, eot_token: Optional[int]) -> dict[str, Any]:
 
 
 def _norm(module: nn.Module, n_embd: int) -> tuple[torch.Tensor, torch.Tensor]:
-    weight = module.weight if module.weight is not None else torch.ones(n_embd)
+    weight = getattr(module, "weight", None)
+    weight = weight if weight is not None else torch.ones(n_embd)
     bias = getattr(module, "bias", None)
     return weight, bias if bias is not None else torch.zeros(n_embd)
 
@@ -89,10 +91,12 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """HF GPT2LMHeadModel tensors for `model` (CPU, contiguous, the model's dtype)."""
     d = model.config.n_embd
     out: dict[str, torch.Tensor] = {
-        "transformer.wte.weight": model.wte.weight[: model.config.vocab_size],  # without model.pad_vocab_to's rows
+        "transformer.wte.weight": model.wte.weight[: resolved_vocab(model.config)],  # without model.pad_vocab_to's rows
         "transformer.wpe.weight": model.wpe.weight,
     }
     for i, block in enumerate(model.blocks):
+        if not isinstance(block, Block):
+            raise TypeError(f"model.blocks[{i}] is a {type(block).__name__}, not a Block: no GPT-2 layout to export")
         h = f"transformer.h.{i}"
         parts = {
             "ln_1": _norm(block.ln_1, d),

@@ -25,6 +25,7 @@ import torch
 from mltrain.data import Tokenizer, get_tokenizer
 from mltrain.errors import ConfigError, DataError, report, tool_main
 from mltrain.model import GPT
+from mltrain.model_settings import resolved_vocab
 from mltrain.training.devices import resolve_device
 from mltrain.runs.weights import INFO_FILE, check_vocabulary, load_weights, read_info, run_note
 
@@ -136,7 +137,7 @@ def write_samples(args: argparse.Namespace, out: Optional[IO[str]] = None) -> in
         report(PROG, note + "; sampling from them as they are", kind="warning")
     model, _ = load_weights(args.run, device)
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    vocab_limit = min(tokenizer.n_vocab, model.config.vocab_size)
+    vocab_limit = min(tokenizer.n_vocab, resolved_vocab(model.config))
     made = 0
     for i in range(args.num_samples):
         _write(out, (SEPARATOR if i else "") + args.prompt)

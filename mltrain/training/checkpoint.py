@@ -53,9 +53,10 @@ FORMAT = 2  # 2: the identity holds the run's computation config and data finger
 FOLDER = "checkpoints"
 _NAME = re.compile(r"step-(\d+)-(\d+)\.pt")
 # What PlanRunner.state_dict() holds, with the type each entry must have.
-_RUNNER_KEYS = {"model": dict, "fine_optimizer": dict, "coarse_optimizers": dict, "coarse_storage": dict,
-                "train_state": dict, "samplers": dict, "diag_index": int, "elapsed_s": (int, float),
-                "last_loss": dict, "torch_rng": torch.Tensor, "cuda_rng": list}
+_RUNNER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "model": dict, "fine_optimizer": dict, "coarse_optimizers": dict, "coarse_storage": dict, "train_state": dict,
+    "samplers": dict, "diag_index": int, "elapsed_s": (int, float), "last_loss": dict, "torch_rng": torch.Tensor,
+    "cuda_rng": list}
 _WINDOWS, _WINDOW = 16, 1024  # the data fingerprint reads 16 windows of 1,024 tokens of every array
 
 
@@ -265,11 +266,11 @@ def load_latest(folder: "CheckpointFolder", runner: PlanRunner) -> Optional[tupl
             damaged.append(err)
             folder.damaged.add(path)
             continue
-        position = (extra.get("metrics_bytes"), extra.get("metrics_rows"))
-        if all(isinstance(v, int) for v in position):  # the rows it saw are still there, whole: before any log line
-            cut_at_row(folder.path.parent / "metrics.jsonl", *position, check_only=True)
-        for err in damaged:
-            log.warning("%s; resuming from the older %s instead", err, path.name)
+        size, rows = extra.get("metrics_bytes"), extra.get("metrics_rows")
+        if isinstance(size, int) and isinstance(rows, int):  # the rows it saw are still there, whole: before any log line
+            cut_at_row(folder.path.parent / "metrics.jsonl", size, rows, check_only=True)
+        for bad in damaged:
+            log.warning("%s; resuming from the older %s instead", bad, path.name)
         return path, extra
     if damaged:
         raise CheckpointError(f"{damaged[0]}" + (f" (and {len(damaged) - 1} older ones cannot be read either)"

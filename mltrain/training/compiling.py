@@ -18,7 +18,7 @@ kernels for the rest of the run. `MLTRAIN_COMPILE_BACKEND` names another backend
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import torch
 
@@ -90,7 +90,7 @@ class CompileWatch:
     def __enter__(self) -> "CompileWatch":
         return self
 
-    def __exit__(self, kind: Any, err: Optional[BaseException], tb: Any) -> bool:
+    def __exit__(self, kind: Any, err: Optional[BaseException], tb: Any) -> Literal[False]:
         line = None if err is None else self.limit_hit(err)
         if line is not None:
             raise CompileLimitError(line) from None

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mltrain.views import ModelView
+from mltrain.views import ModelView, parent_of
 from mltrain.training import distributed
 from mltrain.training.trainer import Trainer
 
@@ -30,7 +30,7 @@ class Diagnostics:
         with t.clock.apart():
             batch = self.sampler.batch(self.index)
             self.index += 1
-            measured = gradient_agreement(t, view, view.parent, batch)
+            measured = gradient_agreement(t, view, parent_of(view), batch)
         t.emit({"step": t.state.fine_steps, "level": view.level, "cycle": cycle, "coarse_model": view.path[-1],
                 **measured, **t.counters()})
 

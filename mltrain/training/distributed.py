@@ -69,7 +69,7 @@ import threading
 import time
 import traceback
 from datetime import timedelta
-from typing import Iterable, Iterator, NoReturn, Optional
+from typing import Iterable, Iterator, NoReturn, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -313,7 +313,7 @@ class Replica(nn.Module):
         return self.model.forward(idx, targets, blocks=blocks, step_size=step_size)
 
 
-def touch(loss: torch.Tensor, idle: list[nn.Parameter]) -> torch.Tensor:
+def touch(loss: torch.Tensor, idle: Sequence[nn.Parameter]) -> torch.Tensor:
     """`loss` plus 0 times one element of each idle parameter: the same value, and a zero gradient for each
     of them in the backward, so DDP's buckets fill (see the module docstring). Outside the compiled
     graph, which thus does not depend on which parameters a view leaves out."""

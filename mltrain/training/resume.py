@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from mltrain.errors import ConfigError
 from mltrain.runs.files import SUMMARY, read_summary
@@ -97,7 +97,7 @@ def _section(schema: Optional[type], name: str) -> Optional[type]:
     if not dataclasses.is_dataclass(schema):
         return None
     hint = typing.get_type_hints(schema).get(name)
-    return next((c for c in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(c)), None)
+    return next((c for c in (hint, *typing.get_args(hint)) if isinstance(c, type) and dataclasses.is_dataclass(c)), None)
 
 
 def schema_default(schema: Optional[type], key: str) -> Any:
@@ -154,7 +154,10 @@ def check_resume(run_dir: str | Path, asked: Mapping[str, Any], schema: Optional
     run_dir = Path(run_dir)
     saved_cfg = run_dir / ".hydra" / "config.yaml"
     if saved_cfg.exists():
-        diffs = config_differences(OmegaConf.load(saved_cfg), asked, schema)
+        saved = OmegaConf.load(saved_cfg)
+        if not isinstance(saved, DictConfig):
+            raise ConfigError(f"{saved_cfg} holds a list, not a run's config: it cannot be resumed")
+        diffs = config_differences(saved, asked, schema)
         if diffs:
             raise ConfigError(
                 f"{run_dir} holds a run made with another config: {'; '.join(diffs)}. Resume it with its own "
@@ -245,6 +248,8 @@ class StopSignals:
     def hand_on(self) -> None:
         """Call the handler the stopping signal had before (a scheduler's: submitit requeues the job and
         exits), if it was a Python function; Python's own SIGINT handler is not called."""
+        if self.signum is None:
+            return  # no stopping signal came
         previous = self._handed_on.get(self.signum) or self._previous.get(self.signum)
         if callable(previous) and previous is not signal.default_int_handler:
             previous(self.signum, None)

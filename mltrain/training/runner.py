@@ -21,7 +21,7 @@ from mltrain.model import GPT
 from mltrain.views import Hierarchy, ModelView, fine_view, key_path, path_key, path_view
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind
 from mltrain.method.paths import PathPolicy, SubPath
-from mltrain.method.plan import Phase, PhaseSchedule, budget_steps, fine_steps
+from mltrain.method.plan import OwnOptimizer, Phase, PhaseSchedule, budget_steps, fine_steps
 from mltrain.method.registry import method_for
 from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
@@ -79,15 +79,15 @@ class ViewsAhead:
 
     def __init__(self, policy: PathPolicy, model: GPT):
         self.policy, self.model = policy, model
-        self._start, self._views = 0, []
+        self._start, self._views = 0, list[ModelView]()
 
     def view(self, step: int) -> ModelView:
         i = step - self._start
         if not 0 <= i < len(self._views):
             self._start, i = step, 0
-            self._views, last, view = [], None, None
+            self._views, last = [], None
             for sub in self.policy.paths(step, self.AHEAD):
-                if sub != last:
+                if sub != last or not self._views:
                     last, view = sub, path_view(self.model, sub)
                 self._views.append(view)
         return self._views[i]
@@ -137,19 +137,27 @@ class PlanRunner:
     # -- which model, optimizer, LR and batches a train phase uses -----------------------------------
     def view_for(self, phase: Phase) -> ModelView:
         """The view a train phase trains (with sub-paths: the fine model they are drawn from)."""
-        return self.hierarchy.view(phase.trains, phase.cycle or 0) if phase.trains else self.fine
+        return self._hierarchy(phase).view(phase.trains, phase.cycle or 0) if phase.trains else self.fine
 
     def coarse_view(self, phase: Phase) -> ModelView:
         """The coarse model a restrict, diagnose or prolong phase acts on."""
-        return self.hierarchy.view(phase.path, phase.cycle or 0)
+        return self._hierarchy(phase).view(phase.path, phase.cycle or 0)
+
+    def _hierarchy(self, phase: Phase) -> Hierarchy:
+        """The hierarchy a phase on a coarse model needs (ConfigError where this run built none)."""
+        if self.hierarchy is None:
+            raise ConfigError(f"depth method {self.kind} plans a {phase.kind} phase on a coarse model, but this run "
+                              "has no hierarchy of coarse models")
+        return self.hierarchy
 
     def own_optimizer(self, phase: Phase, view: ModelView, phase_start: bool) -> torch.optim.Optimizer:
         """The phase's own optimizer; with `reset` its state is cleared at the start of every phase of it
         (not when a phase resumes mid-way)."""
-        opt = self.own_optimizers.get(phase.optimizer.key)
+        spec = _own_optimizer_spec(phase)
+        opt = self.own_optimizers.get(spec.key)
         if opt is None:
             opt = self._new_optimizer(phase, view)
-        elif phase_start and phase.optimizer.reset:
+        elif phase_start and spec.reset:
             opt.state.clear()
         return opt
 
@@ -160,8 +168,9 @@ class PlanRunner:
         params = list(self.trainer.model.parameters())
         if view.owns_blocks:
             params += [p for b in view.blocks for p in b.parameters()]
-        opt = build_optimizer(params, phase.optimizer.settings, self.device)
-        self.own_optimizers[phase.optimizer.key] = opt
+        spec = _own_optimizer_spec(phase)
+        opt = build_optimizer(params, spec.settings, self.device)
+        self.own_optimizers[spec.key] = opt
         return opt
 
     def coarse_storage(self) -> list[torch.nn.Module]:
@@ -279,7 +288,7 @@ class PlanRunner:
         self.fine_optimizer.load_state_dict(state["fine_optimizer"])
         if self.hierarchy:
             self.hierarchy.load_state_dict(state["coarse_storage"])
-        first = {}  # each own optimizer's first phase in the plan: the view it is made for
+        first: dict[tuple[int, ...], Phase] = {}  # each own optimizer's first phase in the plan: the view it is made for
         for p in self.plan:
             if p.optimizer is not None:
                 first.setdefault(p.optimizer.key, p)
@@ -298,22 +307,29 @@ class PlanRunner:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
 
 
+def _own_optimizer_spec(phase: Phase) -> OwnOptimizer:
+    """The own optimizer a phase names (ConfigError for one that names none: it trains with the fine one)."""
+    if phase.optimizer is None:
+        raise ConfigError(f"a {phase.kind} phase on {phase.path} has no optimizer of its own")
+    return phase.optimizer
+
+
 # -- the built-in kinds of phase ---------------------------------------------------------------------
 @phase_handler(PhaseKind.restrict)
 def _restrict(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
-    runner.hierarchy.restrict(runner.coarse_view(phase))
+    runner._hierarchy(phase).restrict(runner.coarse_view(phase))
     return True
 
 
 @phase_handler(PhaseKind.diagnose)
 def _diagnose(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
-    runner.diagnostics.log_diagnostics(runner.coarse_view(phase), phase.cycle)
+    runner.diagnostics.log_diagnostics(runner.coarse_view(phase), phase.cycle or 0)
     return True
 
 
 @phase_handler(PhaseKind.prolong)
 def _prolong(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
-    runner.hierarchy.prolong(runner.coarse_view(phase))
+    runner._hierarchy(phase).prolong(runner.coarse_view(phase))
     return True
 
 
@@ -325,5 +341,7 @@ def _evaluate(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
 
 @phase_handler(PhaseKind.grow)
 def _grow(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
+    if phase.growth is None:
+        raise ConfigError(f"a grow phase at cycle {phase.cycle} says no block copies (Phase.growth)")
     copy_blocks(runner.trainer.model, runner.fine_optimizer, phase.growth)
     return True

@@ -18,11 +18,13 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from mltrain.model import GPT
+from mltrain.model_settings import resolved_vocab
 from mltrain.views import ModelView
 from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
@@ -104,7 +106,7 @@ class Trainer:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: GPT,
         train_cfg: TrainConfig,
         device: torch.device,
         dtype: Optional[torch.dtype],
@@ -122,7 +124,7 @@ class Trainer:
         self.peak_flops = peak_flops * world.size if peak_flops else None
         # Under data parallel, the one DistributedDataParallel wrapper every training step goes
         # through (see mltrain/training/distributed.py); None in one process.
-        self.replica: Optional[torch.nn.Module] = None
+        self.replica: Optional[Callable[..., Any]] = None  # the DDP wrapper, or its compiled form
         self.replica_parameters: list[torch.nn.Parameter] = []  # the parameters DDP reduces
         # train.compile: per-step Euler steps reach the graph as a tensor, rows say when they compiled
         self.compiled, self.compiles = compiled, CompileWatch(compiled)
@@ -131,7 +133,7 @@ class Trainer:
         self._idle: dict[tuple[int, ...], list[torch.nn.Parameter]] = {}  # per view: parameters it leaves out
         cfg = model.config
         self._per_token: dict[int, tuple[float, float]] = {}  # by view depth: _costs
-        self._dims = (cfg.n_embd, cfg.vocab_size, cfg.block_size)
+        self._dims = (cfg.n_embd, resolved_vocab(cfg), cfg.block_size)
         self.last_loss: dict[str, float] = {}  # by step kind (and "val", "val_se"), for the summary
         self._pending: dict[str, PendingRow] = {}  # per step kind, since its last train row
         self._clip_params: dict[int, list] = {}  # per optimizer: its parameters, for gradient clipping
@@ -143,7 +145,7 @@ class Trainer:
         if train_cfg.on_nonfinite == "skip":  # chosen once: the common step has no test for it
             self.train_step = SkipNonFinite(self)  # type: ignore[method-assign]
 
-    def attach_replica(self, ddp: torch.nn.Module, call: Optional[torch.nn.Module] = None) -> None:
+    def attach_replica(self, ddp: Any, call: Optional[Callable[..., Any]] = None) -> None:
         """Train through `ddp`, the one DistributedDataParallel wrapper (called as `call`, its compiled
         form, when given)."""
         self.replica, self._ddp = (ddp if call is None else call), ddp
@@ -262,7 +264,7 @@ class Trainer:
         pending.add(step.loss, n_tokens, step.view, flops, applied, metrics)
         self.bar.update(1)
 
-    def _forward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor, idle: list = ()):
+    def _forward(self, view: ModelView, x: torch.Tensor, y: torch.Tensor, idle: Sequence[torch.nn.Parameter] = ()):
         """A training forward of `view`: through the DDP wrapper under data parallel (every parameter the
         view leaves out, `idle`, gets a zero gradient there, so DDP reduces whole buckets without
         searching the graph for unused parameters); the model itself in one process."""

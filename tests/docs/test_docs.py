@@ -165,6 +165,8 @@ def checked_by(words: list[str]) -> str | None:
         return "worked example"  # run by tests/docs/test_worked_examples.py
     if " ".join(words[: len(TESTS.split())]) == TESTS:
         return "pytest"
+    if " ".join(words) in (".venv/bin/mypy", ".venv/bin/ruff check ."):
+        return "static checks"  # the lines .ci/run runs (tests/test_static_checks.py)
     if words[:4] == ["python3", "-m", "venv", ".venv"] or words[:6] == [".venv/bin/pip", "install", "-c", "constraints.txt", "-e", ".[dev]"]:
         return "install"  # the install line, which .ci/run runs (test_readme_has_the_two_commands...)
     return None

@@ -14,7 +14,8 @@ def test_wheel_ships_every_config_and_composes_outside_the_repo(tmp_path):
     # Build from a copy: setuptools writes build/ and *.egg-info into the source tree.
     source = tmp_path / "source"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "outputs", "multirun", "wandb", ".ci-cache", "__pycache__", "*.egg-info"))
+        ".git", ".venv", "build", "outputs", "multirun", "wandb", ".ci-cache", "__pycache__", "*.egg-info",
+        ".mypy_cache", ".ruff_cache"))  # the checkers' caches (.ci/run): ~120 MB of mypy's
     wheels = tmp_path / "wheels"
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
                            capture_output=True, text=True, timeout=600)

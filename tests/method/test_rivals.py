@@ -31,7 +31,7 @@ def test_keep_probabilities_follow_the_papers_schedule():
     L, theta_bar, gamma = 12, 0.5, 0.001
     for t in (0, 1, 100, 1000, 5000, 100_000):
         theta = (1 - theta_bar) * math.exp(-gamma * t) + theta_bar
-        expected = [1 - (l / L) * (1 - theta) for l in range(1, L + 1)]
+        expected = [1 - (layer / L) * (1 - theta) for layer in range(1, L + 1)]
         assert keep_probabilities(t, L, theta_bar, gamma) == pytest.approx(expected, abs=1e-12)
     assert keep_probabilities(0, L, theta_bar, gamma) == pytest.approx([1.0] * L)  # nothing dropped at first
     late = keep_probabilities(100_000, L, theta_bar, gamma)

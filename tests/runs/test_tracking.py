@@ -358,7 +358,7 @@ def test_exception_in_with_block_finishes_wandb_run_and_reraises(wandb_env):
     with pytest.raises(ZeroDivisionError):
         with Tracker(run_dir, _wandb_cfg(), CONFIG, name="a", group="g", job_type="single") as t:
             t.log(TRAIN_ROWS[0])
-            1 / 0
+            _ = 1 / 0
     import wandb
 
     assert wandb.run is None

@@ -105,11 +105,11 @@ def test_moving_average_is_trailing_over_the_last_n_rows():
 
 def test_first_reach_interpolates_between_rows_and_reports_not_reached():
     f = np.array([0.0, 10.0, 20.0, 30.0])
-    l = np.array([5.0, 4.0, 2.0, 1.0])
-    assert first_reach(f, l, 3.0) == pytest.approx(15.0)
-    assert first_reach(f, l, 4.0) == pytest.approx(10.0)
-    assert first_reach(f, l, 6.0) == 0.0
-    assert first_reach(f, l, 0.5) is None
+    loss = np.array([5.0, 4.0, 2.0, 1.0])
+    assert first_reach(f, loss, 3.0) == pytest.approx(15.0)
+    assert first_reach(f, loss, 4.0) == pytest.approx(10.0)
+    assert first_reach(f, loss, 6.0) == 0.0
+    assert first_reach(f, loss, 0.5) is None
     assert first_reach(np.array([]), np.array([]), 1.0) is None
 
 

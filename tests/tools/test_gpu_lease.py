@@ -5,6 +5,8 @@ logs in one tarball, and what the output folder may hold to come back."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -140,9 +142,7 @@ def test_a_report_with_every_part_skipped_is_never_ok(tmp_path):
 LEASE = Path(__file__).resolve().parents[2] / "scripts" / "gpu_lease.sh"
 
 
-def _lease(tmp_path: Path, *args: str, out: Path) -> "subprocess.CompletedProcess":
-    import os
-    import subprocess
+def _lease(tmp_path: Path, *args: str, out: Path) -> subprocess.CompletedProcess:
 
     env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path / "tmp"), "OUT": str(out)}
     (tmp_path / "tmp").mkdir(exist_ok=True)

@@ -365,7 +365,7 @@ def test_the_new_ladders_hold_their_stated_rungs():
         for name, study in (("depth", depth), ("data", data)):
             for rung, size in sizes[name].items():
                 cfg = composer.compose([*study.common, *study.ladder[rung].overrides, "experiment=multilevel"], rung)
-                per_token = lambda n: train_flops_per_token(n, cfg.model.n_embd, 256, cfg.model.block_size)  # noqa: E731
+                per_token = lambda n, m=cfg.model: train_flops_per_token(n, m.n_embd, 256, m.block_size)  # noqa: E731
                 coarse = cfg.multilevel.n_cycles * 2 * cfg.multilevel.coarse_steps * per_token(cfg.model.n_layer // 2)
                 assert coarse / (size.max_steps * per_token(cfg.model.n_layer)) == pytest.approx(0.34, abs=0.005)
         for arm in ("single", "multilevel", "schedule_control", "stacking", "raptr"):

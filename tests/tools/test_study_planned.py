@@ -63,7 +63,7 @@ def choose(cfg, layout, sweeps) -> dict[str, Choice]:
     for arm in cfg.arms:
         runs = [r for s in sweeps if s.dir == layout.sweep(RUNG, TUNE, arm) for r in s.runs()]
         table = tuning.losses(runs)
-        best = lambda settings: min(settings, key=lambda s: tuning.mean_loss(table, s, seeds))  # noqa: E731
+        best = lambda settings, table=table: min(settings, key=lambda one: tuning.mean_loss(table, one, seeds))  # noqa: E731
         if arm == f:
             budgets = dict.fromkeys(dict(s)[BUDGET] for s in table)
             by_budget = {b: {k: v for k, v in best([s for s in table if dict(s)[BUDGET] == b]) if k != BUDGET}

@@ -94,7 +94,7 @@ def test_checkpoint_folder_keeps_the_newest_and_cadence_counts_flops_in_coarse_p
     s, _ = session("coarsening=evenodd")
     folder = CheckpointFolder(tmp_path, keep=2)
     for stop in (2, 4, 9):
-        s.runner.run(should_stop=lambda: steps_taken(s) >= stop)
+        s.runner.run(should_stop=lambda stop=stop: steps_taken(s) >= stop)
         folder.save(s.runner)
     assert [p.name for p in folder.files()] == ["step-000001-00000004.pt", "step-000001-00000009.pt"]
     assert folder.latest().name == "step-000001-00000009.pt"

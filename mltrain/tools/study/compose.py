@@ -23,10 +23,10 @@ from omegaconf import DictConfig, OmegaConf
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.tools.study.axes import AXES, FOLLOWS_FROM_AXIS
 from mltrain.tools.study.plan import SEED, Run, Sweep, arm_overrides
+from mltrain.tools.study.schema import StudyConfig
 
 if TYPE_CHECKING:  # the training stack is imported when a run config is made, not with this module
     from mltrain.config import Config
-    from mltrain.tools.study.schema import StudyConfig
 
 
 # Lines of Hydra's and OmegaConf's messages that say nothing about the problem itself.
@@ -117,7 +117,7 @@ def steps_for(tokens_per_param: float, n_params: int, tokens_per_step: int) -> i
     return max(1, round(tokens_per_param * n_params / tokens_per_step))
 
 
-def ladder_sizes(study: Any, composer: Composer) -> dict[str, ScaleSize]:
+def ladder_sizes(study: StudyConfig, composer: Composer) -> dict[str, ScaleSize]:
     """Each scale's size and steps, from the common settings and the scale's overrides; ConfigError when
     the rungs do not vary the study's ladder_axis alone (see check_rungs)."""
     from mltrain.config import typed
@@ -172,7 +172,7 @@ def setting_key(arm: str, setting: dict[str, str]) -> tuple:
     return (arm, tuple(sorted(setting.items())))
 
 
-def check_settings(study: Any, sweeps: Iterable[Sweep], sizes: dict[str, ScaleSize],
+def check_settings(study: StudyConfig, sweeps: Iterable[Sweep], sizes: dict[str, ScaleSize],
                    composer: Composer) -> tuple[dict[tuple, DictConfig], dict[tuple, Config]]:
     """Compose and validate every setting of these (tuning) sweeps, with every override its runs get:
     {(scale, arm, setting): config} as composed (what a run dir's saved config is compared with) and
@@ -225,7 +225,7 @@ def typed_study(study: DictConfig) -> StudyConfig:
     return OmegaConf.to_object(study)
 
 
-def check_seeds(study: Any) -> None:
+def check_seeds(study: StudyConfig) -> None:
     for seed in [*study.selection_seeds, *study.extra_selection_seeds, *study.seeds, *(s for r in study.ladder.values() for s in (r.seeds or []))]:
         if not 0 <= seed < 2**32:
             raise ConfigError(f"seed {seed} must be in [0, 2**32)")
@@ -257,7 +257,7 @@ def arm_kind(cfg: Config) -> str:
     return str(run_kind(cfg))
 
 
-def arm_label(study: Any, scale: str, arm: str, max_steps: int, kind: str, tuned: Iterable[str]) -> str:
+def arm_label(study: StudyConfig, scale: str, arm: str, max_steps: int, kind: str, tuned: Iterable[str]) -> str:
     """The arm's label as mltrain-compare names it: its runs' overrides minus seed, budget and the
     tuned keys, as mltrain.runs.names.run_label writes a run's label."""
     from mltrain.runs.names import run_label
@@ -275,7 +275,7 @@ def arm_kinds(configs: dict[tuple, Config]) -> dict[tuple[str, str], str]:
     return {(scale, arm): arm_kind(cfg) for (scale, arm, _), cfg in configs.items()}
 
 
-def check_labels(study: Any, sizes: dict[str, ScaleSize], kinds: dict[tuple[str, str], str]) -> dict[str, dict[str, str]]:
+def check_labels(study: StudyConfig, sizes: dict[str, ScaleSize], kinds: dict[tuple[str, str], str]) -> dict[str, dict[str, str]]:
     """Each arm's label at each scale in the verdict (every arm's tuned keys left out); ConfigError
     when two arms would share one, which mltrain-compare could not tell apart."""
     from mltrain.tools.compare import TUNED_KEYS

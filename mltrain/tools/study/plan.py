@@ -33,7 +33,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from mltrain.errors import ConfigError, override_line
 from mltrain.runs.keys import override_value
 from mltrain.runs.names import short_dirname
-from mltrain.tools.study.schema import BUDGET, SEED, eval_seeds, frontier_arm, tuned_keys
+from mltrain.tools.study.schema import (BUDGET, SEED, ArmConfig, LauncherConfig, StudyConfig, eval_seeds, frontier_arm,
+                                        tuned_keys)
 
 TUNE, EVAL = "tune", "eval"  # the stages that launch runs; also the runs' W&B job_type
 AT_FRONTIER, RUNNER_UP = "@frontier", "@runner_up"  # folder suffixes (arm names cannot hold '@')
@@ -84,7 +85,7 @@ def value_text(value: Any) -> str:
 
 def setting_text(key: str, value: Any) -> str:
     """The canonical value text of `key=value` (the part after '=')."""
-    return override_value(canonical(f"{key}={value_text(value)}"))
+    return override_value(canonical(f"{key}={value_text(value)}")) or ""  # key=<text> always has a value
 
 
 def merged(*groups: Iterable[str]) -> list[str]:
@@ -158,17 +159,17 @@ class Sweep:
         keys = [k for k, _ in self.swept]
         return [Run(self, tuple(zip(keys, combo))) for combo in itertools.product(*(v for _, v in self.swept))]
 
-    def _bookkeeping(self, study: Any, tags: Iterable[str]) -> list[str]:
+    def _bookkeeping(self, study: StudyConfig, tags: Iterable[str]) -> list[str]:
         """What the study adds to every run: resume, no progress bar, and its W&B tag, group, job type."""
         return [*BOOKKEEPING, f"logger.tags=[{','.join(dict.fromkeys([*tags, study.name]))}]",
                 f"logger.group={self.scale}/{self.arm}", f"logger.job_type={self.stage}",
                 *(["train.allow_long=true"] if getattr(study, "allow_long", False) else [])]
 
-    def job_overrides(self, run: Run, study: Any, tags: Iterable[str] = ()) -> list[str]:
+    def job_overrides(self, run: Run, study: StudyConfig, tags: Iterable[str] = ()) -> list[str]:
         """The overrides one run of this sweep gets from Hydra (what the study composes to check it)."""
         return [*self.fixed, *(f"{k}={v}" for k, v in run.values), *self._bookkeeping(study, tags)]
 
-    def overrides(self, study: Any, tags: Iterable[str] = ()) -> list[str]:
+    def overrides(self, study: StudyConfig, tags: Iterable[str] = ()) -> list[str]:
         """The `mltrain -m` arguments of this sweep."""
         task = [*self.fixed, *(f"{k}={','.join(v)}" for k, v in self.swept), *self._bookkeeping(study, tags)]
         named = {k for k, _ in self.swept}
@@ -181,7 +182,7 @@ class Sweep:
         ]
 
 
-def launcher_overrides(launcher: Any) -> list[str]:
+def launcher_overrides(launcher: LauncherConfig) -> list[str]:
     """The Hydra overrides that choose and set a sweep's launcher (the study's `launcher` section)."""
     return [f"hydra/launcher={launcher.name}",
             *([f"hydra.launcher.n_jobs={launcher.n_jobs}"] if launcher.n_jobs is not None else []),
@@ -216,7 +217,7 @@ class Layout:
         return self.root / "ladder"  # ladder.md, ladder.json, ladder.png
 
 
-def arm_overrides(study: Any, scale: str, arm: str, max_steps: Optional[int]) -> list[str]:
+def arm_overrides(study: StudyConfig, scale: str, arm: str, max_steps: Optional[int]) -> list[str]:
     """Every fixed override of the arm's runs at this scale: plugins < common < extra < scale < steps < preset < arm."""
     steps = [f"train.max_steps={max_steps}"] if max_steps is not None else []
     a = study.arms[arm]
@@ -226,28 +227,30 @@ def arm_overrides(study: Any, scale: str, arm: str, max_steps: Optional[int]) ->
                   [f"experiment={a.experiment}"], a.overrides)
 
 
-def _sweep(study: Any, layout: Layout, scale: str, stage: str, arm: str, max_steps: Optional[int],
+def _sweep(study: StudyConfig, layout: Layout, scale: str, stage: str, arm: str, max_steps: Optional[int],
            values: dict[str, list[str]], seeds: Iterable[int]) -> Sweep:
     fixed = [o for o in arm_overrides(study, scale, arm, max_steps) if key_of(o) not in values]
     swept = tuple((k, tuple(v)) for k, v in values.items()) + ((SEED, tuple(str(s) for s in seeds)),)
     return Sweep(scale, stage, arm, layout.sweep(scale, stage, arm), tuple(fixed), swept)
 
 
-def grid_values(arm: Any) -> dict[str, list[str]]:
+def grid_values(arm: ArmConfig) -> dict[str, list[str]]:
     """The arm's grid as canonical value texts, key by key (train.budget last)."""
     keys = [*tuned_keys(arm), *([BUDGET] if BUDGET in arm.grid else [])]
     return {k: [setting_text(k, v) for v in arm.grid[k]] for k in keys}
 
 
-def warmup_values(study: Any, steps: Optional[int]) -> list[str]:
+def warmup_values(study: StudyConfig, steps: Optional[int]) -> list[str]:
     """The frontier's warm-up lengths at a rung of `steps` steps (none added when no fraction is set)."""
     fractions = list(study.frontier.warmup_fractions)
-    if fractions and steps is None:
+    if not fractions:
+        return []
+    if steps is None:
         raise ConfigError("the frontier's warm-up lengths need each rung's steps (internal: no steps given)")
     return list(dict.fromkeys(str(round(f * steps)) for f in fractions))
 
 
-def frontier_values(study: Any, layout: Layout, scale: str, max_steps: Optional[int] = None,
+def frontier_values(study: StudyConfig, layout: Layout, scale: str, max_steps: Optional[int] = None,
                     budgets: Optional[list[str]] = None) -> dict[str, list[str]]:
     """The frontier arm's swept values at a rung: its grid, the warm-up lengths, the budgets (last)."""
     values = grid_values(study.arms[frontier_arm(study)])
@@ -259,14 +262,14 @@ def frontier_values(study: Any, layout: Layout, scale: str, max_steps: Optional[
     return {**values, BUDGET: [b for b in budget if not halved(study, b)]}  # the halved ones follow (tuning.py)
 
 
-def halved(study: Any, budget: str) -> bool:
+def halved(study: StudyConfig, budget: str) -> bool:
     """Whether the frontier runs this budget at the best warm-ups of the budget below only (successive
     halving: frontier.halving_from), not at every warm-up from the start."""
     start = study.frontier.halving_from
     return start is not None and float(budget) > start + 1e-9 and bool(study.frontier.warmup_fractions)
 
 
-def halving_sweep(study: Any, layout: Layout, scale: str, max_steps: Optional[int], budget: str,
+def halving_sweep(study: StudyConfig, layout: Layout, scale: str, max_steps: Optional[int], budget: str,
                   warmups: list[str]) -> Sweep:
     """The frontier's grid at a halved budget, at the warm-ups kept from the budget below."""
     values = frontier_values(study, layout, scale, max_steps, [])
@@ -274,7 +277,7 @@ def halving_sweep(study: Any, layout: Layout, scale: str, max_steps: Optional[in
     return _sweep(study, layout, scale, TUNE, frontier_arm(study), max_steps, values, study.selection_seeds)
 
 
-def tuning_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int] = None,
+def tuning_sweeps(study: StudyConfig, layout: Layout, scale: str, max_steps: Optional[int] = None,
                   budgets: Optional[list[str]] = None) -> list[Sweep]:
     """Stage 1: one sweep per arm, its whole grid on the selection seeds (the frontier's with its warm-up
     lengths and `budgets`, default its grid's)."""
@@ -285,7 +288,7 @@ def tuning_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[in
             for arm in study.arms]
 
 
-def setting_sweep(study: Any, layout: Layout, scale: str, stage: str, arm: str, setting: dict[str, str],
+def setting_sweep(study: StudyConfig, layout: Layout, scale: str, stage: str, arm: str, setting: dict[str, str],
                   seeds: Iterable[int], max_steps: Optional[int] = None, folder: Optional[str] = None) -> Sweep:
     """One setting (every swept key but the seed) of an arm on `seeds`, in the arm's folder or `folder`."""
     sweep = _sweep(study, layout, scale, stage, arm, max_steps, {k: [v] for k, v in setting.items()}, seeds)
@@ -294,24 +297,33 @@ def setting_sweep(study: Any, layout: Layout, scale: str, stage: str, arm: str, 
     return Sweep(scale, stage, arm, layout.sweep(scale, stage, folder), sweep.fixed, sweep.swept)
 
 
-def control_coarse_steps(study: Any, scale: str) -> int:
+def control_coarse_steps(study: StudyConfig, scale: str) -> int:
     """The control arm's multilevel.coarse_steps at a rung (its length at budget 1)."""
-    arm = study.frontier.control_arm
-    found = [override_value(o) for o in arm_overrides(study, scale, arm, None) if key_of(o) == COARSE_STEPS]
+    arm = _control_arm(study)
+    found = [v for o in arm_overrides(study, scale, arm, None)
+             if key_of(o) == COARSE_STEPS and (v := override_value(o)) is not None]
     if not found:
         raise ConfigError(f"frontier.control_arm={arm}: set {COARSE_STEPS} in the rung's or the arm's overrides "
                           "(its length at every budget follows from it)")
     return int(found[-1])
 
 
-def _own_values(study: Any, scale: str, arm: str, key: str) -> set[str]:
+def _own_values(study: StudyConfig, scale: str, arm: str, key: str) -> set[str]:
     """The values of `key` the arm's own tuning runs have at a rung: its grid's, else its fixed override's."""
     if key in study.arms[arm].grid:
         return set(grid_values(study.arms[arm]).get(key, []))
-    return {override_value(o) for o in arm_overrides(study, scale, arm, None) if key_of(o) == key}
+    values = (override_value(o) for o in arm_overrides(study, scale, arm, None) if key_of(o) == key)
+    return {v for v in values if v is not None}
 
 
-def control_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int],
+def _control_arm(study: StudyConfig) -> str:
+    """frontier.control_arm, where the caller has a control schedule to plan (ConfigError if none is set)."""
+    if study.frontier.control_arm is None:
+        raise ConfigError("frontier.control_arm is not set: no control schedule to plan (internal)")
+    return study.frontier.control_arm
+
+
+def control_sweeps(study: StudyConfig, layout: Layout, scale: str, max_steps: Optional[int],
                    picks: dict[str, dict[str, str]], own_choice: Optional[dict[str, str]] = None) -> list[Sweep]:
     """The control's schedule at each budget of the frontier (`picks`: budget -> the frontier's chosen
     setting there), at the fine LR and warm-up the frontier chose at that budget, tuning only its own knobs:
@@ -350,7 +362,7 @@ class Choice:
     runner_up: dict[str, str] = field(default_factory=dict)  # a near tie's second setting, evaluated too
 
 
-def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str, Choice],
+def evaluation_sweeps(study: StudyConfig, layout: Layout, scale: str, choices: dict[str, Choice],
                       max_steps: Optional[int] = None) -> list[Sweep]:
     """Stage 2: each arm's chosen setting on the evaluation seeds; the frontier arm's budgets, grouped
     by the setting chosen for them (one sweep per distinct setting), and where the control's schedule
@@ -364,8 +376,8 @@ def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str,
                                         arm + RUNNER_UP))
         if arm != frontier:
             continue
-        control = study.frontier.control_arm
         for budget, setting in choice.control_by_budget.items():
+            control = _control_arm(study)
             sweeps.append(setting_sweep(study, layout, scale, EVAL, control, {**setting, BUDGET: budget}, seeds,
                                         max_steps, control + AT_FRONTIER))
         # every budget's own single-level choice runs too, where the control's schedule won it: the
@@ -373,13 +385,13 @@ def evaluation_sweeps(study: Any, layout: Layout, scale: str, choices: dict[str,
         groups: dict[tuple, list[str]] = {}
         for budget, setting in choice.by_budget.items():
             groups.setdefault(tuple(sorted(setting.items())), []).append(budget)
-        for setting, budgets in groups.items():
-            values = {**{k: [v] for k, v in setting}, BUDGET: budgets}
+        for pairs, budgets in groups.items():
+            values = {**{k: [v] for k, v in pairs}, BUDGET: budgets}
             sweeps.append(_sweep(study, layout, scale, EVAL, arm, max_steps, values, seeds))
     return sweeps
 
 
-def possible_evaluation_runs(study: Any, layout: Layout, scale: str) -> list[Run]:
+def possible_evaluation_runs(study: StudyConfig, layout: Layout, scale: str) -> list[Run]:
     """Every run stage 2 could launch whatever stage 1 chooses: each grid point on the evaluation
     seeds (what a check of earlier runs on disk must cover before anything starts)."""
     runs, frontier = [], frontier_arm(study)
@@ -393,7 +405,7 @@ def possible_evaluation_runs(study: Any, layout: Layout, scale: str) -> list[Run
     return runs
 
 
-def evaluation_run_count(study: Any, scale: str) -> int:
+def evaluation_run_count(study: StudyConfig, scale: str) -> int:
     """Runs stage 2 launches at one scale (known before stage 1 has chosen anything)."""
     frontier = frontier_arm(study)
     per_seed = sum(len(a.grid[BUDGET]) if name == frontier else 1 for name, a in study.arms.items())

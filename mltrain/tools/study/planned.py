@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from mltrain.tools.study.progress import measured, run_status
-from mltrain.tools.study.schema import BUDGET, eval_seeds, frontier_arm, settings_count, tuned_keys
+from mltrain.tools.study.schema import BUDGET, ArmConfig, StudyConfig, eval_seeds, frontier_arm, settings_count, tuned_keys
 
 # One run's time on one core to itself: start-up + FLOPs x seconds per FLOP, fitted (least squares) to the
 # process CPU time of six depth_ladder runs here, OMP_NUM_THREADS=1 as the study's local workers run
@@ -82,14 +82,14 @@ class Plan:
         return out
 
 
-def _numeric_keys(arm: Any) -> int:
+def _numeric_keys(arm: ArmConfig) -> int:
     """Tuned keys an edge can extend: two or more positive numbers."""
     def number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
     return sum(1 for k in tuned_keys(arm) if len(arm.grid[k]) >= 2 and all(number(v) for v in arm.grid[k]))
 
 
-def frontier_budgets(study: Any) -> tuple[list[float], list[float]]:
+def frontier_budgets(study: StudyConfig) -> tuple[list[float], list[float]]:
     """(the frontier's grid budgets, the budgets bracketing may add: the next whole multiples up to the cap)."""
     base = [float(b) for b in study.arms[frontier_arm(study)].grid[BUDGET]]
     cap, extra = study.frontier.max_budget, []
@@ -100,7 +100,7 @@ def frontier_budgets(study: Any) -> tuple[list[float], list[float]]:
     return base, extra
 
 
-def _adaptive(scale: str, arm: str, budget: float, study: Any, frontier: bool, bracketing: bool) -> list[Item]:
+def _adaptive(scale: str, arm: str, budget: float, study: StudyConfig, frontier: bool, bracketing: bool) -> list[Item]:
     """The runs the tuning rules add to one choice when each fires once."""
     cfg, sel, extra = study.arms[arm], len(study.selection_seeds), len(study.extra_selection_seeds)
     items = [Item(scale, arm, budget, study.grid_extensions * _numeric_keys(cfg) * sel, "edge", bracketing)]
@@ -111,7 +111,7 @@ def _adaptive(scale: str, arm: str, budget: float, study: Any, frontier: bool, b
     return items
 
 
-def _warmups(study: Any, budget: float) -> int:
+def _warmups(study: StudyConfig, budget: float) -> int:
     """Warm-up lengths the frontier's grid runs at a budget (successive halving keeps the best few above
     frontier.halving_from)."""
     f = study.frontier
@@ -120,7 +120,7 @@ def _warmups(study: Any, budget: float) -> int:
     return min(every, f.halving_keep) if halved else every
 
 
-def scale_items(study: Any, scale: str) -> list[Item]:
+def scale_items(study: StudyConfig, scale: str) -> list[Item]:
     """Every run one rung can have, by arm, budget and rule (see the module docstring)."""
     f, control = frontier_arm(study), study.frontier.control_arm
     sel, evals = len(study.selection_seeds), len(eval_seeds(study, scale))
@@ -147,7 +147,7 @@ def scale_items(study: Any, scale: str) -> list[Item]:
     return [i for i in items if i.runs]
 
 
-def plan(study: Any, unit: Callable[[str, str], float]) -> Plan:
+def plan(study: StudyConfig, unit: Callable[[str, str], float]) -> Plan:
     """The study's planned cost; `unit(scale, arm)`: the planned FLOPs of one run of the arm at budget 1."""
     items = tuple(i for scale in study.ladder for i in scale_items(study, scale))
 
@@ -190,7 +190,7 @@ def finished_rate(root: Path) -> Optional[tuple[float, int]]:
     return (seconds / flops, n) if flops > 0 and seconds > 0 else None
 
 
-def study_rate(study: Any, root: Path) -> Rate:
+def study_rate(study: StudyConfig, root: Path) -> Rate:
     """The rate to plan with: the study's finished runs' own, else the measured default."""
     jobs = max(1, study.launcher.n_jobs or 1) if study.launcher.name == "local" else 1
     found = finished_rate(root)

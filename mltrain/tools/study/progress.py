@@ -13,10 +13,11 @@ import json
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, TextIO
+from typing import Any, Callable, Iterable, Optional, TextIO, TypeGuard
 
 from mltrain.runs import rundir
 from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, Run, evaluation_sweeps, tuning_sweeps
+from mltrain.tools.study.schema import StudyConfig
 
 ENDED = ("finished", "diverged")
 
@@ -29,7 +30,7 @@ def run_status(run_dir: Path) -> Optional[dict]:
         return None
 
 
-def ended(summary: Optional[dict]) -> bool:
+def ended(summary: Optional[dict]) -> TypeGuard[dict]:
     return summary is not None and summary.get("status", "finished") in ENDED
 
 
@@ -56,10 +57,15 @@ def measured(summary: dict) -> Optional[tuple[float, float]]:
     extra = [summary.get(k) for k in ("eval_flops", "diag_flops")]
     if not isinstance(seconds, (int, float)):
         seconds, extra = summary.get("train_time_s"), []
-    numbers = [flops, seconds, *extra]
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in numbers) or not flops:
+    amounts = [x for x in extra if _amount(x)]
+    if not (_amount(flops) and _amount(seconds)) or len(amounts) < len(extra) or not flops:
         return None
-    return float(seconds), float(flops) + float(sum(extra))
+    return float(seconds), float(flops) + float(sum(amounts))
+
+
+def _amount(x: object) -> TypeGuard[float]:
+    """A count a summary can hold: a number (not a bool), not negative."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
 
 
 class Progress:
@@ -212,7 +218,7 @@ def _count(runs: list[Run]) -> str:
     return ", ".join([head, *(f"{n} {what}" for what, n in states.items() if n)])
 
 
-def status_lines(study: Any, layout: Layout, choices: dict[str, Optional[dict[str, Choice]]],
+def status_lines(study: StudyConfig, layout: Layout, choices: dict[str, Optional[dict[str, Choice]]],
                  distrusted: Optional[dict[str, list[str]]] = None) -> list[str]:
     """What is done, per scale, stage and arm; `choices[scale]` is what selection.json records and this
     config's tuning runs bear out (None: stage 1 has not chosen yet), `distrusted[scale]` the arms whose

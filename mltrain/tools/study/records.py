@@ -18,7 +18,6 @@ continued from a clone on another machine.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -118,7 +117,8 @@ def _short(value: Any) -> str:
 def _group(root: Path, run: Path, summary: dict, key: str) -> tuple:
     """Runs whose corpus (held-out set) must be the same: those of one scale (and held-out size)."""
     scale = run.relative_to(root).parts[0]
-    held = summary.get("held_out") if isinstance(summary.get("held_out"), dict) else {}
+    held = summary.get("held_out")
+    held = held if isinstance(held, dict) else {}
     return (scale,) if key == "corpus" else (scale, held.get("sequences"), held.get("tokens"))
 
 

@@ -21,7 +21,7 @@ run (the schema's types and schema.check's rules come first; these are separate 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol, TextIO
 
 from mltrain.errors import ConfigError, MltrainError
 from mltrain.runs import sanity
@@ -31,10 +31,20 @@ from mltrain.runs.sweep import THREADS_LINE, threaded
 from mltrain.tools.study import planned
 from mltrain.tools.study.plan import Layout, possible_evaluation_runs, tuning_sweeps
 from mltrain.tools.study.planned import Rate
-from mltrain.tools.study.schema import BUDGET
+from mltrain.tools.study.schema import BUDGET, StudyConfig
 
 if TYPE_CHECKING:  # the training stack is imported when a run config is made, not with this module
     from mltrain.config import Config
+
+
+class Prepared(Protocol):
+    """What these checks read of a prepared study (stages.Study): its config, its folders and every
+    setting's typed run config, keyed (scale, arm, setting)."""
+
+    cfg: StudyConfig
+    layout: Layout
+    configs: dict[tuple, Config]
+
 
 MAX_TOKENS_PER_PARAM = 1e5  # 5,000 times the compute-optimal 20: beyond it a value is a typo, not a plan
 MAX_PARAMS = 1e15
@@ -48,7 +58,7 @@ def _is_hydra(key: str) -> bool:
     return key == "hydra" or key.startswith(("hydra.", "hydra/"))
 
 
-def check(study: Any) -> None:
+def check(study: StudyConfig) -> None:
     """ConfigError (one line naming the key and its value) for the first number or key of the study
     that cannot be meant; touches no file."""
     why = f" (tokens per parameter; at most {MAX_TOKENS_PER_PARAM:g})"
@@ -81,7 +91,7 @@ def check(study: Any) -> None:
     check_launcher(study)
 
 
-def check_launcher(study: Any) -> None:
+def check_launcher(study: StudyConfig) -> None:
     """ConfigError (one line) unless Hydra has the launcher launcher.name names and takes every key the
     study gives it (launcher.n_jobs, launcher.overrides), composed as the sweeps will be: before the
     study claims its folder, not as every run failing after."""
@@ -99,7 +109,7 @@ def check_launcher(study: Any) -> None:
         composer.compose(launcher_overrides(study.launcher), "launcher")
 
 
-def _override_lists(study: Any) -> Iterable[tuple[str, list]]:
+def _override_lists(study: StudyConfig) -> Iterable[tuple[str, list]]:
     yield "common", list(study.common)
     yield "extra", list(study.extra)
     for name, arm in study.arms.items():
@@ -108,7 +118,7 @@ def _override_lists(study: Any) -> Iterable[tuple[str, list]]:
         yield f"ladder.{name}.overrides", list(scale.overrides)
 
 
-def _check_jobs(study: Any) -> None:
+def _check_jobs(study: StudyConfig) -> None:
     from mltrain.runs.sweep import available_cpus
 
     n, cpus = study.launcher.n_jobs, available_cpus()
@@ -139,7 +149,7 @@ def held_out_keys(cfg: Config) -> dict[str, Any]:
     return {k: (v.value if hasattr(v, "value") else v) for k, v in out.items()}
 
 
-def check_held_out(study: Any) -> None:
+def check_held_out(study: Prepared) -> None:
     """ConfigError (one line) when, at some rung, a run of any arm would be evaluated on another held-out
     set than the frontier's: mltrain-compare compares runs on one held-out set only, so that arm's runs
     would all train and then be left out of the verdict. `study`: stages.prepare's (every setting's typed
@@ -209,7 +219,7 @@ def unit_costs(configs: dict[tuple, Config]) -> Callable[[str, str], float]:
     return unit
 
 
-def composed_units(study: Any, layout: Layout, sizes: dict) -> Callable[[str, str], float]:
+def composed_units(study: StudyConfig, layout: Layout, sizes: dict) -> Callable[[str, str], float]:
     """unit(scale, arm) from one composed run config per scale and arm (its first tuning run's, divided by its
     budget): what `--status` plans with, without composing every setting."""
     from mltrain.config import validate_composed
@@ -226,7 +236,7 @@ def composed_units(study: Any, layout: Layout, sizes: dict) -> Callable[[str, st
     return lambda scale, arm: units.get((scale, arm), 0.0)
 
 
-def status_cost_lines(study: Any, root: Any) -> list[str]:
+def status_cost_lines(study: StudyConfig, root: Any) -> list[str]:
     """`--status`'s planned cost (planned.py): every run the study can add, as a range, at the measured rate."""
     from mltrain.tools.study.compose import Composer, ladder_sizes
 
@@ -237,7 +247,7 @@ def status_cost_lines(study: Any, root: Any) -> list[str]:
     return planned.status_lines(study.name, cost, planned.study_rate(study, root))
 
 
-def _nominal(study: Any, cfg: Config) -> Optional[Rate]:
+def _nominal(study: StudyConfig, cfg: Config) -> Optional[Rate]:
     """The nominal rate where the runs are not on a CPU (the measured default is a CPU's); None on a CPU."""
     import torch
 
@@ -253,7 +263,7 @@ def _nominal(study: Any, cfg: Config) -> Optional[Rate]:
     return Rate(1 / sanity.rate("cuda", peak=peak_flops(torch.device("cuda"))), gpus, "nominal GPU peak, no run here yet")
 
 
-def check_study_duration(study: Any, out: TextIO) -> None:
+def check_study_duration(study: Prepared, out: TextIO) -> None:
     """Say what a long study costs here (planned.py: every run it can add, at a measured rate); refuse one
     whose "at most" exceeds a day without consent. `study`: stages.prepare's, whose `configs` are every
     setting's typed run config."""
@@ -273,7 +283,7 @@ def check_study_duration(study: Any, out: TextIO) -> None:
         print(f"mltrain-study: {line}", file=out, flush=True)
 
 
-def repeated_data(study: Any, layout: Layout) -> Optional[str]:
+def repeated_data(study: StudyConfig, layout: Layout) -> Optional[str]:
     """One warning line when any run of the study (its tuning runs and the evaluation runs it may launch,
     as far as they have a summary) saw its training data more than once, else None."""
     runs = [r for scale in study.ladder

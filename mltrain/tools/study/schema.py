@@ -150,34 +150,34 @@ def register() -> None:
 # What a type cannot say
 
 
-def tuned_keys(arm: Any) -> list[str]:
+def tuned_keys(arm: ArmConfig) -> list[str]:
     """The arm's tuned keys: its grid minus the frontier's train.budget."""
     return [k for k in arm.grid if k != BUDGET]
 
 
-def varied_keys(study: Any) -> list[str]:
+def varied_keys(study: StudyConfig) -> list[str]:
     """The tuned keys some arm tries more than one value of: the verdict tunes over these (a key with one
     value is a fixed setting of its arm, and stays in the arm's label)."""
     return list(dict.fromkeys(k for arm in study.arms.values() for k in tuned_keys(arm) if len(arm.grid[k]) > 1))
 
 
-def settings_count(arm: Any) -> int:
+def settings_count(arm: ArmConfig) -> int:
     """How many settings the arm tries: the product of its tuned keys' value counts."""
     return math.prod(len(arm.grid[k]) for k in tuned_keys(arm))
 
 
-def eval_seeds(study: Any, scale: str) -> list[int]:
+def eval_seeds(study: StudyConfig, scale: str) -> list[int]:
     """The evaluation seeds of one rung: its own, or the study's."""
     own = study.ladder[scale].seeds
     return list(own) if own is not None else list(study.seeds)
 
 
-def frontier_arm(study: Any) -> str:
+def frontier_arm(study: StudyConfig) -> str:
     """The arm whose grid sweeps train.budget (the single-level frontier); check() makes it unique."""
     return next(name for name, arm in study.arms.items() if BUDGET in arm.grid)
 
 
-def check(study: Any) -> None:
+def check(study: StudyConfig) -> None:
     """ConfigError with one line for the first problem of a composed study; touches no file."""
     if not _NAME.match(str(study.name)):
         raise ConfigError(f"name {study.name!r}: use letters, digits, '_', '.' or '-' (it names the study's folder "
@@ -219,9 +219,9 @@ def check(study: Any) -> None:
             raise ConfigError(f"predict_params: {p} must be a positive number of parameters")
 
 
-def _check_seeds(study: Any) -> None:
+def _check_seeds(study: StudyConfig) -> None:
     for key in ("selection_seeds", "seeds"):
-        values = list(study[key])
+        values = list(getattr(study, key))
         if not values:
             raise ConfigError(f"{key} is empty")
         if len(set(values)) != len(values):
@@ -241,7 +241,7 @@ def _check_seeds(study: Any) -> None:
         )
 
 
-def _check_tuning(study: Any) -> None:
+def _check_tuning(study: StudyConfig) -> None:
     """The frontier's added tuning and the selection's extra seeds, tie and grid extensions."""
     f = study.frontier
     if study.tie_nats < 0 or study.grid_extensions < 0:
@@ -273,7 +273,7 @@ def _check_tuning(study: Any) -> None:
                           "the extra selection seeds must be apart from both")
 
 
-def _check_bracketing(study: Any, cap: float) -> None:
+def _check_bracketing(study: StudyConfig, cap: float) -> None:
     """ConfigError unless frontier.max_budget can add a budget: bracketing adds the next whole multiple of
     the steps above the grid's largest budget, up to the cap, once an arm lies past the frontier's data,
     which takes a frontier of BRACKET_POINTS budgets or more to tell."""
@@ -291,7 +291,7 @@ def _check_bracketing(study: Any, cap: float) -> None:
                           f"{nxt:g} or more, or leave frontier.max_budget out")
 
 
-def selection_seeds(study: Any) -> list[int]:
+def selection_seeds(study: StudyConfig) -> list[int]:
     """Every seed a choice may be made on: the selection seeds and the extra ones."""
     return [*study.selection_seeds, *getattr(study, "extra_selection_seeds", [])]
 
@@ -308,7 +308,7 @@ def value_identity(value: Any) -> Any:
     return str(value)
 
 
-def _check_arm(name: str, arm: Any) -> None:
+def _check_arm(name: str, arm: ArmConfig) -> None:
     if not tuned_keys(arm):
         raise ConfigError(f"arm {name} has no grid: list its tuned keys and their values, e.g. grid: {{optim.lr: [0.03, 0.1]}}")
     for key, values in arm.grid.items():
@@ -326,13 +326,13 @@ def _check_arm(name: str, arm: Any) -> None:
             raise ConfigError(f"arm {name}: seed is not a tuned key (the study's selection_seeds and seeds choose it)")
 
 
-def _check_scale(name: str, scale: Any, study_ratio: Optional[float]) -> None:
+def _check_scale(name: str, scale: ScaleConfig, study_ratio: Optional[float]) -> None:
     ratio = scale.tokens_per_param if scale.tokens_per_param is not None else study_ratio
     if scale.max_steps is None and ratio is None:
         raise ConfigError(f"scale {name} needs max_steps or tokens_per_param (its own or the study's)")
     if scale.max_steps is not None and scale.max_steps < 1:
         raise ConfigError(f"scale {name}: max_steps={scale.max_steps} must be >= 1")
-    if scale.max_steps is None and not ratio > 0:
+    if scale.max_steps is None and ratio is not None and not ratio > 0:
         raise ConfigError(f"scale {name}: tokens_per_param={ratio} must be > 0")
     if any(override_key(o) == "train.max_steps" for o in scale.overrides):
         raise ConfigError(f"scale {name}: set its steps with max_steps or tokens_per_param, not train.max_steps in overrides")

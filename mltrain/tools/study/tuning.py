@@ -28,7 +28,7 @@ from mltrain.tools.study.rungs import SettingLosses
 from mltrain.tools.study.plan import (BUDGET, FINE_LR, TUNE, WARMUP, Choice, Layout, Run, Sweep, control_sweeps,
                                       halved, halving_sweep, setting_sweep, setting_text)
 from mltrain.tools.study.progress import ended, run_status
-from mltrain.tools.study.schema import frontier_arm
+from mltrain.tools.study.schema import StudyConfig, frontier_arm
 
 Setting = tuple  # a run's setting as sorted (key, value text) pairs: every swept key but the seed
 Losses = dict  # Setting -> {seed: final val loss}; a diverged run counts as +inf
@@ -71,8 +71,8 @@ def _rounded(x: float, integral: bool) -> float:
 
 
 def _grid_numbers(grid: list[str]) -> Optional[tuple[list[float], bool]]:
-    nums = [_number(g) for g in grid]
-    if len(grid) < 2 or any(n is None for n in nums):
+    nums = [n for n in (_number(g) for g in grid) if n is not None]
+    if len(grid) < 2 or len(nums) < len(grid):
         return None
     return sorted(nums), all("." not in g and "e" not in g for g in grid)
 
@@ -130,7 +130,7 @@ def runner_up(table: Losses, close: list[Setting], seeds: list[int], chosen: Set
     return rest[0][1] if rest else None
 
 
-def next_budget(study: Any, budgets: list[str], tested: Iterable[Any]) -> Optional[str]:
+def next_budget(study: StudyConfig, budgets: list[str], tested: Iterable[Any]) -> Optional[str]:
     """The frontier's next budget (the next whole multiple of the steps) while some arm under test (`tested`:
     the verdict's entries of the study's arms, the frontier's own and the control's runs at the frontier's
     budgets left out) has its equal-loss point beyond the frontier's data, up to frontier.max_budget; None
@@ -148,7 +148,7 @@ def next_budget(study: Any, budgets: list[str], tested: Iterable[Any]) -> Option
 # The runs the rules add
 
 
-def more_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int], sweeps: list[Sweep],
+def more_sweeps(study: StudyConfig, layout: Layout, scale: str, max_steps: Optional[int], sweeps: list[Sweep],
                 choices: dict[str, Choice], budgets: Optional[list[str]] = None) -> list[Sweep]:
     """The tuning runs the rules add, given the arms' tuning sweeps so far, stage 1's choices and the
     frontier's budgets (for successive halving); none that any of `sweeps` already holds."""
@@ -174,7 +174,7 @@ def more_sweeps(study: Any, layout: Layout, scale: str, max_steps: Optional[int]
     return out
 
 
-def _halving(study: Any, layout: Layout, scale: str, max_steps: Optional[int], budgets: list[str], runs: list[Run],
+def _halving(study: StudyConfig, layout: Layout, scale: str, max_steps: Optional[int], budgets: list[str], runs: list[Run],
              table: Losses) -> list[Sweep]:
     """Successive halving over the warm-ups: each halved budget (plan.halved) whose budget below has ended
     runs gets the frontier's grid at that budget's halving_keep best warm-ups."""
@@ -197,7 +197,7 @@ def _halving(study: Any, layout: Layout, scale: str, max_steps: Optional[int], b
     return out
 
 
-def _wider(study: Any, arm: str, is_frontier: bool, pick: dict, same: list[dict], table: Losses) -> list:
+def _wider(study: StudyConfig, arm: str, is_frontier: bool, pick: dict, same: list[dict], table: Losses) -> list:
     """(setting, seeds) to run for one chosen setting: its edges, its LR neighbours, its near ties."""
     cfg, out = study.arms[arm], []
     first = list(study.selection_seeds)

@@ -60,10 +60,10 @@ def parse_until(text: str, start: float) -> float:
         if h > 23 or m > 59 or s > 59:
             raise ConfigError(f"--until {text!r}: not a time of day (HH:MM, 00:00 to 23:59)")
         here = dt.datetime.fromtimestamp(start).astimezone()
-        end = here.replace(hour=h, minute=m, second=s, microsecond=0)
-        if end.timestamp() <= start:
-            end += dt.timedelta(days=1)  # 06:00 given at 23:00: tomorrow's
-        return end.timestamp()
+        at = here.replace(hour=h, minute=m, second=s, microsecond=0)
+        if at.timestamp() <= start:
+            at += dt.timedelta(days=1)  # 06:00 given at 23:00: tomorrow's
+        return at.timestamp()
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -160,7 +160,8 @@ class Window:
         left, spent = self.left(), 0.0
         for i, cost in enumerate(costs):
             spent += cost
-            if self.estimate(spent) > left:
+            seconds = self.estimate(spent)
+            if seconds is not None and seconds > left:
                 return i
         return len(costs)
 
