@@ -266,7 +266,8 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
         environment.check_resume(previous.summary, run_dir, torch.get_num_threads())
     distributed.init(world)
     with _claimed(run_dir, world, resuming(cfg.train.resume)):
-        session = build(cfg, _no_tracker_yet)
+        rows = RowSink()  # the trainer's `emit` from its construction on; the tracker is opened into it
+        session = build(cfg, rows)
         cfg = session.cfg
         trainer, runner = session.trainer, session.runner
         checkpoints = CheckpointFolder(run_dir, keep=cfg.train.keep_checkpoints)
@@ -279,7 +280,7 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
         # and drop them.
         tracker = open_tracker(session, run_dir, record, origin, resumed) if world.is_main else None
         with tracker if tracker is not None else contextlib.nullcontext():
-            trainer.emit = tracker.log if tracker is not None else _drop
+            rows.open(tracker.log if tracker is not None else _drop)
             outcome = Outcome("finished", _initial_val_loss(session, resumed), StopSignals())
             saver = CheckpointSaver(runner, checkpoints, tracker, resumed, outcome.initial_val,
                                     cfg.train.checkpoint_interval, session.fine_step_flops)
@@ -344,8 +345,21 @@ def _training(session: Session, outcome: Outcome, checkpoints: CheckpointFolder)
         session.trainer.close()
 
 
-def _no_tracker_yet(row: dict) -> None:
-    raise RuntimeError("a metrics row before the tracker was opened")
+class RowSink:
+    """Where a run's metrics rows go, given to the trainer (and through it to the evaluator and the
+    measurers) when it is built: the tracker's `log` once `open`ed (rank 0), nothing on other ranks. The
+    tracker opens only after everything that can refuse the run has passed, so a row before it is a bug."""
+
+    def __init__(self) -> None:
+        self._write: Optional[Callable[[dict], None]] = None
+
+    def open(self, write: Callable[[dict], None]) -> None:
+        self._write = write
+
+    def __call__(self, row: dict) -> None:
+        if self._write is None:
+            raise RuntimeError("a metrics row before the tracker was opened")
+        self._write(row)
 
 
 def _drop(row: dict) -> None:
@@ -452,8 +466,8 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
         "flops_formula": FLOPS_FORMULA,
         "flops_per_fine_step": session.fine_step_flops,
         "total_flops_blocks": s.flops_blocks,
-        "diag_flops": s.diag_flops,
-        "eval_flops": s.eval_flops,
+        "diag_flops": session.runner.parts.measured_flops(),  # each measurer's own counter
+        "eval_flops": session.evaluator.flops,
         "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
         "data": session.data,
         "corpus": session.data.get("corpus"),  # the text's identity: name, sha256, documents, bytes

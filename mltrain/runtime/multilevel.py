@@ -74,10 +74,15 @@ class MultilevelParts(Parts):
         self.hierarchy.prolong(self._coarse_view(phase))
         return True
 
-    # The checkpoint entries, as the runner's state has always named them.
+    def measured_flops(self) -> float:
+        return self.diagnostics.flops
+
+    # The checkpoint entries (the first two as the runner's state has always named them).
     def state_dict(self) -> dict[str, Any]:
-        return {"coarse_storage": self.hierarchy.state_dict(), "diag_index": self.diagnostics.index}
+        return {"coarse_storage": self.hierarchy.state_dict(), "diag_index": self.diagnostics.index,
+                "diag_flops": self.diagnostics.flops}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.hierarchy.load_state_dict(state["coarse_storage"])
         self.diagnostics.index = int(state["diag_index"])
+        self.diagnostics.flops = float(state["diag_flops"])

@@ -60,6 +60,10 @@ class Parts:
         PhaseHandler, PhaseContext)."""
         return {}
 
+    def measured_flops(self) -> float:
+        """FLOPs of the method's own measurements so far (summary.json's diag_flops), never on the FLOPs axis."""
+        return 0.0
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of these objects, as entries of the runner's state."""
         return {}

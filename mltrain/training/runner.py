@@ -54,6 +54,9 @@ PhaseHandler = Callable[[PhaseContext, Phase], bool]
 # The handler of each kind of phase but `train`: `handler(ctx, phase)` carries the phase out between two
 # steps; False when `ctx.should_stop()` ended it early (its position then resumes it).
 PHASE_HANDLERS: dict[str, PhaseHandler] = {}
+# The measurers' counters (the evaluator's, the method's own measurements'), which a file written before
+# each measurer kept its own holds among the train state's counters.
+MEASURED = ("eval_flops", "diag_flops")
 
 
 def phase_handler(kind: str) -> Callable[[PhaseHandler], PhaseHandler]:
@@ -266,6 +269,7 @@ class PlanRunner:
             "fine_optimizer": self.fine_optimizer.state_dict(),
             "own_optimizers": {path_key(p): opt.state_dict() for p, opt in self.own_optimizers.items()},
             **self.parts.state_dict(),
+            **self.evaluator.state_dict(),
             "train_state": t.state.state_dict(),
             "samplers": {name: stream.state_dict() for name, stream in self.streams.items()},
             "elapsed_s": clock["elapsed_s"],  # so time_s and train_time_s go on from where they stopped
@@ -281,7 +285,7 @@ class PlanRunner:
         t = self.trainer
         t.model.load_state_dict(state["model"])
         self.fine_optimizer.load_state_dict(state["fine_optimizer"])
-        self.parts.load_state_dict(state)
+        self.parts.load_state_dict({**{k: v for k, v in state["train_state"].items() if k in MEASURED}, **state})
         first = {}  # each own optimizer's first phase in the plan: the view it is made for
         for p in self.plan:
             if p.optimizer is not None:
@@ -289,7 +293,11 @@ class PlanRunner:
         for key, opt_state in state["own_optimizers"].items():
             phase = first[key_path(key)]
             self._new_optimizer(phase, self.view_for(phase)).load_state_dict(opt_state)
-        t.state = TrainState.from_state(state["train_state"])
+        counters = dict(state["train_state"])
+        # a file written before the measurers kept their own counters has them among the train state's
+        measured = {key: counters.pop(key) for key in MEASURED if key in counters}
+        t.state = TrainState.from_state(counters)
+        self.evaluator.load_state_dict({**measured, **state})
         for name, stream in self.streams.items():
             stream.load_state_dict(state["samplers"][name])
         t.clock.restart(elapsed=state["elapsed_s"], apart=state.get("apart_s", 0.0))

@@ -51,9 +51,6 @@ class TrainState:
     # The same sum with a step of an n-block view costed at n / n_layer of a fine step (blocks only, as
     # the paper may have counted). Equal to `flops` for fine steps.
     flops_blocks: float = 0.0
-    # Measurements, never on the FLOPs axis: the per-cycle diagnostics and held-out evaluation.
-    diag_flops: float = 0.0
-    eval_flops: float = 0.0
     phase_index: int = 0  # position in the plan
     step_in_phase: int = 0
     skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss (train.on_nonfinite=skip)

@@ -25,6 +25,8 @@ def earlier_layout(payload: dict, kinds: tuple[str, ...] = ("fine", "coarse", "c
     for kind in kinds:
         state[f"{kind}_steps"] = steps.get(kind, 0)
     state["coarse_flops"] = kind_flops.get("coarse", 0.0)
+    state["eval_flops"] = runner.pop("eval_flops")  # the measurers' counters were train state then
+    state["diag_flops"] = runner.pop("diag_flops", 0.0)
     runner["train_state"] = state
     runner["coarse_optimizers"] = runner.pop("own_optimizers")
     runner.setdefault("coarse_storage", {})
@@ -39,7 +41,7 @@ def earlier_layout(payload: dict, kinds: tuple[str, ...] = ("fine", "coarse", "c
 
 def test_the_earlier_train_state_reads_into_the_mappings():
     s = TrainState.from_state({"fine_steps": 7, "coarse_steps": 4, "control_steps": 0, "tokens": 10, "flops": 5.0,
-                               "coarse_flops": 2.0, "flops_blocks": 4.0, "diag_flops": 1.0, "eval_flops": 1.0,
+                               "coarse_flops": 2.0, "flops_blocks": 4.0,
                                "phase_index": 3, "step_in_phase": 2, "skipped_steps": 0})
     assert s.steps == {"fine": 7, "coarse": 4, "control": 0} and s.kind_flops == {"coarse": 2.0}
     assert (s.fine_steps, s.optimizer_steps, s.phase_index, s.step_in_phase) == (7, 11, 3, 2)
@@ -59,7 +61,8 @@ def test_an_earlier_checkpoint_resumes_exactly(tmp_path, overrides, stop):
     torch.save(earlier_layout(torch.load(path, weights_only=True)), path)
     resumed = build(cfg(), lambda row: None)
     load_checkpoint(path, resumed.runner)
-    assert resumed.trainer.state.optimizer_steps == stop
+    assert resumed.trainer.state.optimizer_steps == stop and resumed.evaluator.flops == first.evaluator.flops
+    assert resumed.runner.parts.measured_flops() == first.runner.parts.measured_flops()
     assert resumed.runner.run()
     counted = lambda state: {kind: n for kind, n in state.steps.items() if n}  # noqa: E731 (the earlier zeros)
     assert counted(resumed.trainer.state) == counted(whole.trainer.state)
