@@ -63,7 +63,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = cfg.n_head
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        # scaled init, see GPT._init_weights (torch's stubs type a module attribute as a Tensor or Module)
+        # scaled init, see GPT.init_weights (torch's stubs type a module attribute as a Tensor or Module)
         self.c_proj.residual_projection = True  # type: ignore[assignment]
         self.dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
@@ -139,11 +139,12 @@ class GPT(nn.Module):
         self.ln_f = make_norm(cfg)
         self.lm_head = nn.Linear(cfg.n_embd, padded_vocab(cfg), bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one matrix, counted once
-        self.apply(self._init_weights)
+        self.apply(self.init_weights)
 
-    def _init_weights(self, module: nn.Module) -> None:
-        # GPT-2: N(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2·n_layer) so the
-        # residual stream's variance does not grow with depth.
+    def init_weights(self, module: nn.Module) -> None:
+        """Draw `module`'s weights afresh, as at construction (from torch's global RNG): GPT-2's N(0, 0.02)
+        everywhere, residual projections scaled by 1/sqrt(2·n_layer) so the residual stream's variance
+        does not grow with depth. `model.blocks[i].apply(model.init_weights)` redraws block i."""
         if isinstance(module, nn.Linear):
             std = 0.02
             if getattr(module, "residual_projection", False):

@@ -1,7 +1,7 @@
 """Build the parts from the config, run the plan, write the summary.
 
-    config → preflight (validate, the resume check) → data → model → samplers, optimizer, hierarchy
-           → Trainer, Evaluator, PlanRunner (training/) → metrics.jsonl / W&B (Tracker),
+    config → preflight (validate, the resume check) → data → model → the fine batches, Trainer, Evaluator,
+           the depth method's parts (its build hook), optimizer, PlanRunner (training/) → metrics.jsonl / W&B (Tracker),
              checkpoints/ (training/checkpoint.py CheckpointSaver) → summary.json, the weights
 
 `run` reads as the run does: claim the dir, build, restore, open the tracker, train, summarize, write
@@ -21,7 +21,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -33,12 +33,12 @@ from mltrain.data import BatchSampler, load_tokens
 from mltrain.errors import ConfigError, StorageError
 from mltrain.flops import FLOPS_FORMULA, train_flops_per_step
 from mltrain.memory import check_fits
-from mltrain.method.coarsening import build_scheme
 from mltrain.method.cost import plan_cost
-from mltrain.method.kinds import PhaseKind, RunKind, StepKind, coarse_name
-from mltrain.method.plan import planned_steps
+from mltrain.method.kinds import RunKind, StepKind
+from mltrain.method.plan import planned_steps, where_stopped
+from mltrain.method.registry import method_for
 from mltrain.model import GPT, GPTConfig
-from mltrain.model_settings import model_config
+from mltrain.model_settings import model_config, resolved_vocab
 from mltrain.plain import plain
 from mltrain.preflight import Checked, preflight
 from mltrain.runs import rundir
@@ -57,19 +57,12 @@ from mltrain.training.evaluation import Evaluator
 from mltrain.training.optim import build_optimizer
 from mltrain.training.resume import StopSignals, resume_command, say
 from mltrain.training.rows import NonFiniteLoss
-from mltrain.training.runner import PlanRunner, Samplers
+from mltrain.training.parts import BuildKit, Parts
+from mltrain.training.runner import PlanRunner
 from mltrain.training.settings import eval_batch_size, held_out_sequences
 from mltrain.training.trainer import Trainer, TrainState
-from mltrain.views import Hierarchy
 
 log = logging.getLogger("mltrain")
-
-# Offsets that give the diagnostic batches and the coarse phases (and the schedule control's steps)
-# their own seeded streams: the fine stream is consumed only by fine steps, so fine step n of every run
-# with the same seed (single-level, multilevel, control, any budget) trains on the same batch.
-DIAG_SEED_OFFSET = 1_000_003
-COARSE_SEED_OFFSET = 2_000_003
-
 
 class RunInterrupted(Exception):
     """The run stopped on a signal after writing a checkpoint. `exit_code` is 128 + the signal number;
@@ -141,7 +134,7 @@ class Session:
     @property
     def fine_step_flops(self) -> float:
         c = self.model.config
-        return train_flops_per_step(c.n_layer, c.n_embd, c.vocab_size, c.block_size, self.cfg.train.batch_size)
+        return train_flops_per_step(c.n_layer, c.n_embd, resolved_vocab(c), c.block_size, self.cfg.train.batch_size)
 
 
 def data_record(data) -> dict:
@@ -158,8 +151,8 @@ def data_record(data) -> dict:
 
 
 def build(cfg: Config, emit: Callable[[dict], None]) -> Session:
-    """Data, model, samplers, optimizer, hierarchy, trainer, evaluator and runner for a validated `cfg`;
-    every metrics row goes to `emit`.
+    """Data, model, the fine batch stream, trainer, evaluator, the depth method's own parts (its build
+    hook: training/parts.py), optimizer and runner for a validated `cfg`; every metrics row goes to `emit`.
 
     Deterministic in cfg.seed: two sessions built from one config train identically (what resume relies
     on). The session's config is `cfg` with model.vocab_size resolved from the tokenizer (a copy: `cfg`
@@ -167,18 +160,16 @@ def build(cfg: Config, emit: Callable[[dict], None]) -> Session:
     # Cheap before expensive: what needs only the config and the data's size (the samplers refuse a
     # split shorter than one context window; the memory bound) is checked before the device or the
     # model is touched, so an impossible run stops in seconds with one line, not after a huge allocation.
-    world = distributed.world_from_env()
+    world, method = distributed.world_from_env(), method_for(cfg)
     t = cfg.train
-    B, coarse_B = t.batch_size, cfg.multilevel.coarse_batch_size or t.batch_size
-    if problem := distributed.check_divisible(world, t.grad_accum, **{
-            "train.batch_size": B, "multilevel.coarse_batch_size": coarse_B}):
+    batch_sizes = {"train.batch_size": t.batch_size, **method.batch_sizes()}  # every stream's, by its key
+    if problem := distributed.check_divisible(world, t.grad_accum, **batch_sizes):
         raise ConfigError(problem)
     data = load_tokens(cfg.data)
     # each rank reads its slice; every batch's ids are checked against the vocabulary (data/inputs.py)
-    T, shared = cfg.model.block_size, {"rank": world.rank, "world_size": world.size, "vocab_size": data.vocab_size}
-    fine = BatchSampler(data.train, B, T, seed=cfg.seed, **shared)
-    coarse = BatchSampler(data.train, coarse_B, T, seed=cfg.seed + COARSE_SEED_OFFSET, **shared)
-    diag = BatchSampler(data.train, B, T, seed=cfg.seed + DIAG_SEED_OFFSET, **shared)
+    T = cfg.model.block_size
+    shared: dict[str, Any] = {"rank": world.rank, "world_size": world.size, "vocab_size": data.vocab_size}
+    fine = BatchSampler(data.train, t.batch_size, T, seed=cfg.seed, **shared)
     # the held-out set: fixed sequences of the validation split, whatever the batch, seed or ranks
     val = BatchSampler(data.val, 1, T, seed=0, split="val", vocab_size=data.vocab_size)
     held_out = val.spread(held_out_sequences(t, T))
@@ -187,26 +178,25 @@ def build(cfg: Config, emit: Callable[[dict], None]) -> Session:
 
     device = resolve_device(cfg.device, world)
     dtype = resolve_dtype(t.dtype, device)
-    check_fits(gpt_config, cfg.optim, max(B, coarse_B) // world.size // t.grad_accum, device)
+    check_fits(gpt_config, cfg.optim, max(batch_sizes.values()) // world.size // t.grad_accum, device)
     check_duration(cfg, device, world)  # said first when long; refused beyond a day without consent
     enable_tf32(device)  # the process group is joined already (run, or prepare_launch under the CLI)
-    # the training steps' batches come prefetched, on the device (training/batches.py)
-    samplers = Samplers(fine=DeviceBatches(fine, device, t.prefetch), coarse=DeviceBatches(coarse, device, t.prefetch),
-                        diag=diag)
     compiled = compiles(t.compile, device)
     model = _model(cfg.seed, gpt_config, device, compiled)
-    hierarchy, c = None, cfg.coarsening
-    scheme = build_scheme(c)
-    if scheme.coarsens:  # multilevel training and its schedule control
-        hierarchy = Hierarchy(model, scheme, cfg.multilevel.delta, seed=cfg.seed if c.seed is None else c.seed)
     # MFU only means something against the bf16 peak, i.e. under bf16 autocast (or a peak given for the run)
     peak = peak_flops(device, t.peak_flops) if dtype == torch.bfloat16 or t.peak_flops else None
     trainer = Trainer(model, t, device, dtype, emit, peak_flops=peak, world=world, compiled=compiled)
     evaluator = Evaluator(trainer, held_out, eval_batch_size(t), val.arrays)
+    # the training steps' batches come prefetched, on the device (training/batches.py); a stream of the
+    # method's own has a seed of its own, so fine step n of every run with one seed trains on one batch
+    sampler = lambda size, seed: BatchSampler(data.train, size, T, seed=seed, **shared)  # noqa: E731
+    kit = BuildKit(cfg, model, trainer, device, stream=lambda size, seed: DeviceBatches(sampler(size, seed), device,
+                                                                                         t.prefetch), sampler=sampler)
+    parts = method.build(kit) or Parts(kit)
     fine_optimizer = build_optimizer(model.parameters(), cfg.optim, device)
-    runner = PlanRunner(cfg, trainer, evaluator, hierarchy, fine_optimizer, samplers, device)
+    runner = PlanRunner(cfg, trainer, evaluator, parts, fine_optimizer, DeviceBatches(fine, device, t.prefetch), device)
     if world.distributed:  # one DDP wrapper for every level: see mltrain/training/distributed.py
-        replica = distributed.wrap(model, runner.coarse_storage(), device)
+        replica = distributed.wrap(model, runner.storage(), device)
         # compiled as a whole, so dynamo's DDP optimizer overlaps the bucket all-reduces with the backward
         trainer.attach_replica(replica, torch.compile(replica, **compile_options()) if compiled else replica)
     trainer.bar.reset(total=planned_steps(runner.plan))
@@ -242,8 +232,8 @@ def _model(seed: int, gpt_config: GPTConfig, device: torch.device, compiled: boo
     model.to(device)
     if compiled:
         # The whole model, once: dynamo guards on the number of blocks a call runs, not on which
-        # modules they are (nn.Module parameters are graph inputs), so every coarse model of one
-        # depth reuses one graph, and later cycles compile nothing (checked in tests/e2e/test_compile_once.py).
+        # modules they are (nn.Module parameters are graph inputs), so every view of one depth
+        # reuses one graph, and later cycles compile nothing (checked in tests/e2e/test_compile_once.py).
         compile_model(model, gpt_config.n_layer)
     return model
 
@@ -277,7 +267,8 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
         environment.check_resume(previous.summary, run_dir, torch.get_num_threads())
     distributed.init(world)
     with _claimed(run_dir, world, resuming(cfg.train.resume)):
-        session = build(cfg, _no_tracker_yet)
+        rows = RowSink()  # the trainer's `emit` from its construction on; the tracker is opened into it
+        session = build(cfg, rows)
         cfg = session.cfg
         trainer, runner = session.trainer, session.runner
         checkpoints = CheckpointFolder(run_dir, keep=cfg.train.keep_checkpoints)
@@ -290,7 +281,7 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
         # and drop them.
         tracker = open_tracker(session, run_dir, record, origin, resumed) if world.is_main else None
         with tracker if tracker is not None else contextlib.nullcontext():
-            trainer.emit = tracker.log if tracker is not None else _drop
+            rows.open(tracker.log if tracker is not None else _drop)
             outcome = Outcome("finished", _initial_val_loss(session, resumed), StopSignals())
             saver = CheckpointSaver(runner, checkpoints, tracker, resumed, outcome.initial_val,
                                     cfg.train.checkpoint_interval, session.fine_step_flops)
@@ -329,7 +320,7 @@ class Outcome:
     signals: StopSignals
     stop_line: Optional[str] = None
 
-    def interrupted(self, runner: PlanRunner, checkpoint: Path, run_dir: Path) -> None:
+    def interrupted(self, runner: PlanRunner, checkpoint: Optional[Path], run_dir: Path) -> None:
         s = runner.trainer.state
         self.status = "interrupted"
         self.stop_line = (f"stopped by {self.signals.name} after fine step {s.fine_steps} of "
@@ -355,8 +346,21 @@ def _training(session: Session, outcome: Outcome, checkpoints: CheckpointFolder)
         session.trainer.close()
 
 
-def _no_tracker_yet(row: dict) -> None:
-    raise RuntimeError("a metrics row before the tracker was opened")
+class RowSink:
+    """Where a run's metrics rows go, given to the trainer (and through it to the evaluator and the
+    measurers) when it is built: the tracker's `log` once `open`ed (rank 0), nothing on other ranks. The
+    tracker opens only after everything that can refuse the run has passed, so a row before it is a bug."""
+
+    def __init__(self) -> None:
+        self._write: Optional[Callable[[dict], None]] = None
+
+    def open(self, write: Callable[[dict], None]) -> None:
+        self._write = write
+
+    def __call__(self, row: dict) -> None:
+        if self._write is None:
+            raise RuntimeError("a metrics row before the tracker was opened")
+        self._write(row)
 
 
 def _drop(row: dict) -> None:
@@ -443,7 +447,7 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
     """summary.json: what the run is (run.json's fields), how it ended, what it cost, where it ran.
     `wall_time_s` counts from the initial evaluation on; `train_time_s` is the part spent training (held-out
     evaluation, diagnostics and checkpoints left out), the figure a wall-clock comparison uses."""
-    cfg, trainer, s = session.cfg, session.trainer, session.trainer.state
+    trainer, s = session.trainer, session.trainer.state
     device, wall = trainer.device, trainer.clock.elapsed()
     summary = {
         **record,
@@ -463,15 +467,13 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
         "flops_formula": FLOPS_FORMULA,
         "flops_per_fine_step": session.fine_step_flops,
         "total_flops_blocks": s.flops_blocks,
-        "diag_flops": s.diag_flops,
-        "eval_flops": s.eval_flops,
+        "diag_flops": session.runner.parts.measured_flops(),  # each measurer's own counter
+        "eval_flops": session.evaluator.flops,
         "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
         "data": session.data,
         "corpus": session.data.get("corpus"),  # the text's identity: name, sha256, documents, bytes
         "held_out": session.evaluator.held_out(),
         "provenance": origin,
-        "coarsening": cfg.coarsening.name,
-        "delta": None,  # multilevel runs: multilevel.delta (the method's summary fields)
         "world_size": trainer.world.size,
         "compiled": trainer.compiled,
         **_how_it_ended(outcome, s),
@@ -486,8 +488,8 @@ def summarize(session: Session, outcome: Outcome, record: dict, origin: dict) ->
 
 
 def epochs(tokens: int, data: dict) -> float:
-    """Passes over the training split that `tokens` training tokens (every level's steps, coarse and
-    control steps included; diagnostics and evaluation not) amount to."""
+    """Passes over the training split that `tokens` training tokens (every kind of step included;
+    diagnostics and evaluation not) amount to."""
     return tokens / max(int(data["train_tokens"]), 1)
 
 
@@ -522,7 +524,7 @@ def write_results(session: Session, tracker: Tracker, summary: dict, run_dir: Pa
 def conclude(session: Session, outcome: Outcome, summary: dict, run_dir: Path) -> Optional[float]:
     """Raise for a run that did not finish; otherwise the `done:` line, and the final held-out loss."""
     if outcome.status == "interrupted":
-        raise RunInterrupted(outcome.stop_line, outcome.signals.exit_code, outcome.signals.hand_on)
+        raise RunInterrupted(outcome.stop_line or "interrupted", outcome.signals.exit_code, outcome.signals.hand_on)
     if outcome.status == "diverged":
         raise RunDiverged(outcome.stop_line)
     s, val = session.trainer.state, summary["final_val_loss"]
@@ -530,7 +532,7 @@ def conclude(session: Session, outcome: Outcome, summary: dict, run_dir: Path) -
         "done: %d fine steps%s | %.3g FLOPs (%.0f fine-step equivalents) | train %.4f | val %.4f (from %.4f) "
         "| %.0f tok/s | %.1f s | %s",
         s.fine_steps,
-        f" + {s.coarse_steps} coarse" if s.coarse_steps else (f" + {s.control_steps} control" if s.control_steps else ""),
+        "".join(f" + {n} {kind}" for kind, n in s.steps.items() if kind != StepKind.fine and n),
         s.flops, s.flops / session.fine_step_flops, _num(summary["final_train_loss"]), _num(val),
         outcome.initial_val, summary["tokens_per_s"], summary["wall_time_s"], run_dir,
     )
@@ -538,13 +540,10 @@ def conclude(session: Session, outcome: Outcome, summary: dict, run_dir: Path) -
 
 
 def _inside(runner: PlanRunner) -> str:
-    """` (in cycle 3's coarse phase of model A, step 40 of 100)` when stopped inside a coarse phase."""
+    """Where in its phase a run stopped inside a phase of a model other than the fine one (method/plan.py
+    where_stopped)."""
     s = runner.trainer.state
-    phase = runner.plan[s.phase_index] if s.phase_index < len(runner.plan) else None
-    if phase is None or phase.kind != PhaseKind.train or not phase.path or not 0 < s.step_in_phase < phase.steps:
-        return ""
-    return (f" (in cycle {phase.cycle}'s {phase.step_kind} phase of model {coarse_name(phase.path)}, step "
-            f"{s.step_in_phase} of {phase.steps})")
+    return where_stopped(runner.plan[s.phase_index] if s.phase_index < len(runner.plan) else None, s.step_in_phase)
 
 
 def _num(x: Optional[float]) -> float:

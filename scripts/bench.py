@@ -713,11 +713,11 @@ def measure(args, tmp: Path) -> dict:
                 peak_mem[name] = max(peak_mem[name], torch.cuda.max_memory_allocated(device))
 
     prolong = []
-    coarse_view = ml.runner.hierarchy.view((0,))
+    coarse_view = ml.runner.parts.hierarchy.view((0,))
     for _ in range(args.repeats):
         sync(device)
         t0 = time.perf_counter()
-        ml.runner.hierarchy.prolong(coarse_view)
+        ml.runner.parts.hierarchy.prolong(coarse_view)
         sync(device)
         prolong.append(time.perf_counter() - t0)
 

@@ -41,7 +41,7 @@ def state_after(overrides: list[str], steps: int):
         cfg = typed(compose("config", overrides=[*BASE, *overrides]))
     session = build(cfg, lambda row: None)
     st = session.trainer.state
-    session.runner.run(should_stop=lambda: st.fine_steps + st.coarse_steps >= steps)
+    session.runner.run(should_stop=lambda: st.steps.get("fine", 0) + st.steps.get("coarse", 0) >= steps)
     return session
 
 

@@ -130,7 +130,7 @@ class Counter:
             self._saved[(torch.Tensor, name)] = getattr(torch.Tensor, name)
             setattr(torch.Tensor, name, self._wrap(name))
         from mltrain.training import distributed
-        from mltrain.training.diagnostics import Diagnostics
+        from mltrain.runtime.diagnostics import Diagnostics
         from mltrain.training.evaluation import Evaluator
         from mltrain.training.trainer import Trainer
 

@@ -24,6 +24,7 @@ LAYERS = [
     ("model", ["mltrain.model", "mltrain.model_settings", "mltrain.views", "mltrain.memory"]),
     ("runs", ["mltrain.runs"]),
     ("training", ["mltrain.training"]),
+    ("runtime", ["mltrain.runtime"]),
     ("config", ["mltrain.config"]),
     ("run", ["mltrain.run", "mltrain.preflight"]),
     ("cli", ["mltrain.cli"]),

@@ -43,13 +43,13 @@ class RedrawLast(DepthMethod):
         ]
 
 
-# 3. The handler of the new kind: torch code, given the runner (model, optimizers, trainer) and the phase.
+# 3. The handler of the new kind: torch code, given a narrow context (the model, the fine optimizer, emit,
+# the step, the seed: training/runner.py PhaseContext) and the phase.
 @phase_handler("redraw")
-def redraw(runner, phase, hooks):
-    model = runner.trainer.model
-    torch.manual_seed(runner.cfg.seed)  # the same weights in every run with this seed, and after a resume
-    model.blocks[phase.block].apply(model._init_weights)
-    runner.trainer.emit({"step": runner.trainer.state.fine_steps, "redrawn_block": phase.block})
+def redraw(ctx, phase):
+    torch.manual_seed(ctx.seed)  # the same weights in every run with this seed, and after a resume
+    ctx.model.blocks[phase.block].apply(ctx.model.init_weights)
+    ctx.emit({"step": ctx.step, "redrawn_block": phase.block})
     return True  # False would mean: stopped inside the phase
 
 

@@ -72,7 +72,9 @@ class PhaseKind(Choice):
 
 
 class StepKind(Choice):
-    """Which counter an optimizer step adds to (TrainState) and which train rows it is averaged in."""
+    """The built-in kinds of optimizer step: which count a step adds to (TrainState.steps, one mapping by
+    kind) and which train rows it is averaged in. An open set: a method's phase may count its steps as a
+    kind of its own (any other string), counted and reported as these are."""
 
     fine = "fine"  # a step of the fine model's optimizer on the fine data stream
     coarse = "coarse"  # a step of a coarse model
@@ -80,11 +82,12 @@ class StepKind(Choice):
 
 
 class BatchStream(Choice):
-    """Which of a run's seeded batch streams a train phase draws from: the fine stream is drawn by fine
-    steps alone, so fine step n of every run with one seed trains on the same batch."""
+    """The built-in names of a run's seeded batch streams, which a train phase draws from: the fine stream
+    is drawn by fine steps alone, so fine step n of every run with one seed trains on the same batch. A
+    method's parts may add streams of other names (training/parts.py)."""
 
     fine = "fine"
-    coarse = "coarse"  # its own seed and multilevel.coarse_batch_size: coarse phases and their stand-ins
+    coarse = "coarse"  # multilevel's (runtime/multilevel.py): its own seed and multilevel.coarse_batch_size
 
 
 # The models a plan trains are named by their path (the index of the coarse model chosen at each level):

@@ -102,6 +102,7 @@ class Multilevel(DepthMethod):
     name = "multilevel"
     sections = ("multilevel", "coarsening")
     by_name = False
+    parts = "mltrain.runtime.multilevel:MultilevelParts"  # the hierarchy, the coarse stream, the diagnostics
     cfg: MultilevelRun
 
     @classmethod
@@ -183,8 +184,8 @@ class Multilevel(DepthMethod):
         settings, schedule = self._coarse_settings
         return Phase(PhaseKind.train, path, steps, c, trains=path,
                      optimizer=OwnOptimizer(path, settings, ml.coarse_optimizer_state == StatePolicy.reset),
-                     schedule=schedule, batches=BatchStream.coarse, step_kind=StepKind.coarse, columns=cycle,
-                     row_every=int(ml.coarse_log_interval))
+                     schedule=schedule, batches=BatchStream.coarse, step_kind=StepKind.coarse,
+                     columns=(*cycle, ("coarse_model", path[-1])), row_every=int(ml.coarse_log_interval))
 
     @cached_property
     def _coarse_settings(self) -> tuple[OptimConfig, PhaseSchedule]:
@@ -205,8 +206,22 @@ class Multilevel(DepthMethod):
     def _resets_fine(self, sub: tuple[int, ...]) -> bool:
         return len(sub) == 1 and self.cfg.multilevel.fine_momentum_after_prolong == StatePolicy.reset
 
+    def batch_sizes(self) -> dict[str, int]:
+        return {"multilevel.coarse_batch_size": self.cfg.multilevel.coarse_batch_size or self.cfg.train.batch_size}
+
     def summary_fields(self, state: Any, fine_step_flops: float) -> dict[str, Any]:
-        return {**super().summary_fields(state, fine_step_flops), "delta": self.cfg.multilevel.delta}
+        """Its steps of each kind and their FLOPs, in fine steps too (what mltrain-compare sets against
+        the single-level runs), and the prolongation's delta."""
+        steps, flops = state.steps, state.kind_flops
+        return {**super().summary_fields(state, fine_step_flops), "delta": self.cfg.multilevel.delta, "coarse_steps": steps.get(StepKind.coarse.value, 0),
+                "coarse_flops": flops.get(StepKind.coarse.value, 0.0),
+                "control_steps": steps.get(StepKind.control.value, 0),
+                "fine_equivalent_steps": state.flops / fine_step_flops}
+
+    def identity(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"coarsening.scheme": c.coarsening.scheme, "coarsening.k": c.coarsening.k,
+                "coarsening.step_scale": c.coarsening.step_scale, "multilevel.levels": c.multilevel.levels}
 
     def _children(self) -> list[int]:
         """The coarse models of one level, in the order multilevel.order trains them."""
@@ -234,7 +249,7 @@ class ScheduleControl(Multilevel):
         if not path:
             return phase
         return replace(phase, trains=(), step_kind=StepKind.control,
-                       columns=(*phase.columns, ("control_for", coarse_name(path))))
+                       columns=(("cycle", c), ("control_for", coarse_name(path))))
 
     def visit(self, sub: tuple[int, ...], c: int, inner: list[Phase]) -> list[Phase]:
         """The stand-in phases alone (nothing to restrict, measure or prolong); the last one clears the

@@ -20,11 +20,11 @@ resumable "schedule position".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
-from mltrain.method.kinds import BatchStream, PhaseKind, RunKind, StepKind
-from mltrain.method.paths import BlockCopies, PathPolicy
+from mltrain.method.kinds import BatchStream, PhaseKind, RunKind, StepKind, coarse_name
+from mltrain.method.paths import BlockCopies, PathPolicy, describe
 from mltrain.method.registry import method_for
 from mltrain.method.settings import RunSettings, TrainSteps
 from mltrain.optim_settings import OptimConfig
@@ -64,8 +64,8 @@ class Phase:
     trains: tuple[int, ...] = ()  # the model whose weights step: () the fine one, else that coarse model's path
     optimizer: Optional[OwnOptimizer] = None  # None: the fine optimizer
     schedule: Optional[PhaseSchedule] = None  # None: the fine LR schedule, at the run's fine step
-    batches: BatchStream = BatchStream.fine
-    step_kind: StepKind = StepKind.fine
+    batches: str = BatchStream.fine  # a BatchStream, or a stream the method's parts add (training/parts.py)
+    step_kind: str = StepKind.fine  # a StepKind, or a kind of step a method adds (counted by its name)
     columns: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs every train row of the phase adds
     row_every: int = 0  # a train row every N steps of the phase and at its end; 0: every train.log_interval fine steps
     # -- what happens when the phase ends
@@ -78,6 +78,29 @@ class Phase:
     @property
     def row_columns(self) -> dict[str, Any]:
         return dict(self.columns)
+
+
+_PHASE_FIELDS = frozenset(f.name for f in fields(Phase))
+
+
+def phase_text(p: Phase) -> str:
+    """A phase as a checkpoint names it in its plan (training/checkpoint.py): another text is another plan."""
+    where = "fine" if not p.path else "coarse " + ".".join(map(str, p.path))
+    text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == PhaseKind.train else "")
+    # a rival method's sub-paths and growths: another setting of them is another plan
+    text += "".join(f" {describe(rule)}" for rule in (p.paths, p.growth) if rule is not None)
+    # a method's own kind of phase: the fields it adds (another value of them is another plan)
+    text += "".join(f" {f.name}={getattr(p, f.name)}" for f in fields(p) if f.name not in _PHASE_FIELDS)
+    return text + (f" (cycle {p.cycle})" if p.cycle is not None else "")
+
+
+def where_stopped(phase: Optional[Phase], step_in_phase: int) -> str:
+    """` (in cycle 3's coarse phase of model A, step 40 of 100)` for a run stopped inside a train phase of a
+    model other than the fine one; `` otherwise."""
+    if phase is None or phase.kind != PhaseKind.train or not phase.path or not 0 < step_in_phase < phase.steps:
+        return ""
+    return (f" (in cycle {phase.cycle}'s {phase.step_kind} phase of model {coarse_name(phase.path)}, step "
+            f"{step_in_phase} of {phase.steps})")
 
 
 def budget_steps(train: TrainSteps) -> int:

@@ -18,6 +18,9 @@ mltrain asks about it, in one place:
                                 which row columns it adds and what happens after it
     summary_fields(state, fine_step_flops)   what its runs add to summary.json
     identity()                  the settings a checkpoint names as its scheme (training/checkpoint.py)
+    build(kit)                  its run's objects beyond the fine model (training/parts.py Parts): by
+                                default the class its `parts` names ("module:Class"), if any
+    batch_sizes()               the batch sizes of the streams its parts add, by config key
 
 A new method is one class:
 
@@ -38,6 +41,7 @@ list the run kinds from here.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any, ClassVar, Optional
 
 from mltrain.errors import ConfigError
@@ -72,20 +76,35 @@ class DepthMethod:
         in all (train.max_steps x train.budget)."""
         raise NotImplementedError
 
+    def batch_sizes(self) -> dict[str, int]:
+        """The batch sizes of the method's own batch streams, by config key (each must divide among the
+        ranks and micro-batches, and the largest must fit in memory, as train.batch_size must)."""
+        return {}
+
+    parts: ClassVar[Optional[str]] = None  # "module:Class" its build hook makes (None: the fine model alone)
+
+    def build(self, kit: Any) -> Any:
+        """The build hook: the objects this method's run has beyond the fine model, its optimizer and the
+        fine batch stream (training/parts.py `Parts`: views of its own, batch streams, handlers of its own
+        kinds of phase), made from `kit` (training/parts.py `BuildKit`); None: none. By default the
+        class `parts` names, imported by name (this layer imports no torch) and called as
+        `cls(method, kit)`."""
+        if self.parts is None:
+            return None
+        module, _, name = self.parts.partition(":")
+        return getattr(importlib.import_module(module), name)(self, kit)
+
     def summary_fields(self, state: Any, fine_step_flops: float) -> dict[str, Any]:
         """The fields a run of this method adds to summary.json, from its counters at the end (`state`:
-        training/trainer.py TrainState). Every method but single-level training reports its steps of
-        each kind and its FLOPs in fine steps (what mltrain-compare sets against the single-level runs)."""
-        return {"coarse_steps": state.coarse_steps, "coarse_flops": state.coarse_flops,
-                "control_steps": state.control_steps, "fine_equivalent_steps": state.flops / fine_step_flops}
+        training/trainer.py TrainState, its steps and FLOPs by step kind). By default the setting every
+        run has that says which scheme, if any, coarsened it (`coarsening`: `none` but for multilevel runs)."""
+        return {"coarsening": self.cfg.coarsening.name}
 
     def identity(self) -> dict[str, Any]:
-        """The settings a checkpoint records as its scheme, besides the run kind and coarsening.scheme: a
-        checkpoint whose scheme differs is refused as another scheme's (the config digest covers every
-        value as well)."""
-        c = self.cfg
-        return {"coarsening.k": c.coarsening.k, "coarsening.step_scale": c.coarsening.step_scale,
-                "multilevel.levels": c.multilevel.levels}
+        """The settings a checkpoint records as its scheme, besides the run kind: a checkpoint whose scheme
+        differs is refused as another scheme's (the config digest covers every value as well). None by
+        default."""
+        return {}
 
 
 _METHODS: dict[str, type[DepthMethod]] = {}

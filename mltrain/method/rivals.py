@@ -10,6 +10,8 @@ phases (after a grow phase, for stacking), its `check_keys` check its own sectio
 
 from __future__ import annotations
 
+from typing import Any
+
 from mltrain.errors import ConfigError
 from mltrain.method.coarsening import scheme_class
 from mltrain.method.kinds import PhaseKind
@@ -36,6 +38,10 @@ class Rival(DepthMethod):
 
     def plan(self, total_steps: int) -> list[Phase]:
         return stage_phases(self.stages(total_steps))
+
+    def summary_fields(self, state: Any, fine_step_flops: float) -> dict[str, Any]:
+        """Its FLOPs in fine steps (each step costs what the blocks it ran cost)."""
+        return {**super().summary_fields(state, fine_step_flops), "fine_equivalent_steps": state.flops / fine_step_flops}
 
 
 def stage_phases(stages: list[Stage]) -> list[Phase]:

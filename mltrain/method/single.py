@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from mltrain.method.coarsening import scheme_class
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.plan import Phase
@@ -24,9 +22,3 @@ class Single(DepthMethod):
 
     def plan(self, total_steps: int) -> list[Phase]:
         return [Phase(PhaseKind.train, (), total_steps)]
-
-    def summary_fields(self, state: Any, fine_step_flops: float) -> dict[str, Any]:
-        return {}  # fine steps alone: summary.json's common fields say it all
-
-    def identity(self) -> dict[str, Any]:
-        return {}

@@ -5,7 +5,7 @@ The runner's state is exact mid-cycle (plan position, step within the phase, eve
 samplers' positions, the RNG, the loss sums of rows not yet written), so a run stopped anywhere and
 restored into a runner built from the same config continues as if never stopped.
 
-A file proves which run it belongs to: its identity holds the model, the coarsening scheme, the plan, and
+A file proves which run it belongs to: its identity holds the model, the method's scheme, the plan, and
 every config value that changes what the run computes (all keys but the bookkeeping ones, with a SHA-256
 over them) and a fingerprint of the training and validation tokens. A checkpoint of another run (another
 seed, learning rate, data, ...) is refused with one line naming the difference, before anything is
@@ -16,7 +16,7 @@ checkpoint, keys missing) is named in one warning and the next older one is used
 
 `run_dir/checkpoints/step-<fine steps>-<optimizer steps>.pt`: the newest `keep` are kept. When they are
 taken (`CheckpointSaver`, the runner's after-step hook): every train.checkpoint_interval fine steps (or
-their FLOPs inside coarse phases), at the end and on a signal.
+their FLOPs inside phases of other step kinds), at the end and on a signal.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import warnings
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -38,9 +38,8 @@ import torch
 from mltrain.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
 from mltrain.errors import CheckpointError, StorageError
 from mltrain.plain import plain
-from mltrain.method.kinds import PhaseKind, StepKind
-from mltrain.method.paths import describe
-from mltrain.method.plan import Phase
+from mltrain.method.kinds import StepKind
+from mltrain.method.plan import phase_text
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.tracking import Tracker
 from mltrain.training.resume import new_key_at_default
@@ -52,11 +51,13 @@ log = logging.getLogger("mltrain")
 FORMAT = 2  # 2: the identity holds the run's computation config and data fingerprint
 FOLDER = "checkpoints"
 _NAME = re.compile(r"step-(\d+)-(\d+)\.pt")
-# What PlanRunner.state_dict() holds, with the type each entry must have.
+# What PlanRunner.state_dict() holds, with the type each entry must have (a run's parts add entries of
+# their own, which they check as they load them).
 _RUNNER_KEYS: dict[str, type | tuple[type, ...]] = {
-    "model": dict, "fine_optimizer": dict, "coarse_optimizers": dict, "coarse_storage": dict, "train_state": dict,
-    "samplers": dict, "diag_index": int, "elapsed_s": (int, float), "last_loss": dict, "torch_rng": torch.Tensor,
-    "cuda_rng": list}
+    "model": dict, "fine_optimizer": dict, "own_optimizers": dict, "train_state": dict, "samplers": dict,
+    "elapsed_s": (int, float), "last_loss": dict, "torch_rng": torch.Tensor, "cuda_rng": list}
+# Entries that files written before a rename name otherwise: read under today's names.
+_RENAMED = {"coarse_optimizers": "own_optimizers"}
 _WINDOWS, _WINDOW = 16, 1024  # the data fingerprint reads 16 windows of 1,024 tokens of every array
 
 
@@ -109,33 +110,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_PHASE_FIELDS = {f.name for f in fields(Phase)}
-
-
-def _phase_text(p: Phase) -> str:
-    where = "fine" if not p.path else "coarse " + ".".join(map(str, p.path))
-    text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == PhaseKind.train else "")
-    # a rival method's sub-paths and growths: another setting of them is another plan
-    text += "".join(f" {describe(rule)}" for rule in (p.paths, p.growth) if rule is not None)
-    # a method's own kind of phase: the fields it adds (another value of them is another plan)
-    text += "".join(f" {f.name}={getattr(p, f.name)}" for f in fields(p) if f.name not in _PHASE_FIELDS)
-    return text + (f" (cycle {p.cycle})" if p.cycle is not None else "")
-
-
 def identity(runner: PlanRunner) -> dict:
-    """What a checkpoint belongs to: the model's shape, the coarsening scheme, the whole plan, the
-    computation config (and its digest) and the data's fingerprint."""
+    """What a checkpoint belongs to: the model's shape, the method's scheme (the run kind and the method's
+    `identity()`), the whole plan, the computation config (and its digest) and the data's fingerprint."""
     cfg = runner.cfg
     model = asdict(cfg.model)
-    scheme = {"run kind": runner.kind, "coarsening.scheme": cfg.coarsening.scheme, **runner.method.identity()}
+    scheme = {"run kind": runner.kind, **runner.method.identity()}
     config = computation_config(cfg)
     return {
         "model": {f"model.{k}": _plain(v) for k, v in model.items()},
         "scheme": {k: _plain(v) for k, v in scheme.items()},
-        "plan": [_phase_text(p) for p in runner.plan],
+        "plan": [phase_text(p) for p in runner.plan],
         "config": config,
         "config_sha256": config_digest(config),
-        "data": data_fingerprint(runner.samplers.fine.arrays, runner.evaluator.val_arrays),
+        "data": data_fingerprint(runner.streams["fine"].arrays, runner.evaluator.val_arrays),
     }
 
 
@@ -158,8 +146,11 @@ def _config_mismatch(saved: dict, here: dict, schema: Optional[type] = None) -> 
 
 def _mismatch(saved: dict, here: dict, schema: Optional[type] = None) -> Optional[str]:
     for part in ("model", "scheme"):
+        # the scheme's settings that the method names now (a setting an older file names besides them is
+        # compared with the config below)
         a, b = saved.get(part, {}), here[part]
-        diffs = [f"{k}={a.get(k)!r} there, {b.get(k)!r} here" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        keys = set(b) if part == "scheme" else set(a) | set(b)
+        diffs = [f"{k}={a.get(k)!r} there, {b.get(k)!r} here" for k in sorted(keys) if a.get(k) != b.get(k)]
         if diffs:
             return f"another {part} ({'; '.join(diffs)})"
     a, b = saved.get("plan", []), here["plan"]
@@ -229,6 +220,9 @@ def _check_state(path: Any, payload: dict, runner: PlanRunner) -> None:
         if not isinstance(payload.get(part), dict):
             raise _damaged(path, f"its {part!r} part is missing")
     state = payload["runner"]
+    for old, new in _RENAMED.items():
+        if old in state and new not in state:
+            state[new] = state.pop(old)
     for key, kind in _RUNNER_KEYS.items():
         if not isinstance(state.get(key), kind):
             raise _damaged(path, f"runner state {key!r} is missing or not a {getattr(kind, '__name__', 'number')}")
@@ -331,7 +325,7 @@ class Cadence:
     def __init__(self, interval: int, fine_step_flops: float, last_flops: float = 0.0):
         self.interval, self.fine_step_flops, self.last_flops = interval, fine_step_flops, last_flops
 
-    def due(self, kind: StepKind, state: Any) -> bool:
+    def due(self, kind: str, state: Any) -> bool:
         if self.interval <= 0:
             return False
         if kind == StepKind.fine:
@@ -345,7 +339,7 @@ class Cadence:
 
 class CheckpointSaver:
     """A run's checkpoints into `folder`: on their cadence (Cadence: every `interval` fine steps, or their
-    FLOPs inside coarse phases), at the end and on a signal (`save`). Never one of a state after a bad
+    FLOPs inside phases of other step kinds), at the end and on a signal (`save`). Never one of a state after a bad
     step (every rank checks), never two of one position; rank 0 writes the one file of the job (ranks > 0
     have no `tracker`). Time spent here is not training time. `after_step` is the runner's hook."""
 
@@ -356,7 +350,7 @@ class CheckpointSaver:
         # a resumed run's position is its checkpoint's: nothing new to save there
         self.saved_at = runner.trainer.state.optimizer_steps if "initial_val_loss" in resumed else -1
 
-    def after_step(self, kind: StepKind) -> None:
+    def after_step(self, kind: str) -> None:
         if self.cadence.due(kind, self.runner.trainer.state):
             self.save()
 

@@ -7,7 +7,7 @@ The value itself is read by training/settings.py `compile_setting`, beside the t
 config.validate checks it without torch.
 
 One graph per shape: a call of the compiled model is guarded on how many blocks it runs, not on which
-modules they are, so every coarse model of one depth shares a graph, every later cycle reuses it, and
+modules they are, so every view of one depth shares a graph, every later cycle reuses it, and
 a sub-path method makes one per path length (a per-step Euler step 1/p reaches the graph as a tensor:
 training/trainer.py). Dynamo's recompile limit is raised to what a plan of this depth can need, and
 reaching it is an error (one line, CompileLimitError) instead of dynamo's silent fall-back to eager

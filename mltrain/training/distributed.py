@@ -9,20 +9,20 @@ steps one process would, up to float summation order.
 
 Why one DDP wrapper for every level (`Replica`)
 -----------------------------------------------
-A coarse model is a *view*: the fine model's embeddings, final norm and head around a subset of its
-blocks (the `average` scheme adds blocks of its own). DDP registers an autograd hook on every parameter
-of the module it wraps and all-reduces gradient buckets as they fill. There is one wrapper, over
-`Replica`: the fine model plus the coarse-owned storage, so every trainable parameter has exactly one
+A model a plan trains is a *view*: the fine model's embeddings, final norm and head around some of its
+blocks (or blocks the view owns, made by the method's parts). DDP registers an autograd hook on every
+parameter of the module it wraps and all-reduces gradient buckets as they fill. There is one wrapper,
+over `Replica`: the fine model plus the storage views own, so every trainable parameter has exactly one
 hook. A step at any level runs the view's blocks through that wrapper, and every parameter the view
-leaves out (`idle`: the other blocks, the storage of other coarse models) is touched by a zero term of
+leaves out (`idle`: the other blocks, the storage of other views) is touched by a zero term of
 the loss, so it gets a zero gradient and every bucket fills in every step: DDP needs no
 `find_unused_parameters` (which walks the step's autograd graph on the host and reads a device map of
 used parameters back every step) and reduces buckets while the backward runs. The loss's value is
 unchanged (adding 0.0), and the trainer sets those zero gradients back to None before the optimizer
 step, so the optimizer skips them exactly as in one process. Every rank runs the same plan, so every
-rank uses the same view at the same step. The `average` scheme's coarse storage must exist before
-wrapping (`PlanRunner.coarse_storage()` creates it for every coarse model of the plan), or its
-parameters would not be hooked. Under train.compile the DDP wrapper itself is compiled, so dynamo's
+rank uses the same view at the same step. The storage views own must exist before wrapping
+(`PlanRunner.storage()` has the run's parts make it for every view of the plan), or its parameters
+would not be hooked. Under train.compile the DDP wrapper itself is compiled, so dynamo's
 DDP optimizer splits the graph at bucket boundaries and the all-reduces overlap the backward.
 
 Gradient accumulation runs the first grad_accum-1 micro-batches under `no_sync()` (local accumulation)
@@ -297,15 +297,15 @@ def check_divisible(world: World, grad_accum: int, **batch_sizes: int) -> Option
 
 
 class Replica(nn.Module):
-    """Every parameter any level trains, in one module: the fine model and the coarse-owned storage.
+    """Every parameter any level trains, in one module: the fine model and the storage views own.
 
     `forward(idx, targets, blocks, step_size)` runs `blocks` (any view's, with its Euler step) between
     the fine model's embeddings and head, so the one DDP wrapper around this module serves every level."""
 
-    def __init__(self, model: nn.Module, coarse_storage: Iterable[nn.Module] = ()):
+    def __init__(self, model: nn.Module, storage: Iterable[nn.Module] = ()):
         super().__init__()
         self.model = model
-        self.coarse_storage = nn.ModuleList(coarse_storage)
+        self.storage = nn.ModuleList(storage)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor, blocks: list[nn.Module], step_size: float = 1.0):
         # the model's own forward, not its __call__: a compiled model is not compiled again inside the
@@ -322,12 +322,12 @@ def touch(loss: torch.Tensor, idle: Sequence[nn.Parameter]) -> torch.Tensor:
     return loss + torch.stack([p.view(-1)[0] for p in idle]).sum().to(loss.dtype) * 0.0
 
 
-def wrap(model: nn.Module, coarse_storage: Iterable[nn.Module], device: torch.device) -> DistributedDataParallel:
-    """One DDP wrapper over the fine model and the coarse storage (see the module docstring for why).
+def wrap(model: nn.Module, storage: Iterable[nn.Module], device: torch.device) -> DistributedDataParallel:
+    """One DDP wrapper over the fine model and the storage views own (see the module docstring for why).
 
     DDP broadcasts rank 0's parameters at construction, so every rank starts from the same weights."""
     return DistributedDataParallel(
-        Replica(model, coarse_storage),
+        Replica(model, storage),
         device_ids=[device.index] if device.type == "cuda" else None,
         broadcast_buffers=False,  # the model's only buffers are constant causal masks
     )

@@ -2,7 +2,7 @@
 its eval rows, and the fingerprint of the held-out set that runs are compared on.
 
 Its time is kept out of the run's training time (Clock.apart) and its FLOPs out of the training FLOPs
-(TrainState.eval_flops).
+(its own counter, `Evaluator.flops`: summary.json's eval_flops).
 """
 
 from __future__ import annotations
@@ -39,6 +39,13 @@ class Evaluator:
         m, n = self.per_rank, self.n_sequences
         self._kept = torch.cat([torch.arange(r * m, r * m + max(0, min(m, n - r * m))) for r in range(world)])
         self._batches: Optional[list] = None
+        self.flops = 0.0  # forward FLOPs of every evaluation so far: a measurement, never on the FLOPs axis
+
+    def state_dict(self) -> dict:
+        return {"eval_flops": self.flops}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.flops = float(state["eval_flops"])
 
     def batches(self) -> list:
         """This rank's share of the held-out set in forward passes of `chunk` sequences each, moved to the
@@ -79,7 +86,7 @@ class Evaluator:
             mine[done : done + k] = loss.mean(dim=1)[:k]
             done += k
         # forward only, the whole set (every rank counts all ranks' FLOPs, as for a training step)
-        t.state.eval_flops += t.flops_per_token(view.n_blocks) / 3 * self.n_sequences * self.held.shape[2]
+        self.flops += t.flops_per_token(view.n_blocks) / 3 * self.n_sequences * self.held.shape[2]
         t.model.train(was_training)
         # Every rank's per-sequence losses, so the mean and its error are the one-process figures.
         losses = distributed.gather_rows(mine)[self._kept]

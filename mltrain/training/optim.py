@@ -2,8 +2,8 @@
 `optim` and `schedule` sections, and a phase's own optimizer's).
 
 A schedule is a pure function of its position (the step index), so saving the position is enough to
-resume it. The fine level's position is the fine step count; a coarse phase's position restarts at 0
-every phase (the paper's coarse schedule is constant, where the position does not matter).
+resume it. The fine level's position is the fine step count; a phase with a schedule of its own
+restarts at 0 every phase.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def lr_at(position: int, schedule: Any, peak_lr: float, total_steps: int) -> flo
     """LR for step `position` (0-based) of a schedule that spans `total_steps` steps.
 
     Linear warm-up (position+1)/warmup · peak — so the paper's fine LR at step 35 of a 715-step
-    warm-up is ≈6e-5, some 20 times below the coarse phase's constant 1.2e-3 — then constant or cosine
+    warm-up is ≈6e-5, some 20 times below the paper's constant 1.2e-3 of its other phases — then constant or cosine
     from peak down to min_lr at total_steps.
     """
     warmup = schedule.warmup_steps

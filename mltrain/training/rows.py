@@ -42,7 +42,7 @@ class Step(NamedTuple):
     view: ModelView  # what the step trained
     x: torch.Tensor  # the batch's input tokens (this rank's)
     lr: float
-    kind: StepKind
+    kind: str
 
 
 # Per-row metrics, by the key a train row gives them: each is called once per applied step, and the row
@@ -176,19 +176,20 @@ class PendingRow:
         return p
 
 
-def step_name(state: Any, view: ModelView, kind: StepKind, bad_step: int, now: int) -> str:
+def step_name(state: Any, view: Optional[ModelView], kind: str, bad_step: int, now: int) -> str:
     """Names optimizer step `bad_step` of the current row's steps (`now` is the latest): its fine
-    step, level and phase. A row's steps are all of one kind and, for coarse ones, of one phase."""
+    step, level and phase (no level where the row names no view). A row's steps are all of one kind
+    and, but for fine ones, of one phase."""
     back = now - bad_step
-    where = f"level {view.level}, {kind} phase"
-    if view.path:
+    where = f"{kind} phase" if view is None else f"level {view.level}, {kind} phase"
+    if view is not None and view.path:
         where += f" of {view.name}"
     if kind == StepKind.fine:
         return f"fine step {state.fine_steps - back} ({where})"
     return f"{kind} step {state.step_in_phase - back} of the phase after fine step {state.fine_steps} ({where})"
 
 
-def nonfinite_error(state: Any, kind: StepKind, pending: PendingRow) -> NonFiniteLoss:
+def nonfinite_error(state: Any, kind: str, pending: PendingRow) -> NonFiniteLoss:
     """The error naming the first non-finite step of `pending` (this rank's; under data parallel a
     rank whose own losses are finite names the row's last step)."""
     now = state.optimizer_steps

@@ -3,9 +3,10 @@ with which optimizer, LR and batches, what its rows add, what follows it); the r
 no method by name.
 
 A train phase is one loop of `Trainer.train_step` calls, in `PlanRunner.run` itself; every other phase goes
-to the handler its kind names in PHASE_HANDLERS (restrict, diagnose, prolong, evaluate, grow here). A
-method that plans a kind of phase of its own registers its handler with `@phase_handler("<kind>")` in
-its own module (this layer imports none). The position in the plan (phase index, step within the phase)
+to the handler its kind names: the run's parts' own (training/parts.py: a method's build hook makes
+them) or PHASE_HANDLERS (evaluate, grow here). A method that plans a kind of phase of its own gives its
+handler in its parts, or registers it with `@phase_handler("<kind>")` in its own module (this layer
+imports none). The position in the plan (phase index, step within the phase)
 lives in TrainState, so a run stopped anywhere continues from `state_dict()` exactly where it was.
 """
 
@@ -18,48 +19,48 @@ import torch
 
 from mltrain.errors import ConfigError
 from mltrain.model import GPT
-from mltrain.views import Hierarchy, ModelView, fine_view, key_path, path_key, path_view
+from mltrain.views import ModelView, key_path, path_key, path_view
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind
 from mltrain.method.paths import PathPolicy, SubPath
 from mltrain.method.plan import OwnOptimizer, Phase, PhaseSchedule, budget_steps, fine_steps
 from mltrain.method.registry import method_for
-from mltrain.training.diagnostics import Diagnostics
 from mltrain.training.evaluation import Evaluator
 from mltrain.training.growth import copy_blocks
 from mltrain.training.optim import LRSchedule, build_optimizer
+from mltrain.training.parts import Parts
 from mltrain.training.run_config import RunConfig
 from mltrain.training.trainer import Trainer, TrainState
 
 
 @dataclass
-class Samplers:
-    """A run's seeded batch streams, named as a phase's `batches` names them (method/kinds.py
-    BatchStream), and the diagnostics'. Each has its own seed, so fine step n of every run with the same
-    seed trains on the same batch."""
+class PhaseContext:
+    """What a phase handler works with, and all it is given (not the runner): the fine model, the fine
+    optimizer, `emit(row)` for a metrics row, `counters()` for the columns every row carries (FLOPs,
+    tokens, time), the run's fine `step` and `seed`, `evaluate(**columns)` for the fine model's held-out
+    loss (an eval row), and `should_stop()` for a phase long enough to stop inside (then it returns
+    False, and its position resumes it)."""
 
-    fine: Any
-    coarse: Any
-    diag: Any
-
-
-@dataclass
-class Hooks:
-    """What the run asks of the runner: `should_stop()` is checked between steps (a signal, say);
-    `after_step(kind)` is called after every optimizer step and its rows, at a point where
-    `state_dict()` is a valid resume point (where checkpoints are taken)."""
-
+    model: GPT
+    fine_optimizer: torch.optim.Optimizer
+    emit: Callable[[dict], None]
+    counters: Callable[[], dict]
+    step: int
+    seed: int
+    evaluate: Callable[..., float]
     should_stop: Callable[[], bool]
-    after_step: Callable[[StepKind], None]
 
 
-PhaseHandler = Callable[["PlanRunner", Phase, Hooks], bool]
-# The handler of each kind of phase but `train`: `handler(runner, phase, hooks)` carries the phase out
-# between two steps; False when `hooks.should_stop()` ended it early (its position then resumes it).
+PhaseHandler = Callable[[PhaseContext, Phase], bool]
+# The handler of each kind of phase but `train`: `handler(ctx, phase)` carries the phase out between two
+# steps; False when `ctx.should_stop()` ended it early (its position then resumes it).
 PHASE_HANDLERS: dict[str, PhaseHandler] = {}
+# The measurers' counters (the evaluator's, the method's own measurements'), which a file written before
+# each measurer kept its own holds among the train state's counters.
+MEASURED = ("eval_flops", "diag_flops")
 
 
 def phase_handler(kind: str) -> Callable[[PhaseHandler], PhaseHandler]:
-    """Decorator: register `fn(runner, phase, hooks) -> bool` as the handler of the phases of `kind`."""
+    """Decorator: register `fn(ctx, phase) -> bool` (ctx: PhaseContext) as the handler of the phases of `kind`."""
     if str(kind) == PhaseKind.train:
         raise ValueError("train phases are PlanRunner.run's own loop; register a handler for another kind")
 
@@ -112,21 +113,20 @@ class Training:
 
 class PlanRunner:
     """Executes the plan of `cfg` with one Trainer. Owns the optimizers: the fine one, and the ones that
-    phases of the plan have of their own (per `OwnOptimizer.key`)."""
+    phases of the plan have of their own (per `OwnOptimizer.key`). `parts`: what the run's depth method
+    built beyond the fine model (its views, batch streams and handlers); `fine_stream` the fine batches."""
 
-    def __init__(self, cfg: RunConfig, trainer: Trainer, evaluator: Evaluator, hierarchy: Optional[Hierarchy],
-                 fine_optimizer: torch.optim.Optimizer, samplers: Samplers, device: torch.device):
-        self.cfg, self.trainer, self.evaluator, self.hierarchy = cfg, trainer, evaluator, hierarchy
-        self.fine = hierarchy.fine if hierarchy else fine_view(trainer.model)
-        self.fine_optimizer, self.samplers, self.device = fine_optimizer, samplers, device
-        self.diagnostics = Diagnostics(trainer, samplers.diag)
+    def __init__(self, cfg: RunConfig, trainer: Trainer, evaluator: Evaluator, parts: Parts,
+                 fine_optimizer: torch.optim.Optimizer, fine_stream: Any, device: torch.device):
+        self.cfg, self.trainer, self.evaluator, self.parts = cfg, trainer, evaluator, parts
+        self.fine = parts.fine
+        self.fine_optimizer, self.device = fine_optimizer, device
+        self.streams: dict[str, Any] = {"fine": fine_stream, **parts.streams}  # by the name a phase's `batches` gives
         self.method = method_for(cfg)
         self.kind = RunKind(self.method.name)
         self.plan: list[Phase] = self.method.plan(budget_steps(cfg.train))
-        unknown = sorted({str(p.kind) for p in self.plan} - {PhaseKind.train.value, *PHASE_HANDLERS})
-        if unknown:
-            raise ConfigError(f"depth method {self.kind} plans phases of kind {', '.join(unknown)} that have no "
-                              "handler (register one with mltrain.training.runner.phase_handler)")
+        self.handlers: dict[str, PhaseHandler] = {**PHASE_HANDLERS, **parts.handlers()}
+        self._check_plan()
         self.last_fine_step = fine_steps(self.plan)  # train.max_steps x train.budget
         # Schedules and intervals read from the config once: the step loop reads plain Python values.
         self.fine_schedule = LRSchedule.from_config(cfg.schedule, cfg.optim.lr, self.last_fine_step)
@@ -134,21 +134,22 @@ class PlanRunner:
         self.log_every, self.eval_every = int(cfg.train.log_interval), int(cfg.train.eval_interval)
         self.own_optimizers: dict[tuple[int, ...], torch.optim.Optimizer] = {}
 
+    def _check_plan(self) -> None:
+        """ConfigError before any step when a phase names a kind without a handler or a batch stream the
+        run does not have."""
+        unknown = sorted({str(p.kind) for p in self.plan} - {PhaseKind.train.value, *self.handlers})
+        if unknown:
+            raise ConfigError(f"depth method {self.kind} plans phases of kind {', '.join(unknown)} that have no "
+                              "handler (register one with mltrain.training.runner.phase_handler)")
+        missing = sorted({str(p.batches) for p in self.plan if p.kind == PhaseKind.train} - set(self.streams))
+        if missing:
+            raise ConfigError(f"depth method {self.kind} plans train phases on batch stream(s) {', '.join(missing)} "
+                              "that its run does not build (training/parts.py Parts.streams)")
+
     # -- which model, optimizer, LR and batches a train phase uses -----------------------------------
     def view_for(self, phase: Phase) -> ModelView:
         """The view a train phase trains (with sub-paths: the fine model they are drawn from)."""
-        return self._hierarchy(phase).view(phase.trains, phase.cycle or 0) if phase.trains else self.fine
-
-    def coarse_view(self, phase: Phase) -> ModelView:
-        """The coarse model a restrict, diagnose or prolong phase acts on."""
-        return self._hierarchy(phase).view(phase.path, phase.cycle or 0)
-
-    def _hierarchy(self, phase: Phase) -> Hierarchy:
-        """The hierarchy a phase on a coarse model needs (ConfigError where this run built none)."""
-        if self.hierarchy is None:
-            raise ConfigError(f"depth method {self.kind} plans a {phase.kind} phase on a coarse model, but this run "
-                              "has no hierarchy of coarse models")
-        return self.hierarchy
+        return self.parts.view(phase.trains, phase.cycle or 0) if phase.trains else self.fine
 
     def own_optimizer(self, phase: Phase, view: ModelView, phase_start: bool) -> torch.optim.Optimizer:
         """The phase's own optimizer; with `reset` its state is cleared at the start of every phase of it
@@ -162,9 +163,9 @@ class PlanRunner:
         return opt
 
     def _new_optimizer(self, phase: Phase, view: ModelView) -> torch.optim.Optimizer:
-        """One optimizer per key (per coarse model). It holds every fine parameter (plus the view's own
-        storage for `average`): parameters outside the current view get no gradient and are skipped,
-        so a `random` scheme that redraws its blocks every cycle keeps per-parameter state."""
+        """One optimizer per key. It holds every fine parameter (plus the blocks the view owns, if any):
+        parameters outside the current view get no gradient and are skipped, so a view whose blocks
+        change from phase to phase keeps per-parameter state."""
         params = list(self.trainer.model.parameters())
         if view.owns_blocks:
             params += [p for b in view.blocks for p in b.parameters()]
@@ -173,18 +174,10 @@ class PlanRunner:
         self.own_optimizers[spec.key] = opt
         return opt
 
-    def coarse_storage(self) -> list[torch.nn.Module]:
-        """The blocks coarse models own (the `average` scheme), created at start-up for every coarse
-        model the plan trains, so that a data-parallel wrapper built next covers them (see
-        mltrain/training/distributed.py)."""
-        if self.hierarchy is None:
-            return []
-        blocks: list[torch.nn.Module] = []
-        for path in dict.fromkeys(p.trains for p in self.plan if p.kind == PhaseKind.train and p.trains):
-            view = self.hierarchy.view(path)
-            if view.owns_blocks:
-                blocks += view.blocks
-        return blocks
+    def storage(self) -> list[torch.nn.Module]:
+        """The modules the plan's views own beyond the fine model, made now, so that a data-parallel
+        wrapper built next covers them (see mltrain/training/distributed.py)."""
+        return self.parts.storage(self.plan)
 
     def fine_lr(self) -> float:
         return self.fine_schedule(self.trainer.state.fine_steps)
@@ -204,23 +197,24 @@ class PlanRunner:
         schedule = self.fine_schedule if phase.schedule is None else self.phase_schedule(phase.schedule, phase.steps)
         eval_view = view if paths is None else self.path_view(paths.eval_path())
         ahead = None if paths is None else ViewsAhead(paths, self.trainer.model)
-        return Training(view, ahead, eval_view, optimizer, getattr(self.samplers, str(phase.batches)), schedule,
+        return Training(view, ahead, eval_view, optimizer, self.streams[str(phase.batches)], schedule,
                         phase.schedule is None, phase.row_columns)
 
     # -- execution ----------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] = lambda: False,
-            after_step: Callable[[StepKind], None] = lambda kind: None) -> bool:
-        """Execute the plan from the current position. Returns False when `should_stop()` ended it
-        early (e.g. on preemption): the position then says exactly where to resume, mid-phase or not.
-        See Hooks for `after_step`. A train phase's steps are this loop's own; any other phase is its
-        kind's handler's."""
-        hooks, state = Hooks(should_stop, after_step), self.trainer.state
+            after_step: Callable[[str], None] = lambda kind: None) -> bool:
+        """Execute the plan from the current position. Returns False when `should_stop()` (checked
+        between steps: a signal, say) ended it early: the position then says exactly where to resume,
+        mid-phase or not. `after_step(kind)` is called after every optimizer step and its rows, at a point
+        where `state_dict()` is a valid resume point (where checkpoints are taken). A train phase's steps
+        are this loop's own; any other phase is its kind's handler's (given a PhaseContext)."""
+        state = self.trainer.state
         while state.phase_index < len(self.plan):
             if should_stop():
                 return False
             phase = self.plan[state.phase_index]
             if phase.kind == PhaseKind.train:
-                t, kind = self.training(phase), phase.step_kind
+                t, kind = self.training(phase), str(phase.step_kind)  # counted by its plain name
                 while state.step_in_phase < phase.steps:
                     view = t.view if t.ahead is None else t.ahead.view(state.fine_steps)  # this step's sub-path
                     lr = t.schedule(state.fine_steps if t.at_fine_step else state.step_in_phase)
@@ -230,7 +224,7 @@ class PlanRunner:
                     after_step(kind)
                     if state.step_in_phase < phase.steps and should_stop():
                         return False
-            elif not PHASE_HANDLERS[str(phase.kind)](self, phase, hooks):
+            elif not self.handlers[str(phase.kind)](self.phase_context(should_stop), phase):
                 return False
             if phase.reset_fine_optimizer:
                 self.fine_optimizer.state.clear()
@@ -238,13 +232,19 @@ class PlanRunner:
             state.step_in_phase = 0
         return True
 
+    def phase_context(self, should_stop: Callable[[], bool]) -> PhaseContext:
+        """What a handler of a phase is given, as the run stands now."""
+        t = self.trainer
+        return PhaseContext(t.model, self.fine_optimizer, t.emit, t.counters, t.state.fine_steps, int(self.cfg.seed),
+                            lambda **columns: self.evaluator.log_eval(self.fine, **columns), should_stop)
+
     def _rows_after_step(self, phase: Phase, view: ModelView, t: Training, lr: float) -> None:
         """The phase's train row when one is due: every `row_every` steps of the phase and at its end; with
         row_every 0, for fine steps every train.log_interval fine steps of the run and at the last (for
         other steps every train.log_interval steps of the phase and at its end). After a fine step, a
         held-out evaluation every train.eval_interval fine steps and at the last (on `t.eval_view`: a
         sub-path method's whole model)."""
-        state, kind = self.trainer.state, phase.step_kind
+        state, kind = self.trainer.state, str(phase.step_kind)
         n, fine = state.fine_steps, kind == StepKind.fine
         if phase.row_every or not fine:
             k = state.step_in_phase
@@ -263,16 +263,17 @@ class PlanRunner:
     # -- resumable state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to continue exactly where this runner is: weights, every optimizer, the
-        `average` coarse storage, counters and plan position, sampler positions, clock, RNG states."""
+        parts' own state (training/parts.py), counters and plan position, batch stream positions, clock,
+        RNG states."""
         t, clock = self.trainer, self.trainer.clock.state_dict()
         return {
             "model": t.model.state_dict(),
             "fine_optimizer": self.fine_optimizer.state_dict(),
-            "coarse_optimizers": {path_key(p): opt.state_dict() for p, opt in self.own_optimizers.items()},
-            "coarse_storage": self.hierarchy.state_dict() if self.hierarchy else {},
+            "own_optimizers": {path_key(p): opt.state_dict() for p, opt in self.own_optimizers.items()},
+            **self.parts.state_dict(),
+            **self.evaluator.state_dict(),
             "train_state": t.state.state_dict(),
-            "samplers": {"fine": self.samplers.fine.state_dict(), "coarse": self.samplers.coarse.state_dict()},
-            "diag_index": self.diagnostics.index,
+            "samplers": {name: stream.state_dict() for name, stream in self.streams.items()},
             "elapsed_s": clock["elapsed_s"],  # so time_s and train_time_s go on from where they stopped
             "apart_s": clock["apart_s"],
             "last_loss": dict(t.last_loss),
@@ -286,19 +287,21 @@ class PlanRunner:
         t = self.trainer
         t.model.load_state_dict(state["model"])
         self.fine_optimizer.load_state_dict(state["fine_optimizer"])
-        if self.hierarchy:
-            self.hierarchy.load_state_dict(state["coarse_storage"])
+        self.parts.load_state_dict({**{k: v for k, v in state["train_state"].items() if k in MEASURED}, **state})
         first: dict[tuple[int, ...], Phase] = {}  # each own optimizer's first phase in the plan: the view it is made for
         for p in self.plan:
             if p.optimizer is not None:
                 first.setdefault(p.optimizer.key, p)
-        for key, opt_state in state["coarse_optimizers"].items():
+        for key, opt_state in state["own_optimizers"].items():
             phase = first[key_path(key)]
             self._new_optimizer(phase, self.view_for(phase)).load_state_dict(opt_state)
-        t.state = TrainState(**state["train_state"])
-        self.samplers.fine.load_state_dict(state["samplers"]["fine"])
-        self.samplers.coarse.load_state_dict(state["samplers"]["coarse"])
-        self.diagnostics.index = state["diag_index"]
+        counters = dict(state["train_state"])
+        # a file written before the measurers kept their own counters has them among the train state's
+        measured = {key: counters.pop(key) for key in MEASURED if key in counters}
+        t.state = TrainState.from_state(counters)
+        self.evaluator.load_state_dict({**measured, **state})
+        for name, stream in self.streams.items():
+            stream.load_state_dict(state["samplers"][name])
         t.clock.restart(elapsed=state["elapsed_s"], apart=state.get("apart_s", 0.0))
         t.last_loss = dict(state["last_loss"])
         t.load_pending_state(state.get("pending_rows", {}))
@@ -315,33 +318,15 @@ def _own_optimizer_spec(phase: Phase) -> OwnOptimizer:
 
 
 # -- the built-in kinds of phase ---------------------------------------------------------------------
-@phase_handler(PhaseKind.restrict)
-def _restrict(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
-    runner._hierarchy(phase).restrict(runner.coarse_view(phase))
-    return True
-
-
-@phase_handler(PhaseKind.diagnose)
-def _diagnose(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
-    runner.diagnostics.log_diagnostics(runner.coarse_view(phase), phase.cycle or 0)
-    return True
-
-
-@phase_handler(PhaseKind.prolong)
-def _prolong(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
-    runner._hierarchy(phase).prolong(runner.coarse_view(phase))
-    return True
-
-
 @phase_handler(PhaseKind.evaluate)
-def _evaluate(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
-    runner.evaluator.log_eval(runner.fine, cycle=phase.cycle)
+def _evaluate(ctx: PhaseContext, phase: Phase) -> bool:
+    ctx.evaluate(cycle=phase.cycle)
     return True
 
 
 @phase_handler(PhaseKind.grow)
-def _grow(runner: PlanRunner, phase: Phase, hooks: Hooks) -> bool:
+def _grow(ctx: PhaseContext, phase: Phase) -> bool:
     if phase.growth is None:
         raise ConfigError(f"a grow phase at cycle {phase.cycle} says no block copies (Phase.growth)")
-    copy_blocks(runner.trainer.model, runner.fine_optimizer, phase.growth)
+    copy_blocks(ctx.model, ctx.fine_optimizer, phase.growth)
     return True

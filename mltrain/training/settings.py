@@ -48,7 +48,7 @@ class TrainConfig:
     # a CPU), true or false. Typed Any so that `auto` and the booleans are all accepted; validate() checks it.
     compile: Any = "auto"
     progress: bool = True  # tqdm progress bar
-    # Checkpoints (run_dir/checkpoints/): every checkpoint_interval fine steps, inside coarse phases every
+    # Checkpoints (run_dir/checkpoints/): every checkpoint_interval fine steps, inside other kinds of phase every
     # checkpoint_interval fine steps' worth of FLOPs, and at the end; 0: at the end (and on a signal) only.
     checkpoint_interval: int = 1000
     keep_checkpoints: int = 2  # the newest N checkpoint files are kept

@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
 from mltrain.training.optim import is_fused, set_lr
 from mltrain.training.rows import ROW_METRICS, Step
@@ -29,7 +28,7 @@ class SkipNonFinite:
         self.trainer = trainer
 
     def __call__(self, view: ModelView, optimizer: torch.optim.Optimizer, lr: float, sampler: Any,
-                 kind: StepKind) -> None:
+                 kind: str) -> None:
         t = self.trainer
         pending = t.row_of(kind, view)
         graphs = t.compiles.count() if t.compiled else 0

@@ -1,7 +1,7 @@
 """The one training step for every level, and its FLOP/token accounting.
 
 `Trainer.train_step(view, optimizer, lr, sampler, kind)` trains whatever `ModelView` it is handed — the fine
-model, a coarse model, the fine model standing in for a coarse phase — so there is no copy of the
+model, a view of fewer blocks, a sub-path, whatever a method's phase names — so there is no copy of the
 training loop per level; the LR, forward, backward, clipping, optimizer step and the step's row
 metrics read in that one function, top to bottom. Apart from the step: held-out evaluation
 (training/evaluation.py), the gradient diagnostics (training/diagnostics.py), the bookkeeping of train
@@ -17,7 +17,7 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
@@ -36,36 +36,55 @@ from mltrain.training.settings import TrainConfig
 from mltrain.training.rows import ROW_METRICS, NonFiniteLoss, PendingRow, SteadyRate, Step, nonfinite_error, step_name
 
 log = logging.getLogger("mltrain")
-# The TrainState counter of each step kind, by the kind or its plain name (a lookup, not a format per step).
-STEP_COUNTERS = {str(kind): f"{kind}_steps" for kind in StepKind}
 NO_CONTEXT = contextlib.nullcontext()  # reusable: the step enters it where there is nothing to enter
+FINE = StepKind.fine.value  # the fine model's own steps: `fine_steps`
 
 
 @dataclass
 class TrainState:
-    fine_steps: int = 0
-    # One counter per StepKind, named `<kind>_steps` (the step counts it by that name).
-    coarse_steps: int = 0  # optimizer steps at any coarse level
-    control_steps: int = 0  # fine-model steps that stand in for a coarse phase
+    """A run's counters. Optimizer steps and their training FLOPs are counted by step kind, one mapping
+    each (`steps`, `kind_flops`): a kind a method adds (its phases' `step_kind`) is counted as any other,
+    and what the counts mean is the method's to say (its summary fields)."""
+
+    steps: dict[str, int] = field(default_factory=dict)  # optimizer steps by step kind
+    kind_flops: dict[str, float] = field(default_factory=dict)  # training FLOPs by step kind
     tokens: int = 0
-    flops: float = 0.0  # cumulative training FLOPs, all levels
-    coarse_flops: float = 0.0
+    flops: float = 0.0  # cumulative training FLOPs, every kind of step
     # The same sum with a step of an n-block view costed at n / n_layer of a fine step (blocks only, as
-    # the paper may have counted: a coarse step = 1/k of a fine one). Equal to `flops` for fine steps.
+    # the paper may have counted). Equal to `flops` for fine steps.
     flops_blocks: float = 0.0
-    # Measurements, never on the FLOPs axis: the per-cycle diagnostics and held-out evaluation.
-    diag_flops: float = 0.0
-    eval_flops: float = 0.0
     phase_index: int = 0  # position in the plan
     step_in_phase: int = 0
     skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss (train.on_nonfinite=skip)
 
     @property
+    def fine_steps(self) -> int:
+        return self.steps.get(FINE, 0)
+
+    @property
     def optimizer_steps(self) -> int:
-        return sum(getattr(self, counter) for counter in STEP_COUNTERS.values())
+        return sum(self.steps.values())
 
     def state_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "TrainState":
+        """The counters `state_dict()` saved; also those of a checkpoint written before the mappings, which
+        kept a `<kind>_steps` (and `<kind>_flops`) field per step kind."""
+        known = {f.name for f in fields(cls)}
+        out = cls(**{k: v for k, v in state.items() if k in known})
+        for key, value in state.items():
+            kind, _, counter = key.rpartition("_")
+            if key in known:
+                continue
+            if counter == "steps":
+                out.steps[kind] = int(value)
+            elif counter == "flops":
+                out.kind_flops[kind] = float(value)
+            else:
+                raise KeyError(f"unknown train state entry {key!r}")
+        return out
 
 
 class Clock:
@@ -188,7 +207,7 @@ class Trainer:
 
     # -- the step -----------------------------------------------------------------------------------
     def train_step(self, view: ModelView, optimizer: torch.optim.Optimizer, lr: float, sampler: Any,
-                   kind: StepKind) -> None:
+                   kind: str) -> None:
         """One optimizer step of `view` on the next batch of `sampler`, counted as a `kind` step: the LR,
         the forward and backward (over train.grad_accum micro-batches), clipping, the optimizer step, and
         the step's share of its train row (`ROW_METRICS`, training/rows.py).
@@ -208,7 +227,7 @@ class Trainer:
         step = Step(loss, grad_norm, view, x, lr, kind)  # the row's metrics: the loss and each of ROW_METRICS
         self.record(pending, sampler, graphs, step, {name: metric(step) for name, metric in ROW_METRICS.items()})
 
-    def row_of(self, kind: StepKind, view: ModelView) -> PendingRow:
+    def row_of(self, kind: str, view: ModelView) -> PendingRow:
         """The steps of `kind` since its last train row (a new row starts now when there are none)."""
         pending = self._pending.get(kind)
         if pending is None:
@@ -243,7 +262,7 @@ class Trainer:
         params = self._clip_params.get(id(optimizer))
         if params is None:
             params = self._clip_params[id(optimizer)] = [p for g in optimizer.param_groups for p in g["params"]]
-        # clip_grad_norm_ skips parameters without a gradient (those outside a coarse view)
+        # clip_grad_norm_ skips parameters without a gradient (those outside the step's view)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip) if self.grad_clip > 0 else None
         if is_fused(optimizer):
             prime_momentum(optimizer, params)
@@ -287,8 +306,8 @@ class Trainer:
         return self._steps[1]
 
     def _idle_parameters(self, view: ModelView) -> list[torch.nn.Parameter]:
-        """Under data parallel, the trainable parameters the step's view does not run (other blocks, coarse
-        storage), cached per set of blocks; none in one process."""
+        """Under data parallel, the trainable parameters the step's view does not run (other blocks, storage
+        other views own), cached per set of blocks; none in one process."""
         if self.replica is None:
             return []
         key = tuple(map(id, view.blocks))
@@ -300,7 +319,7 @@ class Trainer:
             idle = self._idle[key] = [p for p in self.replica_parameters if p.requires_grad and id(p) not in used]
         return idle
 
-    def _count(self, kind: StepKind, view: ModelView, n_tokens: int) -> float:
+    def _count(self, kind: str, view: ModelView, n_tokens: int) -> float:
         """Add the step to the counters; returns its training FLOPs."""
         s = self.state
         per_token = self._costs(view.n_blocks)
@@ -308,14 +327,13 @@ class Trainer:
         s.tokens += n_tokens
         s.flops += flops
         s.flops_blocks += per_token[1] * n_tokens
-        counter = STEP_COUNTERS[kind]  # a StepKind, or its plain name
-        setattr(s, counter, getattr(s, counter) + 1)
-        if kind == StepKind.coarse:
-            s.coarse_flops += flops
+        steps, kind_flops = s.steps, s.kind_flops  # by the kind's plain name (the runner passes it so)
+        steps[kind] = steps.get(kind, 0) + 1
+        kind_flops[kind] = kind_flops.get(kind, 0.0) + flops
         return flops
 
     # -- train rows ---------------------------------------------------------------------------------
-    def log_train(self, kind: StepKind, view: ModelView, lr: float, **extra: Any) -> float:
+    def log_train(self, kind: str, view: ModelView, lr: float, **extra: Any) -> float:
         """Write one train row: the mean loss and row metrics of the `kind` steps since its last row (one
         host sync). A row in which a graph was compiled says so (`compiled_in_row`) and has no MFU."""
         pending = self._pending.pop(kind)
@@ -340,8 +358,6 @@ class Trainer:
         self.last_loss[str(kind)] = loss
         row = {"step": self.state.fine_steps, "level": view.level, "phase": str(kind), "train/loss": loss, "lr": lr,
                **means, **self.counters(), "tokens_per_s": tokens / dt, **extra}
-        if view.path:
-            row["coarse_model"] = view.path[-1]
         if pending.compiled:  # its time includes compiling: not a measure of the training speed
             row["compiled_in_row"] = True
         else:
@@ -355,7 +371,7 @@ class Trainer:
             self.bar.set_postfix_str(f"{view.name} loss {loss:.3f} {tokens / dt:,.0f} tok/s", refresh=False)
         return loss
 
-    def _say_skipped(self, kind: StepKind, pending: PendingRow, applied: list[float]) -> bool:
+    def _say_skipped(self, kind: str, pending: PendingRow, applied: list[float]) -> bool:
         """Count and name the steps of a row that the device skipped; False when none of them applied."""
         folded = pending.folded > 0  # applied[0] then counts the folded steps
         n_applied = int(round(sum(applied)))
@@ -401,7 +417,7 @@ def prime_momentum(optimizer: torch.optim.Optimizer, params: list) -> None:
     """Give every parameter of a fused SGD optimizer with momentum a zero momentum buffer before its first
     step. A zero buffer gives the first step's buffer (the gradient) exactly; without it, the fused
     kernel refuses a step in which some parameters have buffers and others do not (a sub-path or a
-    coarse model that reaches a block for the first time), and a first step skipped on the device
+    view that reaches a block for the first time), and a first step skipped on the device
     leaves the buffers it allocated unwritten. O(1) once primed."""
     if len(optimizer.state) >= len(params) or not isinstance(optimizer, torch.optim.SGD):
         return

@@ -63,7 +63,7 @@ def test_multilevel_compiles_the_fine_model_one_coarse_graph_and_evaluation_once
     assert graphs() == (3, 3)
     assert runner.run()  # cycles 1 and 2 (restrict, diagnostics, coarse A and B, prolong), fine steps, evals
     assert graphs() == (3, 3)
-    assert state.coarse_steps == 3 * 2 * 2 and state.fine_steps == 24
+    assert state.steps["coarse"] == 3 * 2 * 2 and state.fine_steps == 24
 
 
 def test_three_levels_and_a_redrawn_random_scheme_compile_one_graph_per_depth():

@@ -38,7 +38,7 @@ def test_a_signal_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(t
     assert s["status"] == "interrupted" and 0 < s["fine_steps"] < 1500
     (ckpt,) = checkpoints(run_dir)
     assert name_position(ckpt)[0] == s["fine_steps"] and str(ckpt) in line
-    assert load(ckpt)["runner"]["train_state"]["fine_steps"] == s["fine_steps"]  # a whole step, not half of one
+    assert load(ckpt)["runner"]["train_state"]["steps"]["fine"] == s["fine_steps"]  # a whole step, not half of one
 
 
 def test_sigterm_then_the_printed_command_resumes_to_the_same_end_as_an_uninterrupted_run(tmp_path):

@@ -58,18 +58,17 @@ class ShrinkAndPerturb(DepthMethod):
                 Phase(PhaseKind.train, (), total_steps - half, columns=(("shrunk", True),))]
 
 
-def shrink_and_perturb(runner, phase: ShrinkPerturb, hooks) -> bool:
+def shrink_and_perturb(ctx, phase: ShrinkPerturb) -> bool:
     """The handler: the weights changed in place, and one row of their norm before and after."""
-    trainer, generator = runner.trainer, torch.Generator().manual_seed(int(runner.cfg.seed))
-    params = list(trainer.model.parameters())
+    generator = torch.Generator().manual_seed(ctx.seed)
+    params = list(ctx.model.parameters())
     with torch.no_grad():
         before = torch.sqrt(sum((p.float() ** 2).sum() for p in params)).item()
         for p in params:
             noise = torch.randn(p.shape, generator=generator).to(p.device, p.dtype)
             p.mul_(phase.shrink).add_(noise, alpha=phase.noise)
         after = torch.sqrt(sum((p.float() ** 2).sum() for p in params)).item()
-    trainer.emit({"step": trainer.state.fine_steps, "shrink/norm_before": before, "shrink/norm_after": after,
-                  **trainer.counters()})
+    ctx.emit({"step": ctx.step, "shrink/norm_before": before, "shrink/norm_after": after, **ctx.counters()})
     return True
 
 

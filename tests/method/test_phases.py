@@ -21,7 +21,8 @@ def test_a_coarse_phase_has_its_own_optimizer_schedule_batches_and_rows():
     assert kinds(plan[:5]) == ["train", "restrict", "diagnose", "train", "prolong"]
     assert (fine.trains, fine.optimizer, fine.schedule, fine.row_columns, fine.row_every) == ((), None, None, {"cycle": 0}, 1)
     assert coarse.trains == coarse.path == (0,) and coarse.step_kind == StepKind.coarse
-    assert coarse.batches == BatchStream.coarse and coarse.row_every == 2 and coarse.row_columns == {"cycle": 0}
+    assert coarse.batches == BatchStream.coarse and coarse.row_every == 2
+    assert coarse.row_columns == {"cycle": 0, "coarse_model": 0}  # its rows name the coarse model it trains
     assert coarse.optimizer.key == (0,) and coarse.optimizer.reset and coarse.optimizer.settings.lr == 0.05
     assert (coarse.schedule.name, coarse.schedule.peak_lr) == ("constant", 0.05)
     assert plan[-1].kind == PhaseKind.train and plan[-1].optimizer is None and not plan[-1].columns

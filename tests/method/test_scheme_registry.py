@@ -58,7 +58,7 @@ def test_new_scheme_trains_end_to_end_and_only_its_blocks_move(train_run, make_c
 
     # Training coarse model 1 touches blocks 2 and 3 only; its prolongation changes nothing.
     session = build(typed(make_config(*EXTRA)), lambda row: None)
-    h = session.runner.hierarchy
+    h = session.runner.parts.hierarchy
     view = h.view((1,))
     before = [b.state_dict() for b in session.model.blocks]
     before = [{k: v.clone() for k, v in sd.items()} for sd in before]

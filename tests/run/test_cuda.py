@@ -86,9 +86,9 @@ def test_compile_once_per_model_on_cuda():
 def test_compile_auto_compiles_on_cuda_and_prefetches_batches_onto_it():
     session = build(typed(_cfg("device=cuda")), lambda row: None)  # train.compile=auto
     assert session.trainer.compiled
-    x, y = session.runner.samplers.fine.next_batch()
-    session.runner.samplers.fine.prefetch()
-    assert x.is_cuda and y.is_cuda and session.runner.samplers.fine._ready[1][0].is_cuda
+    x, y = session.runner.streams["fine"].next_batch()
+    session.runner.streams["fine"].prefetch()
+    assert x.is_cuda and y.is_cuda and session.runner.streams["fine"]._ready[1][0].is_cuda
 
 
 def test_layer_dropping_compiles_one_graph_per_kept_count_on_cuda():

@@ -15,7 +15,7 @@ DROPPING = ["layer_drop.gamma=0.3"]  # θ(t) near its floor after a few steps, s
 def test_each_rival_trains_end_to_end_with_fewer_flops_than_single_level(train_run, method, extra):
     rows, summary = train_run(f"experiment={method}", *extra, name=method)
     assert summary["status"] == "finished" and summary["run_kind"] == method and summary["fine_steps"] == 24
-    assert math.isfinite(summary["final_val_loss"]) and summary["delta"] is None
+    assert math.isfinite(summary["final_val_loss"]) and not {"delta", "coarse_steps"} & set(summary)  # none of multilevel's
     blocks = [r["blocks"] for r in rows if "train/loss" in r]
     assert min(blocks) < 4  # fewer blocks on some steps
     flops = lambda n_blocks: train_flops_per_token(n_blocks, 32, 256, 16) * 4 * 16  # noqa: E731 (batch 4 x 16)

@@ -22,7 +22,7 @@ def session(*overrides):
 
 def steps_taken(s):
     st = s.trainer.state
-    return st.fine_steps + st.coarse_steps + st.control_steps
+    return sum(st.steps.values())  # every kind of step
 
 
 @pytest.mark.parametrize("overrides,stop_at", [
@@ -51,7 +51,7 @@ def test_resume_mid_cycle_is_exact(tmp_path, overrides, stop_at):
     assert resumed.trainer.state == whole.trainer.state
     assert resumed.trainer.last_loss.keys() == whole.trainer.last_loss.keys()
     assert resumed.trainer.clock.elapsed() >= at_stop  # wall time goes on, not from zero
-    assert resumed.runner.samplers.fine.position == whole.runner.samplers.fine.position
+    assert resumed.runner.streams["fine"].position == whole.runner.streams["fine"].position
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ def test_a_checkpoint_from_another_model_scheme_or_plan_is_refused_naming_the_di
         (["coarsening=evenodd", "model.n_layer=6"], "another model (model.n_layer=4 there, 6 here)"),
         (["coarsening=evenodd", "model.n_embd=64"], "another model (model.n_embd=32 there, 64 here)"),
         (["coarsening=average", "multilevel.levels=2"], "another scheme (coarsening.scheme='stride' there, 'average' here)"),
-        ([], "another scheme (coarsening.k=2 there, None here; coarsening.scheme='stride' there, 'none' here"),
+        ([], "another scheme (run kind='multilevel' there, 'single' here)"),  # single-level names no keys of its own
         (["coarsening=evenodd", "multilevel.n_cycles=2"], "another plan"),
         (["coarsening=evenodd", "multilevel.coarse_steps=6"], "first difference at phase 3: train coarse 0 x5 (cycle 0) there, train coarse 0 x6 (cycle 0) here"),
     ]:
@@ -100,9 +100,9 @@ def test_checkpoint_folder_keeps_the_newest_and_cadence_counts_flops_in_coarse_p
     assert folder.latest().name == "step-000001-00000009.pt"
 
     cadence = Cadence(interval=10, fine_step_flops=100.0)
-    assert cadence.due("fine", TrainState(fine_steps=10)) and not cadence.due("fine", TrainState(fine_steps=11))
-    assert not cadence.due("coarse", TrainState(fine_steps=11, flops=999.0))
-    assert cadence.due("coarse", TrainState(fine_steps=11, flops=1000.0))
+    assert cadence.due("fine", TrainState(steps={"fine": 10})) and not cadence.due("fine", TrainState(steps={"fine": 11}))
+    assert not cadence.due("coarse", TrainState(steps={"fine": 11}, flops=999.0))
+    assert cadence.due("coarse", TrainState(steps={"fine": 11}, flops=1000.0))
     cadence.mark(TrainState(flops=1000.0))
     assert not cadence.due("coarse", TrainState(flops=1999.0)) and cadence.due("control", TrainState(flops=2000.0))
-    assert not Cadence(0, 100.0).due("fine", TrainState(fine_steps=10))
+    assert not Cadence(0, 100.0).due("fine", TrainState(steps={"fine": 10}))

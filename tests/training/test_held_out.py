@@ -71,8 +71,8 @@ def test_the_evaluation_batch_changes_no_loss_and_the_flops_are_the_whole_sets()
     loss_a, loss_b = a.evaluator.loss(a.runner.fine), b.evaluator.loss(b.runner.fine)
     assert loss_a == pytest.approx(loss_b, rel=1e-5)
     per_token = a.trainer.flops_per_token(a.model.config.n_layer) / 3
-    assert a.trainer.state.eval_flops == pytest.approx(per_token * 13 * T)
-    assert b.trainer.state.eval_flops == pytest.approx(a.trainer.state.eval_flops)
+    assert a.evaluator.flops == pytest.approx(per_token * 13 * T)
+    assert b.evaluator.flops == pytest.approx(a.evaluator.flops)
 
 
 def test_the_cost_model_plans_the_held_out_tokens_whatever_the_batch():

@@ -21,7 +21,7 @@ def test_a_step_that_skips_blocks_costs_what_its_blocks_cost_by_torchs_counter()
     before = trainer.state.flops
     counter = FlopCounterMode(display=False)
     with counter:
-        trainer.train_step(view, runner.fine_optimizer, 0.01, runner.samplers.fine, StepKind.fine)
+        trainer.train_step(view, runner.fine_optimizer, 0.01, runner.streams["fine"], StepKind.fine)
     counted = trainer.state.flops - before
     tokens = 4 * 32  # train.batch_size x model.block_size
     assert counted == train_flops_per_token(view.n_blocks, 64, s.model.config.vocab_size, 32) * tokens

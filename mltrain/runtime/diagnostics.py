@@ -3,7 +3,8 @@
 Before each coarse phase (the plan's `diagnose` phases) one batch of their own seeded stream gives
 the losses of the coarse model and its parent and the cosine between their gradients over the
 parameters they share. A measurement: no optimizer step, `.grad` untouched, its FLOPs kept out of the
-training FLOPs (TrainState.diag_flops) and its time out of the training time (Clock.apart).
+training FLOPs (its own counter, `Diagnostics.flops`: summary.json's diag_flops) and its time out of the
+training time (Clock.apart).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from mltrain.training.trainer import Trainer
 
 
 class Diagnostics:
-    """The diag rows of a run: batch `index` of `sampler` for the next one (saved with a checkpoint)."""
+    """The diag rows of a run: batch `index` of `sampler` for the next one, and the FLOPs measured so far
+    (`flops`; both saved with a checkpoint)."""
 
     def __init__(self, trainer: Trainer, sampler: Any):
-        self.trainer, self.sampler, self.index = trainer, sampler, 0
+        self.trainer, self.sampler, self.index, self.flops = trainer, sampler, 0, 0.0
 
     def log_diagnostics(self, view: ModelView, cycle: int) -> None:
         """Emit the diag row of coarse model `view` against its parent."""
@@ -30,7 +32,11 @@ class Diagnostics:
         with t.clock.apart():
             batch = self.sampler.batch(self.index)
             self.index += 1
-            measured = gradient_agreement(t, view, parent_of(view), batch)
+            tokens = batch[0].numel() * t.world.size  # every rank's slice
+            parent = parent_of(view)
+            for measured_view in (view, parent):  # a forward and backward of each
+                self.flops += t.flops_per_token(measured_view.n_blocks) * tokens
+            measured = gradient_agreement(t, view, parent, batch)
         t.emit({"step": t.state.fine_steps, "level": view.level, "cycle": cycle, "coarse_model": view.path[-1],
                 **measured, **t.counters()})
 
@@ -42,7 +48,6 @@ def gradients(trainer: Trainer, view: ModelView, batch) -> tuple[torch.Tensor, d
     plain model, not the DDP wrapper: no optimizer step follows)."""
     t = trainer
     x, y = t.to_device(batch)
-    t.state.diag_flops += t.flops_per_token(view.n_blocks) * x.numel() * t.world.size
     params = view.parameters()
     accum = t.grad_accum
     total_loss, grads = torch.zeros((), device=t.device), [torch.zeros_like(p, dtype=torch.float32) for p in params]
