@@ -24,7 +24,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from mltrain.config import Config, register_configs, resuming, typed, validate_composed
-from mltrain.errors import ConfigError, MltrainError, hydra_one_line, os_error_line, report
+from mltrain.core.errors import ConfigError, MltrainError, hydra_one_line, os_error_line, report
 from mltrain.method import plugins
 from mltrain.preflight import Checked, preflight
 from mltrain.runs import rundir

@@ -1,7 +1,7 @@
 """Typed configuration: the schema every YAML file in `conf/` is merged onto.
 
-Each section's dataclass lives beside what it configures: `model` in mltrain/model_settings.py
-(GPTConfig, beside mltrain/model.py), `data` in mltrain/data/config.py, `train` in
+Each section's dataclass lives beside what it configures: `model` in mltrain/model/settings.py
+(GPTConfig, beside mltrain/model/gpt.py), `data` in mltrain/data/config.py, `train` in
 mltrain/training/settings.py, `optim` and `schedule` (and the coarse levels' optimizer) in
 mltrain/optim_settings.py, `logger` in mltrain/runs/tracking.py, `coarsening` in
 mltrain/method/coarsening.py and `multilevel` in mltrain/method/multilevel.py. This module composes them
@@ -40,16 +40,16 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mltrain.checks import check_optim, check_schedule, positive
-from mltrain.choice import Choice
+from mltrain.core.checks import check_optim, check_schedule, positive
+from mltrain.core.choice import Choice
 from mltrain.data.config import DataConfig, Source
-from mltrain.errors import RETIRED_KEYS, ConfigError, first_line
+from mltrain.core.errors import RETIRED_KEYS, ConfigError, first_line
 from mltrain.method import plugins
 from mltrain.method.coarsening import CoarseningConfig, scheme_class
 from mltrain.method.multilevel import Control, MultilevelConfig
 from mltrain.method.plan import budget_steps
 from mltrain.method.registry import NONE, depth_method_values, method_for, method_sections
-from mltrain.model_settings import GPTConfig
+from mltrain.model.settings import GPTConfig
 from mltrain.optim_settings import OptimConfig, ScheduleConfig
 from mltrain.runs.keys import is_bookkeeping
 from mltrain.runs.names import short_dirname

@@ -54,7 +54,7 @@ def sweeps_main(sweeps: list[list[str]]) -> NoReturn:
     (mltrain-study's sweeps of one stage: one start-up for all of them). Each is the command's own run of
     that line, read by Hydra from sys.argv as it reads a command line. A sweep stopped by a signal ends
     the process with its status, the later ones not started; else the status is 1 when any sweep failed."""
-    from mltrain.interrupts import STOPPED
+    from mltrain.core.interrupts import STOPPED
     from mltrain.runs.provenance import redact_argv
 
     failed = False
@@ -77,7 +77,7 @@ def sweeps_main(sweeps: list[list[str]]) -> NoReturn:
 
 def compare_main(argv: list[str] | None = None) -> None:
     def main() -> int:
-        from mltrain.errors import MltrainError, os_error_line
+        from mltrain.core.errors import MltrainError, os_error_line
         from mltrain.tools.compare import main as compare
 
         try:
@@ -105,7 +105,7 @@ def prepare_main() -> None:
         import logging
 
         from mltrain.data.prepare import hydra_main
-        from mltrain.errors import hydra_one_line
+        from mltrain.core.errors import hydra_one_line
 
         logging.raiseExceptions = False  # a log file on a full disk: the one line says it, no logging tracebacks
         with hydra_one_line("mltrain-prepare"):

@@ -30,16 +30,16 @@ from omegaconf import OmegaConf
 
 from mltrain.config import Config, resuming
 from mltrain.data import BatchSampler, load_tokens
-from mltrain.errors import ConfigError, StorageError
-from mltrain.flops import FLOPS_FORMULA, train_flops_per_step
-from mltrain.memory import check_fits
+from mltrain.core.errors import ConfigError, StorageError
+from mltrain.core.flops import FLOPS_FORMULA, train_flops_per_step
+from mltrain.model.memory import check_fits
 from mltrain.method.cost import plan_cost
 from mltrain.method.kinds import RunKind, StepKind
 from mltrain.method.plan import planned_steps, where_stopped
 from mltrain.method.registry import method_for
-from mltrain.model import GPT, GPTConfig
-from mltrain.model_settings import model_config, resolved_vocab
-from mltrain.plain import plain
+from mltrain.model.gpt import GPT, GPTConfig
+from mltrain.model.settings import model_config, resolved_vocab
+from mltrain.core.plain import plain
 from mltrain.preflight import Checked, preflight
 from mltrain.runs import rundir
 from mltrain.runs.keys import config_digest

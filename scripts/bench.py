@@ -11,7 +11,7 @@ machine slows all kinds alike; ratios are taken within a round, then the median 
   - `fine_single`: mltrain's fine step in a single-level run, through the real runner (Trainer.train_step,
     per-step LR, a metrics.jsonl row every log_interval steps);
   - `fine_multilevel`, `coarse`: the fine step and the coarse (even blocks) step of a multilevel run;
-  on CUDA also MFU (FLOPs from mltrain/flops.py / time / bf16 peak) and peak memory per kind.
+  on CUDA also MFU (FLOPs from mltrain/core/flops.py / time / bf16 peak) and peak memory per kind.
 * prolong_ms: one δ-prolongation of the coarse model into the fine one.
 * runs: a whole multilevel run (cycles of 1 fine step + 2 coarse phases, then fine steps) against a
   single-level run with as many optimizer steps: its FLOP saving (1 - FLOPs_ml / FLOPs_single) next
@@ -74,7 +74,7 @@ from hydra import compose, initialize_config_module
 
 from mltrain.config import register_configs, typed
 from mltrain.data import BatchSampler, load_tokens
-from mltrain.flops import train_flops_per_step
+from mltrain.core.flops import train_flops_per_step
 from mltrain.training.devices import peak_flops
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.plan import Phase
@@ -188,7 +188,7 @@ def plain_loop(cfg, tokens: np.ndarray, device: torch.device, dtype, compile_: b
 # mltrain through its runner
 
 
-# The model's speed options (mltrain/model.py), each a single-level fine step of its own with --speed-options.
+# The model's speed options (mltrain/model/gpt.py), each a single-level fine step of its own with --speed-options.
 SPEED_OPTIONS = {"fine_padded": ["model.pad_vocab_to=64"], "fine_chunked": ["model.loss_chunk=4096"]}
 
 

@@ -16,7 +16,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from mltrain.tools.export import export
-from mltrain.model import GPT, GPTConfig
+from mltrain.model.gpt import GPT, GPTConfig
 from mltrain.runs.weights import save_weights
 
 SMALL = dict(vocab_size=256, n_layer=2, n_head=2, n_embd=32, block_size=16)

@@ -123,7 +123,7 @@ def warm_cache():
 @pytest.fixture
 def weights_dir(tmp_path):
     """A run dir holding a small model's final weights (and nothing else)."""
-    from mltrain.model import GPT, GPTConfig
+    from mltrain.model.gpt import GPT, GPTConfig
 
     torch.manual_seed(0)
     run_dir = tmp_path / "run"

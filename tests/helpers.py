@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from mltrain.config import Config, register_configs
 from mltrain.config import typed as typed_config
-from mltrain.model import GPT, GPTConfig
+from mltrain.model.gpt import GPT, GPTConfig
 from mltrain.runs.files import METRICS, read_metrics
 from mltrain.runs.keys import BUDGET_KEY, SEED_KEY, override_key, override_value
 from mltrain.runs.names import run_label

@@ -16,12 +16,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mltrain"
 
 # Bottom up; a module belongs to the layer of the longest prefix that names it (docs/architecture.md).
 LAYERS = [
-    ("core", ["mltrain", "mltrain.errors", "mltrain.choice", "mltrain.plain", "mltrain.interrupts", "mltrain.atomic",
-              "mltrain.guarded",
-              "mltrain.checks", "mltrain.flops", "mltrain.optim_settings"]),
+    ("core", ["mltrain", "mltrain.core", "mltrain.optim_settings"]),
     ("method", ["mltrain.method"]),
     ("data", ["mltrain.data"]),
-    ("model", ["mltrain.model", "mltrain.model_settings", "mltrain.views", "mltrain.memory"]),
+    ("model", ["mltrain.model"]),
     ("runs", ["mltrain.runs"]),
     ("training", ["mltrain.training"]),
     ("runtime", ["mltrain.runtime"]),

@@ -14,7 +14,7 @@ value read from its composed config, the rungs checked to vary the axis alone. N
 
 from pathlib import Path
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.tools.study import compose, schema, stages
 from mltrain.tools.study.axes import ladder_axis
 from mltrain.tools.study.cli import compose_study

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 from mltrain.data.loader import TokenSplits, load_tokens
 from mltrain.data.tokenizers import Tokenizer, get_tokenizer
 

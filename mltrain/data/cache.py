@@ -32,8 +32,8 @@ from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
-from mltrain import atomic
-from mltrain.errors import DataError, MltrainError, StorageError
+from mltrain.core import atomic
+from mltrain.core.errors import DataError, MltrainError, StorageError
 
 log = logging.getLogger(__name__)
 

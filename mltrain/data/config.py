@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from mltrain.choice import Choice
+from mltrain.core.choice import Choice
 
 
 class Source(Choice):

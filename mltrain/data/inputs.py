@@ -24,7 +24,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 
 log = logging.getLogger("mltrain.data")
 

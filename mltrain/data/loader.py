@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from mltrain.data import cache, corpus, embedded, inputs, prepare, prose, shards, text
 from mltrain.data.config import DataConfig, Source
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 from mltrain.data.tokenizers import Tokenizer, get_tokenizer
 
 log = logging.getLogger(__name__)

@@ -48,10 +48,10 @@ from hydra.core.config_store import ConfigStore
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from mltrain import atomic
+from mltrain.core import atomic
 from mltrain.data import inputs, shards
-from mltrain.interrupts import CtrlC
-from mltrain.errors import DataError, MltrainError, first_line, report
+from mltrain.core.interrupts import CtrlC
+from mltrain.core.errors import DataError, MltrainError, first_line, report
 from mltrain.data.text import datasets_local_only
 from mltrain.data.tokenizers import Tokenizer, encode_batch_before, get_tokenizer, init_worker
 
@@ -546,7 +546,7 @@ class _ShardWriter:
         return len(self.buf) == 0  # prepare.max_tokens reached
 
     def check_stop(self) -> None:
-        """KeyboardInterrupt if Ctrl-C was pressed (mltrain/interrupts.py)."""
+        """KeyboardInterrupt if Ctrl-C was pressed (mltrain/core/interrupts.py)."""
         if self.ctrl_c is not None:
             self.ctrl_c.check()
 
@@ -619,7 +619,7 @@ class PrepareGuard(Callback):
     """Before Hydra creates its log folder under prepare.out_dir: one line, not a traceback, when it cannot."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from mltrain import guarded
+        from mltrain.core import guarded
 
         out, logs = Path(os.path.expanduser(str(config.prepare.out_dir))), Path(config.hydra.run.dir)
         try:

@@ -26,7 +26,7 @@ import json
 import lzma
 from pathlib import Path
 
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 
 CORPORA = Path(__file__).resolve().parent / "corpora"
 MANIFEST = CORPORA / "prose.json"

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 
 log = logging.getLogger(__name__)
 

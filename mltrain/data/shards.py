@@ -25,9 +25,9 @@ from typing import Mapping
 
 import numpy as np
 
-from mltrain import atomic
+from mltrain.core import atomic
 from mltrain.data import inputs
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 
 log = logging.getLogger(__name__)
 

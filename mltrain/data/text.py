@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mltrain.data import inputs
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 
 log = logging.getLogger(__name__)
 

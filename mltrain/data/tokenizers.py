@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 
 BYTES = "bytes"
 BYTES_SEPARATOR = b"\n\n"

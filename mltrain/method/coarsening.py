@@ -1,6 +1,6 @@
 """Coarsening schemes: which fine blocks each coarse model stands for, restriction and prolongation.
 Nothing here knows about optimizers, data or schedules, and nothing here imports torch: the views that
-run a coarse model and the hierarchy that moves weights between levels are mltrain/views.py.
+run a coarse model and the hierarchy that moves weights between levels are mltrain/model/views.py.
 
 A coarse model is a list of *groups* of positions in its parent (the fine model, or a coarser model at
 deeper levels). Coarse block i stands for group i:
@@ -28,7 +28,7 @@ and is then chosen with `coarsening.scheme=reversed`. The `coarsening` section t
 sets its keys (`CoarseningConfig`) is defined here too.
 
 A scheme's restriction and prolongation act on blocks (torch modules) handed to them; the hierarchy
-(mltrain/views.py) calls them under torch.no_grad().
+(mltrain/model/views.py) calls them under torch.no_grad().
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
-from mltrain.choice import Choice
-from mltrain.errors import CoarseningError
+from mltrain.core.choice import Choice
+from mltrain.core.errors import CoarseningError
 
 if TYPE_CHECKING:
     import torch.nn as nn

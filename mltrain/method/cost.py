@@ -3,7 +3,7 @@ duration check and the study's ETA.
 
 `plan_cost(cfg, vocab_size)` walks the phases `build_plan(cfg)` gives and adds up:
 
-* train phases: every optimizer step at the model it trains, with the formula of mltrain/flops.py
+* train phases: every optimizer step at the model it trains, with the formula of mltrain/core/flops.py
   (6N+12LTd) at that model's depth: the fine model's (train.batch_size); a coarse model's, its depth
   from the scheme (`Scheme.coarse_depth` once per level) at multilevel.coarse_batch_size (a phase on
   the coarse batch stream); the schedule control's stand-in steps at the fine depth and the coarse
@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from mltrain.flops import train_flops_per_token
+from mltrain.core.flops import train_flops_per_token
 from mltrain.method.coarsening import build_scheme
 from mltrain.method.kinds import BatchStream, PhaseKind, StepKind
 from mltrain.method.plan import Phase, build_plan, fine_steps

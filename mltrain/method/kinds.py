@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from mltrain.choice import Choice
+from mltrain.core.choice import Choice
 from mltrain.method.registry import method_names
 
 

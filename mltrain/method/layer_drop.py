@@ -20,8 +20,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from mltrain.choice import Choice
-from mltrain.errors import ConfigError
+from mltrain.core.choice import Choice
+from mltrain.core.errors import ConfigError
 from mltrain.method.paths import PathPolicy, Stage, SubPath, step_uniforms
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival

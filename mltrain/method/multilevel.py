@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Callable, Optional, Protocol
 
-from mltrain.checks import check_optim, check_schedule, positive
-from mltrain.choice import Choice
-from mltrain.errors import ConfigError
-from mltrain.flops import train_flops_per_token
+from mltrain.core.checks import check_optim, check_schedule, positive
+from mltrain.core.choice import Choice
+from mltrain.core.errors import ConfigError
+from mltrain.core.flops import train_flops_per_token
 from mltrain.method.coarsening import build_scheme, scheme_class
 from mltrain.method.kinds import BatchStream, PhaseKind, StepKind, coarse_name
 from mltrain.method.plan import OwnOptimizer, Phase, PhaseSchedule

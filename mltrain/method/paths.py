@@ -4,7 +4,7 @@ The rival depth methods (stacking, layer dropping, RaPTr: mltrain/method/rivals.
 model's blocks through a different sub-model at each step. A `PathPolicy` says which: `path(step)` gives
 the positions of the blocks to run, in depth order, and optionally each one's Euler step (x + h·F(x):
 a block that stands for the ones skipped around it takes a longer step). The plan gives a train phase a
-policy; the runner asks it at every step and trains the view it names (mltrain/views.py path_view) with
+policy; the runner asks it at every step and trains the view it names (mltrain/model/views.py path_view) with
 the one step function.
 
 A random policy's draws at a step are a pure function of (run seed, stream, step) alone, never of a

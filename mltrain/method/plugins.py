@@ -26,7 +26,7 @@ import re
 import sys
 from typing import Iterable
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 
 PLUGINS_ENV = "MLTRAIN_PLUGINS"
 KEY = "plugins"

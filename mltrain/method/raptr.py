@@ -19,7 +19,7 @@ from typing import List, Optional, Protocol
 
 import numpy as np
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method.paths import PathPolicy, Stage, SubPath, stage_lengths, step_uniforms
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival

@@ -44,7 +44,7 @@ import dataclasses
 import importlib
 from typing import Any, ClassVar, Optional
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method.settings import RunSettings
 
 NONE = "none"  # depth_method=none: single-level or multilevel training, chosen by the coarsening scheme

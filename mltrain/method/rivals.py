@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method.coarsening import scheme_class
 from mltrain.method.kinds import PhaseKind
 from mltrain.method.paths import Stage

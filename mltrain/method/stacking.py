@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Protocol
 
-from mltrain.choice import Choice
-from mltrain.errors import ConfigError
+from mltrain.core.choice import Choice
+from mltrain.core.errors import ConfigError
 from mltrain.method.paths import BlockCopies, PathPolicy, Stage, SubPath, increasing_fractions, stage_lengths
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival

@@ -145,7 +145,7 @@ def check_resume(summary: dict, run_dir: Any, threads: int) -> None:
     import numpy
     import torch
 
-    from mltrain.errors import ConfigError
+    from mltrain.core.errors import ConfigError
 
     mine = {"code": code_digest(), "python": platform.python_version(), "torch": torch.__version__,
             "numpy": numpy.__version__, "threads": int(threads)}

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from mltrain import atomic
+from mltrain.core import atomic
 
 log = logging.getLogger("mltrain.runs.files")
 

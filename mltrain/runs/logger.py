@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from mltrain.choice import Choice
+from mltrain.core.choice import Choice
 
 
 class LoggerName(Choice):

@@ -139,7 +139,7 @@ def redact_yaml_files(paths: list[Path]) -> None:
     any is left as it is (byte for byte), a missing one is skipped."""
     from omegaconf import OmegaConf
 
-    from mltrain.atomic import atomic_open
+    from mltrain.core.atomic import atomic_open
 
     for path in paths:
         if not path.is_file() or path.is_symlink() or not _may_hold_secrets(path.read_text(encoding="utf-8")):

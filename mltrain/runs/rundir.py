@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 from typing import IO, Callable, Optional
 
-from mltrain.errors import ConfigError, StorageError
-from mltrain.atomic import link_message, open_no_follow
+from mltrain.core.errors import ConfigError, StorageError
+from mltrain.core.atomic import link_message, open_no_follow
 
 LOCK_FILE = ".mltrain.lock"
 RUN_FILES = ("summary.json", "metrics.jsonl", "checkpoints")  # what a run writes once it has started training

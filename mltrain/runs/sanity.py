@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any, Mapping, Optional
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 
 MAX_THREADS = 4096
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",

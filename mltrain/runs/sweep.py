@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mltrain.errors import ConfigError, composition_line
+from mltrain.core.errors import ConfigError, composition_line
 from mltrain.runs.keys import split_override
 
 SWEEP_PID_ENV = "MLTRAIN_SWEEP_PID"  # the sweep's main process, inherited by the launcher's workers

@@ -34,8 +34,8 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
-from mltrain.errors import StorageError
-from mltrain import atomic
+from mltrain.core.errors import StorageError
+from mltrain.core import atomic
 from mltrain.runs.files import METRICS, RUN_RECORD, SUMMARY, json_default, write_json_atomic, write_run_record
 from mltrain.runs.logger import LoggerConfig, LoggerMode, LoggerName  # noqa: F401 - the section's public home is here too
 from mltrain.runs.provenance import redact_tree

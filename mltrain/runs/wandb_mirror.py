@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from mltrain.errors import first_line
-from mltrain import atomic
+from mltrain.core.errors import first_line
+from mltrain.core import atomic
 from mltrain.runs.logger import LoggerConfig
 from mltrain.runs.names import shorten
 from mltrain.runs.provenance import redacted_argv

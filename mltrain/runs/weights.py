@@ -32,11 +32,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from mltrain.atomic import write_bytes, write_json
+from mltrain.core.atomic import write_bytes, write_json
 from mltrain.data import get_tokenizer
-from mltrain.errors import DataError, first_line
-from mltrain.model import GPT, GPTConfig, padded_vocab
-from mltrain.model_settings import resolved_vocab
+from mltrain.core.errors import DataError, first_line
+from mltrain.model.gpt import GPT, GPTConfig, padded_vocab
+from mltrain.model.settings import resolved_vocab
 
 WEIGHTS_FILE = "model.safetensors"
 INFO_FILE = "model.json"
@@ -158,7 +158,7 @@ def weight_bytes(cfg: GPTConfig) -> int:
 
 def check_room(cfg: GPTConfig, copies: float, device: Any, what: str) -> None:
     """DataError when `copies` times the model's weights cannot fit in the memory free on `device`."""
-    from mltrain.memory import available_bytes
+    from mltrain.model.memory import available_bytes
 
     need = int(weight_bytes(cfg) * copies)
     free: Optional[int] = available_bytes(torch.device(device))

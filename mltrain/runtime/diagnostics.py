@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mltrain.views import ModelView, parent_of
+from mltrain.model.views import ModelView, parent_of
 from mltrain.training import distributed
 from mltrain.training.trainer import Trainer
 

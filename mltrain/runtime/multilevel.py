@@ -20,7 +20,7 @@ from mltrain.method.multilevel import MultilevelRun
 from mltrain.method.plan import Phase
 from mltrain.runtime.diagnostics import Diagnostics
 from mltrain.training.parts import BuildKit, Parts
-from mltrain.views import Hierarchy, ModelView
+from mltrain.model.views import Hierarchy, ModelView
 
 DIAG_SEED_OFFSET = 1_000_003
 COARSE_SEED_OFFSET = 2_000_003

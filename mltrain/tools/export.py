@@ -26,12 +26,12 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save as save_safetensors
 
-from mltrain.errors import ConfigError, MltrainError, StorageError, report, tool_main
-from mltrain.model import GPT, Block, GPTConfig, Norm
-from mltrain.model_settings import resolved_vocab
-from mltrain import guarded
-from mltrain.atomic import full_or_denied
-from mltrain.guarded import write_bytes, write_json  # never through a link below the export's folder
+from mltrain.core.errors import ConfigError, MltrainError, StorageError, report, tool_main
+from mltrain.model.gpt import GPT, Block, GPTConfig, Norm
+from mltrain.model.settings import resolved_vocab
+from mltrain.core import guarded
+from mltrain.core.atomic import full_or_denied
+from mltrain.core.guarded import write_bytes, write_json  # never through a link below the export's folder
 from mltrain.runs.weights import check_vocabulary, config_from_info, load_weights, read_info, run_note
 
 PROG = "mltrain-export"

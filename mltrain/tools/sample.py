@@ -23,9 +23,9 @@ from typing import IO, Iterator, Optional, Sequence
 import torch
 
 from mltrain.data import Tokenizer, get_tokenizer
-from mltrain.errors import ConfigError, DataError, report, tool_main
-from mltrain.model import GPT
-from mltrain.model_settings import resolved_vocab
+from mltrain.core.errors import ConfigError, DataError, report, tool_main
+from mltrain.model.gpt import GPT
+from mltrain.model.settings import resolved_vocab
 from mltrain.training.devices import resolve_device
 from mltrain.runs.weights import INFO_FILE, check_vocabulary, load_weights, read_info, run_note
 

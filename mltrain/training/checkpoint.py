@@ -35,9 +35,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from mltrain.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
-from mltrain.errors import CheckpointError, StorageError
-from mltrain.plain import plain
+from mltrain.core.atomic import atomic_open, cut_at_row, full_or_denied, refuse_links, remove_stale_temps
+from mltrain.core.errors import CheckpointError, StorageError
+from mltrain.core.plain import plain
 from mltrain.method.kinds import StepKind
 from mltrain.method.plan import phase_text
 from mltrain.runs.keys import is_bookkeeping

@@ -22,7 +22,7 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from mltrain.errors import MltrainError
+from mltrain.core.errors import MltrainError
 from mltrain.training.settings import compile_setting
 
 BACKEND_ENV = "MLTRAIN_COMPILE_BACKEND"

@@ -25,8 +25,8 @@ from typing import Optional
 import torch
 
 from mltrain.training.distributed import World
-from mltrain.errors import ConfigError
-from mltrain.atomic import open_no_follow
+from mltrain.core.errors import ConfigError
+from mltrain.core.atomic import open_no_follow
 
 log = logging.getLogger("mltrain")
 

@@ -76,7 +76,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from mltrain.errors import ConfigError, MltrainError
+from mltrain.core.errors import ConfigError, MltrainError
 from mltrain.training.world import START_TIME_ENV, World, world_from_env
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)  # one step, an evaluation or rank 0's checkpoint may take long

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from mltrain.views import ModelView
+from mltrain.model.views import ModelView
 from mltrain.training import distributed
 from mltrain.training.trainer import Trainer
 

@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from mltrain.method.paths import BlockCopies
-from mltrain.model import GPT
+from mltrain.model.gpt import GPT
 
 
 @torch.no_grad()

@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import torch
 
-from mltrain.errors import ConfigError
-from mltrain.model import GPT
-from mltrain.views import ModelView, fine_view
+from mltrain.core.errors import ConfigError
+from mltrain.model.gpt import GPT
+from mltrain.model.views import ModelView, fine_view
 from mltrain.training.run_config import RunConfig
 from mltrain.training.trainer import Trainer
 

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.runs.files import SUMMARY, read_summary
 from mltrain.runs.keys import is_bookkeeping, override_key
 from mltrain.runs.provenance import secret_override

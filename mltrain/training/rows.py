@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
-from mltrain.views import ModelView
+from mltrain.model.views import ModelView
 from mltrain.method.kinds import StepKind
 
 

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from mltrain.data.config import DataConfig
 from mltrain.method.settings import RunSettings
-from mltrain.model_settings import GPTConfig
+from mltrain.model.settings import GPTConfig
 from mltrain.runs.tracking import LoggerConfig
 from mltrain.optim_settings import OptimConfig, ScheduleConfig
 from mltrain.training.settings import TrainConfig

@@ -17,9 +17,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from mltrain.errors import ConfigError
-from mltrain.model import GPT
-from mltrain.views import ModelView, key_path, path_key, path_view
+from mltrain.core.errors import ConfigError
+from mltrain.model.gpt import GPT
+from mltrain.model.views import ModelView, key_path, path_key, path_view
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind
 from mltrain.method.paths import PathPolicy, SubPath
 from mltrain.method.plan import OwnOptimizer, Phase, PhaseSchedule, budget_steps, fine_steps

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mltrain.choice import Choice
-from mltrain.errors import ConfigError
+from mltrain.core.choice import Choice
+from mltrain.core.errors import ConfigError
 
 
 class DType(Choice):

@@ -18,7 +18,7 @@ import torch
 from mltrain.training import distributed
 from mltrain.training.optim import is_fused, set_lr
 from mltrain.training.rows import ROW_METRICS, Step
-from mltrain.views import ModelView
+from mltrain.model.views import ModelView
 
 
 class SkipNonFinite:

@@ -23,12 +23,12 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from mltrain.model import GPT
-from mltrain.model_settings import resolved_vocab
-from mltrain.views import ModelView
+from mltrain.model.gpt import GPT
+from mltrain.model.settings import resolved_vocab
+from mltrain.model.views import ModelView
 from mltrain.method.kinds import StepKind
 from mltrain.training import distributed
-from mltrain.flops import train_flops_per_token
+from mltrain.core.flops import train_flops_per_token
 from mltrain.training.compiling import CompileWatch
 from mltrain.training.optim import is_fused, set_lr
 from mltrain.training.skipping import SkipNonFinite

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 
 # A run's start time (seconds since the epoch), set by prepare_launch so that every rank of one
 # data-parallel job names the same default run dir (mltrain/config.py start_time reads it).

@@ -6,12 +6,12 @@ from omegaconf import OmegaConf
 from helpers import REPO, compose_config, typed
 
 from mltrain.config import validate
-from mltrain.errors import ConfigError, composition_line
-from mltrain.memory import parameter_count
+from mltrain.core.errors import ConfigError, composition_line
+from mltrain.model.memory import parameter_count
 from mltrain.method.multilevel import control_ratio, control_steps
 from mltrain.method.plan import build_plan, run_kind
 from mltrain.method.registry import NONE, depth_method_values, method_names
-from mltrain.model_settings import model_config
+from mltrain.model.settings import model_config
 from mltrain.runs.keys import override_key
 
 

@@ -10,7 +10,7 @@ import pytest
 from helpers import compose_config, SMOKE, one_error, run_tool, typed
 
 from mltrain.config import Config, validate
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("override,named,suggested", [

@@ -8,8 +8,8 @@ from omegaconf import OmegaConf
 from helpers import compose_config, typed
 from mltrain.config import Config, ConfigError
 from mltrain.data.config import DataConfig
-from mltrain.model import GPTConfig, Norm
-from mltrain.plain import plain
+from mltrain.model.gpt import GPTConfig, Norm
+from mltrain.core.plain import plain
 from mltrain.runs.keys import config_digest
 from mltrain.training.checkpoint import computation_config
 from mltrain.optim_settings import OptimConfig

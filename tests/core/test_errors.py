@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mltrain.errors import first_line
+from mltrain.core.errors import first_line
 
 
 def test_an_errors_first_line_is_cut_out_one_way():

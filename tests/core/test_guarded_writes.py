@@ -1,4 +1,4 @@
-"""Nothing any tool writes goes through a symbolic link (mltrain/guarded.py): the study's reports and its
+"""Nothing any tool writes goes through a symbolic link (mltrain/core/guarded.py): the study's reports and its
 folders, mltrain-compare's files, mltrain-export's folder, mltrain-prepare's logs. Each planted link is
 refused in one line naming it, before anything is written, and the file it points to is left as it
 was. The installed tools are run from outside the repository."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mltrain.errors import StorageError
-from mltrain import guarded
+from mltrain.core.errors import StorageError
+from mltrain.core import guarded
 from helpers import VICTIM, fake_runs, made_once, refused, smoke_run, tool, tree, victim
 
 # ---------------------------------------------------------------------------------------------
@@ -37,7 +37,7 @@ def test_a_link_anywhere_below_the_root_is_refused_and_the_root_itself_is_follow
 
 
 def test_a_write_that_fails_is_one_storage_error_naming_the_file_and_leaves_no_partial_file(tmp_path, monkeypatch):
-    from mltrain import atomic
+    from mltrain.core import atomic
 
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))

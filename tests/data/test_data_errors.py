@@ -11,7 +11,7 @@ import pytest
 from helpers import compose_config, SMOKE, one_error, run_tool
 
 from mltrain.data import load_tokens, shards
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 
 
 def test_an_unwritable_token_cache_is_one_line(tmp_path):

@@ -19,7 +19,7 @@ from mltrain.data import inputs, shards
 from mltrain.data.config import DataConfig
 from mltrain.data.loader import load_tokens
 from mltrain.data.sampler import BatchSampler
-from mltrain.errors import DataError
+from mltrain.core.errors import DataError
 from helpers import TOOL_SMOKE, edited_copy, made_once, refused, smoke_run, tool
 
 TINY = ["model.n_layer=2", "model.n_embd=16", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
@@ -199,7 +199,7 @@ def test_running_out_of_memory_in_sample_is_one_line(weights_run, tmp_path):
 def test_a_memory_error_in_a_tool_is_one_line_and_other_errors_keep_their_traceback(capsys):
     import argparse
 
-    from mltrain.errors import tool_main
+    from mltrain.core.errors import tool_main
 
     parser = argparse.ArgumentParser(prog="t")
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import typed
-from mltrain.model import GPT
+from mltrain.model.gpt import GPT
 from mltrain.run import run
 from mltrain.runs.weights import INFO_FILE, load_weights
 

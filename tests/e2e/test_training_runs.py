@@ -6,7 +6,7 @@ import math
 import pytest
 from helpers import ML
 
-from mltrain.flops import train_flops_per_step
+from mltrain.core.flops import train_flops_per_step
 
 
 B, T = 4, 16  # conftest.TINY's batch size and context

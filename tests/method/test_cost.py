@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers import ML, compose_config
 
-from mltrain.flops import train_flops_per_token
+from mltrain.core.flops import train_flops_per_token
 from mltrain.method.cost import plan_cost
 from mltrain.method.plan import build_plan
 

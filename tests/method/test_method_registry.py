@@ -13,7 +13,7 @@ from hydra.errors import ConfigCompositionException
 from helpers import compose_config, typed
 
 from mltrain.config import register_configs, validate
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method import registry
 from mltrain.method.kinds import PhaseKind, RunKind
 from mltrain.method.paths import PathPolicy, Stage, SubPath

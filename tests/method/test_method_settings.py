@@ -11,7 +11,7 @@ from helpers import ML, compose_config
 from omegaconf import OmegaConf
 
 from mltrain.config import Config
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method.cost import plan_cost
 from mltrain.method.multilevel import resolve_coarse_optim
 from mltrain.method.plan import OwnOptimizer, budget_steps, build_plan, run_kind

@@ -15,7 +15,7 @@ import torch
 from helpers import compose_config, read_rows, typed
 
 from mltrain.config import register_configs, validate
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method import registry
 from mltrain.method.coarsening import scheme_class
 from mltrain.method.kinds import PhaseKind, RunKind

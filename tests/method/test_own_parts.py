@@ -83,7 +83,7 @@ def test_its_stream_is_its_own_and_is_resumed(tmp_path):
 
 
 def test_a_phase_on_a_stream_the_run_does_not_build_is_refused_before_any_step(monkeypatch):
-    from mltrain.errors import ConfigError
+    from mltrain.core.errors import ConfigError
 
     monkeypatch.setattr(WarmStart, "parts", None)
     with pytest.raises(ConfigError, match="batch stream"):

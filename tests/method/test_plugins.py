@@ -15,7 +15,7 @@ from helpers import compose_config, typed
 
 from mltrain import config as config_module
 from mltrain.config import register_configs, schema, validate
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method import plugins, registry
 
 PLUGIN = textwrap.dedent('''

@@ -9,7 +9,7 @@ import pytest
 from helpers import compose_config, typed
 
 from mltrain.config import validate
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method.layer_drop import LayerDrop, keep_probabilities
 from mltrain.method.paths import SubPath
 from mltrain.method.plan import build_plan

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers import typed
-from mltrain.errors import CoarseningError
+from mltrain.core.errors import CoarseningError
 from mltrain.method.coarsening import Groups, Scheme, register_scheme, scheme_names
 from mltrain.method.plan import build_plan
 from mltrain.run import build

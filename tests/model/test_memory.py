@@ -22,8 +22,8 @@ def test_a_model_that_cannot_fit_is_refused_with_its_size_before_allocating(tmp_
 
 
 def test_the_parameter_count_comes_without_allocating_and_matches_the_model():
-    from mltrain.memory import parameter_count
-    from mltrain.model import GPT, GPTConfig
+    from mltrain.model.memory import parameter_count
+    from mltrain.model.gpt import GPT, GPTConfig
 
     paper = GPTConfig(n_layer=12, n_head=8, n_embd=256, block_size=256, vocab_size=50257)
     assert parameter_count(paper) == (22_368_512, 0)
@@ -33,8 +33,8 @@ def test_the_parameter_count_comes_without_allocating_and_matches_the_model():
 
 
 def test_the_logits_are_priced_as_the_forward_computes_them():
-    from mltrain.memory import logit_bytes
-    from mltrain.model import GPTConfig
+    from mltrain.model.memory import logit_bytes
+    from mltrain.model.gpt import GPTConfig
 
     plain = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=256)
     assert logit_bytes(plain, 4) == 2 * 4 * 16 * 256 * 4  # fp32 logits and their gradient, as before

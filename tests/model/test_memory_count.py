@@ -6,8 +6,8 @@ import itertools
 import pytest
 import torch
 
-from mltrain.model import GPT, GPTConfig
-from mltrain.memory import parameter_count
+from mltrain.model.gpt import GPT, GPTConfig
+from mltrain.model.memory import parameter_count
 
 
 @pytest.mark.parametrize("norm,affine,bias,attention", itertools.product(

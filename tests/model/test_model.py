@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mltrain.flops import forward_flops_per_token, train_flops_per_step, train_flops_per_token
-from mltrain.model import GPT, GPTConfig
+from mltrain.core.flops import forward_flops_per_token, train_flops_per_step, train_flops_per_token
+from mltrain.model.gpt import GPT, GPTConfig
 
 
 def test_paper_model_has_22368512_parameters():

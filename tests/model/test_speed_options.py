@@ -9,9 +9,9 @@ import pytest
 import torch
 from helpers import compose_config, saved_run, typed
 
-from mltrain.errors import ConfigError
-from mltrain.memory import parameter_count
-from mltrain.model import GPT, GPTConfig, padded_vocab
+from mltrain.core.errors import ConfigError
+from mltrain.model.memory import parameter_count
+from mltrain.model.gpt import GPT, GPTConfig, padded_vocab
 from mltrain.runs.weights import load_weights
 from mltrain.tools.export import HF_CONFIG, HF_WEIGHTS, export
 from mltrain.tools.sample import generate

@@ -5,12 +5,12 @@ with one Euler step per block."""
 import pytest
 import torch
 
-from mltrain.memory import logit_bytes
+from mltrain.model.memory import logit_bytes
 from mltrain.method.coarsening import scheme_class
 from mltrain.method.paths import SubPath
-from mltrain.model import GPT, GPTConfig
-from mltrain.model_settings import model_config, padded_vocab, resolved_vocab
-from mltrain.views import Hierarchy, path_view
+from mltrain.model.gpt import GPT, GPTConfig
+from mltrain.model.settings import model_config, padded_vocab, resolved_vocab
+from mltrain.model.views import Hierarchy, path_view
 
 SHAPE = dict(n_layer=4, n_embd=32, n_head=2, block_size=8)
 

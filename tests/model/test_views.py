@@ -11,11 +11,11 @@ from omegaconf import OmegaConf
 
 from mltrain.method.coarsening import scheme_class
 from mltrain.method.paths import SubPath
-from mltrain.model import GPT, GPTConfig
+from mltrain.model.gpt import GPT, GPTConfig
 from mltrain.training.optim import build_optimizer
 from mltrain.training.trainer import Trainer
-from mltrain.views import Hierarchy
-from mltrain.views import path_view
+from mltrain.model.views import Hierarchy
+from mltrain.model.views import path_view
 
 
 CFG = dict(vocab_size=64, n_layer=12, n_embd=32, n_head=2, block_size=8)

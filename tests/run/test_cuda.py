@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from torch._dynamo.utils import counters
 from helpers import compose_config, typed
 
-from mltrain.model import GPT, GPTConfig
+from mltrain.model.gpt import GPT, GPTConfig
 from mltrain.run import build, run
 from mltrain.training.optim import build_optimizer
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mltrain.flops import train_flops_per_token
+from mltrain.core.flops import train_flops_per_token
 from mltrain.method.layer_drop import LayerDrop
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import ML, TINY
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 
 
 def deterministic(rows):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import fake_run_dir
 
-from mltrain.errors import StorageError
+from mltrain.core.errors import StorageError
 from mltrain.runs import rundir
 from mltrain.runs.tracking import LoggerConfig, Tracker
 from mltrain.training import checkpoint as ckpt

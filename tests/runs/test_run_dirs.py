@@ -12,7 +12,7 @@ import sys
 import pytest
 from helpers import SMOKE, file_tree, make_earlier_run, one_error, run_tool, unwritable_dir
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.runs import rundir
 
 

@@ -61,7 +61,7 @@ def test_the_hydra_record_of_a_budget_run_is_the_config_it_was_given(tmp_path):
 
 
 def test_an_unreadable_run_record_is_one_clear_error(tmp_path):
-    from mltrain.errors import CompareError
+    from mltrain.core.errors import CompareError
 
     (tmp_path / "metrics.jsonl").write_text("")
     (tmp_path / "run.json").write_text("[1, 2]")

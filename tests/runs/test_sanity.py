@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.runs import sanity
 from helpers import refused, tool, typed
 

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 from helpers import SMOKE, one_error, run_tool
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.runs import sweep
 
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from mltrain.errors import StorageError
+from mltrain.core.errors import StorageError
 from mltrain.runs.tracking import LoggerConfig, Tracker
 
 

@@ -428,7 +428,7 @@ def test_logger_group_and_run_name_from_config_win(wandb_env):
 
 
 def test_a_resume_refuses_a_metrics_file_shorter_than_at_its_checkpoint(tmp_path):
-    from mltrain.errors import ConfigError
+    from mltrain.core.errors import ConfigError
 
     t = Tracker(tmp_path, LoggerConfig(name="jsonl"), {}, name="n", group="g", job_type="single")
     t.log({"step": 1, "flops": 1.0})

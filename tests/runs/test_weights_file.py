@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 from helpers import compose_config, VARIANTS, saved_run, typed
 
-from mltrain.errors import DataError
-from mltrain.model import Norm
+from mltrain.core.errors import DataError
+from mltrain.model.gpt import Norm
 from mltrain.runs.weights import INFO_FILE, WEIGHTS_FILE, load_weights
 from mltrain.runs.weights import canonical_safetensors, save_weights
 
@@ -63,7 +63,7 @@ def test_loading_bad_run_dirs_fails_with_one_line(tmp_path):
 
 
 def test_a_run_that_diverges_leaves_no_earlier_weights_and_the_tools_say_why(tmp_path, capsys):
-    from mltrain.model import GPT, GPTConfig
+    from mltrain.model.gpt import GPT, GPTConfig
     from mltrain.run import RunDiverged, run
     from mltrain.tools.sample import main as sample_main
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from helpers import VARIANTS, random_model, saved_run
 
-from mltrain.errors import StorageError
-from mltrain.model import GPT, Norm
+from mltrain.core.errors import StorageError
+from mltrain.model.gpt import GPT, Norm
 from mltrain.runs.weights import INFO_FILE
 from mltrain.runs.weights import load_weights
 from mltrain.tools.export import HF_CONFIG, HF_WEIGHTS, hf_state_dict

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, run_main, typed
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.tools.compare import Arm, Report
 from mltrain.tools.study import compose, ladder, schema, stages
 from mltrain.tools.study.axes import AXES, ladder_axis
@@ -351,7 +351,7 @@ def test_the_new_ladders_hold_their_stated_rungs():
     = 3,360 steps); the data ladder's 8-token rung is cpu_ladder's d32 run for run (on data=prose, with the ladders'
     held-out set: 32,768 tokens every 1,000 steps); the coarse phases
     cost ~34% of the fine steps' FLOPs at every rung of both."""
-    from mltrain.flops import train_flops_per_token
+    from mltrain.core.flops import train_flops_per_token
 
     depth, data, cpu = (compose_study([f"study={n}"]) for n in ("depth_ladder", "data_ladder", "cpu_ladder"))
     with compose.Composer() as composer:

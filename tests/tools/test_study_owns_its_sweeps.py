@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import run_main
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.runs import rundir
 from mltrain.tools.study import launch
 

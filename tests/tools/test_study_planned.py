@@ -188,7 +188,7 @@ def test_status_prints_the_planned_range_and_the_rate(tmp_path, capsys):
 
 
 def test_halving_budgets_are_planned_later_but_checked_up_front_and_bad_halving_is_one_line(tmp_path):
-    from mltrain.errors import ConfigError
+    from mltrain.core.errors import ConfigError
     from mltrain.tools.study.plan import possible_evaluation_runs
 
     cfg = study(tmp_path)

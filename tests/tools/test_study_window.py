@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from helpers import run_main
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.runs import environment
 from mltrain.tools.study import records, window
 from mltrain.tools.study.window import Window, parse_duration, parse_until, without_window

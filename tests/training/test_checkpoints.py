@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import compose_config, typed
 
-from mltrain.errors import CheckpointError
+from mltrain.core.errors import CheckpointError
 from mltrain.run import build
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
 

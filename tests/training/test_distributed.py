@@ -11,7 +11,7 @@ import pytest
 from helpers import free_port
 
 from mltrain.config import register_configs
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.training import distributed
 from mltrain.training.distributed import World, check_divisible, world_from_env
 

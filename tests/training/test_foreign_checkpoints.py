@@ -15,9 +15,9 @@ import pytest
 import torch
 from helpers import compose_config, typed
 
-from mltrain import atomic
-from mltrain.errors import ConfigError, StorageError
-from mltrain.errors import CheckpointError
+from mltrain.core import atomic
+from mltrain.core.errors import ConfigError, StorageError
+from mltrain.core.errors import CheckpointError
 from mltrain.training import checkpoint as ckpt
 
 

@@ -5,7 +5,7 @@ import torch
 from helpers import compose_config
 
 from mltrain.method.stacking import Growth
-from mltrain.model import GPT, GPTConfig
+from mltrain.model.gpt import GPT, GPTConfig
 from mltrain.training.growth import copy_blocks
 from mltrain.training.optim import build_optimizer
 

@@ -79,7 +79,7 @@ def test_the_cost_model_plans_the_held_out_tokens_whatever_the_batch():
     small, large = (plan_cost(compose_config("train.eval_tokens=200", f"train.batch_size={b}"), 256) for b in (2, 8))
     cfg = compose_config("train.eval_tokens=200")
     m = cfg.model
-    from mltrain.flops import train_flops_per_token
+    from mltrain.core.flops import train_flops_per_token
 
     evaluations = 3  # steps 0, 12 and 24 of the tests' 24-step plan
     expected = evaluations * 13 * T * train_flops_per_token(m.n_layer, m.n_embd, 256, m.block_size) / 3

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import SMALL, checkpoints, compose_config, final_state, load, name_position, rows, summary, typed
 
-from mltrain.model import GPT
+from mltrain.model.gpt import GPT
 from mltrain.run import RunDiverged, run
 
 

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from mltrain.model import GPT, GPTConfig
+from mltrain.model.gpt import GPT, GPTConfig
 from mltrain.optim_settings import OptimConfig, OptimName
 from mltrain.training.optim import build_optimizer
 

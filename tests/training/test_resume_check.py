@@ -8,7 +8,7 @@ import shutil
 import pytest
 from helpers import compose_config, make_earlier_run
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("content", [b'{"status": "fin', b'["finished"]', b"\xff\xfe"])

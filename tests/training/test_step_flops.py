@@ -3,7 +3,7 @@
 from torch.utils.flop_counter import FlopCounterMode
 from helpers import compose_config, typed
 
-from mltrain.flops import train_flops_per_token
+from mltrain.core.flops import train_flops_per_token
 from mltrain.method.kinds import StepKind
 from mltrain.run import build
 

@@ -5,7 +5,7 @@ composed: `depth_method=warm_prefix` and the keys `warm_prefix.*` then exist (do
 
 from dataclasses import dataclass
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.method.paths import Stage
 from mltrain.method.registry import register_method
 from mltrain.method.rivals import Rival

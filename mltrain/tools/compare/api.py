@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from mltrain.method.kinds import RunKind
-from mltrain import guarded
+from mltrain.core import guarded
 from mltrain.runs.files import json_default
 from mltrain.tools.compare import frontier as frontiers
 from mltrain.tools.compare.analysis import build_report, choose_baseline, exclude_mismatched
@@ -213,7 +213,7 @@ def _write(report: Report, out: Path, configs: list[Configuration], baseline, pl
     from mltrain.tools.compare.plot import plot as draw
     from mltrain.tools.compare.report import render_markdown
 
-    # never through a link: checked for all three before any is written (mltrain/guarded.py)
+    # never through a link: checked for all three before any is written (mltrain/core/guarded.py)
     guarded.refuse_linked([out / f"comparison.{ext}" for ext in ("png", "md", "json")], out)
     guarded.write_json(out / "comparison.json", report.to_json(), root=out, indent=2, default=json_default)
     guarded.write_text(out / "comparison.md", render_markdown(markdown_safe(report)), root=out)

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
-from mltrain.errors import CompareError, first_line
+from mltrain.core.errors import CompareError, first_line
 from mltrain.method.kinds import RunKind
 from mltrain.runs.files import METRICS, RUN_RECORD, SUMMARY, read_metrics, read_run_record, read_summary
 from mltrain.runs.keys import BUDGET_KEY, label_overrides, override_key, override_value, seed_of

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from mltrain.method.kinds import RunKind
-from mltrain import guarded
+from mltrain.core import guarded
 from mltrain.tools.compare.loading import Configuration, Run
 from mltrain.tools.compare.results import Report
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mltrain.errors import ConfigError, composition_line, report, tool_main
+from mltrain.core.errors import ConfigError, composition_line, report, tool_main
 from mltrain.tools.study import compose, sanity, schema
 from mltrain.tools.study.compose import one_line
 from mltrain.tools.study.schema import StudyConfig

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from mltrain.errors import ConfigError, MltrainError
+from mltrain.core.errors import ConfigError, MltrainError
 from mltrain.tools.study.axes import AXES, FOLLOWS_FROM_AXIS
 from mltrain.tools.study.plan import SEED, Run, Sweep, arm_overrides
 from mltrain.tools.study.schema import StudyConfig
@@ -106,8 +106,8 @@ def parameter_count(cfg: Config) -> int:
     """Parameters of the model the typed run config `cfg` describes, its vocabulary from the tokenizer
     (nothing allocated)."""
     from mltrain.data.tokenizers import get_tokenizer
-    from mltrain.memory import parameter_count as count
-    from mltrain.model_settings import model_config
+    from mltrain.model.memory import parameter_count as count
+    from mltrain.model.settings import model_config
 
     return count(model_config(cfg.model, get_tokenizer(cfg.data.tokenizer).n_vocab))[0]
 

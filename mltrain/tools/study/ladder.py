@@ -41,7 +41,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from mltrain import guarded
+from mltrain.core import guarded
 from mltrain.tools.compare import MIN_SEEDS_FOR_INTERVAL, Arm, FitError, Multiplier, Report, markdown_safe
 from mltrain.tools.study.axes import AXES  # how the report and the plot name each axis
 from mltrain.tools.study.ladder_md import params_text, render_ladder
@@ -401,7 +401,7 @@ def plot_ladder(report: Ladder, path: Path, dpi: int = 120, root: Optional[Path]
 
 def write_ladder(report: Ladder, base: Path, root: Optional[Path] = None) -> None:
     """ladder.json, ladder.md and ladder.png next to each other (`base` without a suffix), never
-    through a link below `root` (the study's folder; mltrain/guarded.py); the plot last, so a full disk
+    through a link below `root` (the study's folder; mltrain/core/guarded.py); the plot last, so a full disk
     there leaves the numbers and the report written."""
     root = root if root is not None else base.parent
     paths = [base.with_suffix(s) for s in (".json", ".md", ".png")]

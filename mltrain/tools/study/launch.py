@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
-from mltrain.interrupts import STOPPED, CtrlC
-from mltrain.atomic import open_no_follow
+from mltrain.core.interrupts import STOPPED, CtrlC
+from mltrain.core.atomic import open_no_follow
 from mltrain.runs import rundir
 
 # `mltrain -m <overrides>` for each sweep (one JSON list of overrides per argument), run by this Python;

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Optional
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from mltrain.errors import ConfigError, override_line
+from mltrain.core.errors import ConfigError, override_line
 from mltrain.runs.keys import override_value
 from mltrain.runs.names import short_dirname
 from mltrain.tools.study.schema import (BUDGET, SEED, ArmConfig, LauncherConfig, StudyConfig, eval_seeds, frontier_arm,

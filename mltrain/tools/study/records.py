@@ -23,8 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from mltrain import guarded
-from mltrain.errors import ConfigError
+from mltrain.core import guarded
+from mltrain.core.errors import ConfigError
 from mltrain.runs import environment
 from mltrain.runs.environment import MUST_EQUAL
 from mltrain.tools.study.plan import EVAL, TUNE, Layout

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol, TextIO
 
-from mltrain.errors import ConfigError, MltrainError
+from mltrain.core.errors import ConfigError, MltrainError
 from mltrain.runs import sanity
 from mltrain.runs.files import read_summary
 from mltrain.runs.keys import override_key, override_value

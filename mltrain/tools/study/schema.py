@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 from mltrain.runs.keys import BUDGET_KEY as BUDGET  # the frontier axis: swept by the single-level arm, never tuned
 from mltrain.runs.keys import SEED_KEY as SEED
 from mltrain.runs.keys import override_key

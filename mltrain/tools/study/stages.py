@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
-from mltrain.errors import ConfigError, MltrainError
-from mltrain import guarded
-from mltrain.plain import plain
+from mltrain.core.errors import ConfigError, MltrainError
+from mltrain.core import guarded
+from mltrain.core.plain import plain
 from mltrain.runs import rundir
 from mltrain.runs.provenance import redact_tree
 from mltrain.tools.compare import Multiplier, Report, compare_report

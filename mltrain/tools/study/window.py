@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s)?")
 WINDOW_FLAGS = ("--for", "--until")

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
-from mltrain.errors import ConfigError, StorageError
+from mltrain.core.errors import ConfigError, StorageError
 
 TMP_SUFFIX = ".tmp"
 # mkstemp creates 0600 files; finished files get the usual 0666 & ~umask (shared data folders stay readable).

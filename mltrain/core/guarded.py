@@ -8,7 +8,7 @@ data's logs): nothing is ever written through a symbolic link, and a write that 
 taken as it is, a link included, since the user chose it. Everything the tool makes below it, each
 folder on the way down and the file itself, must not be a symbolic link: a link there (planted, or
 left by hand) would send the tool's writes outside the folder, so it is refused with StorageError
-naming it, before anything is written. Files are written atomically (mltrain/atomic.py): a temporary file
+naming it, before anything is written. Files are written atomically (mltrain/core/atomic.py): a temporary file
 beside the final one, then a rename, so a reader never sees half a file and a killed writer leaves no
 truncated one. A write the disk, a quota or a permission refuses is StorageError naming the file and
 the reason (a full disk is said as one), never a traceback.
@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from mltrain.errors import MltrainError, StorageError
-from mltrain import atomic
+from mltrain.core.errors import MltrainError, StorageError
+from mltrain.core import atomic
 
 
 def linked_below(root: str | os.PathLike, path: str | os.PathLike) -> Optional[Path]:

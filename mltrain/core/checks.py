@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mltrain.errors import ConfigError
+from mltrain.core.errors import ConfigError
 
 
 def positive(value: Any, key: str, zero_ok: bool = False) -> None:

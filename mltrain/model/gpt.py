@@ -1,5 +1,5 @@
 """The GPT decoder. One file, nothing about levels. Its shape and options, GPTConfig (the run config's
-`model` section), are in mltrain/model_settings.py, without torch.
+`model` section), are in mltrain/model/settings.py, without torch.
 
 Pre-norm residual blocks: x_{t+1} = x_t + F(x_t, θ_t). Read as an ODE, depth is a discretisation, which
 is what multilevel training exploits; this file only needs to make the blocks an indexable list, so
@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab, resolved_vocab
+from mltrain.model.settings import Attention, GPTConfig, Norm, padded_vocab, resolved_vocab
 
 
 def _chunk_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab: int) -> torch.Tensor:

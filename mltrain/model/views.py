@@ -18,7 +18,7 @@ import torch.nn as nn
 from mltrain.method.coarsening import Groups, Scheme
 from mltrain.method.kinds import model_name
 from mltrain.method.paths import SubPath
-from mltrain.model import GPT
+from mltrain.model.gpt import GPT
 
 
 @dataclass(eq=False)

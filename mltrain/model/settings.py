@@ -1,7 +1,7 @@
 """The `model` section of the run config: the GPT decoder's shape and options (GPTConfig), the choices it
 names, and what follows from it without weights (the padded vocabulary, the vocabulary resolved).
 
-Plain dataclasses and fixed-choice names, with no torch, beside mltrain/model.py, which builds the model
+Plain dataclasses and fixed-choice names, with no torch, beside mltrain/model/gpt.py, which builds the model
 from them: mltrain/config.py composes this section into the schema, so composing, checking and refusing a
 config (`mltrain optim.name=lion`, `mltrain --help`) never has to import torch.
 """
@@ -12,8 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from mltrain.choice import Choice
-from mltrain.errors import ConfigError
+from mltrain.core.choice import Choice
+from mltrain.core.errors import ConfigError
 
 
 class Norm(Choice):

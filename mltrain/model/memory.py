@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Optional
 
-from mltrain.errors import ConfigError
-from mltrain.model_settings import Attention, GPTConfig, Norm, padded_vocab, resolved_vocab
+from mltrain.core.errors import ConfigError
+from mltrain.model.settings import Attention, GPTConfig, Norm, padded_vocab, resolved_vocab
 
 if TYPE_CHECKING:
     import torch
