@@ -86,7 +86,7 @@ class Fit:
         law = self.law if self.available else None
         return PowerLawFit(self.available, self.why, law.E if law else None, law.A if law else None,
                            law.alpha if law else None, FIT_LOSS, self.n_points, self.rms if law else None,
-                           self.degenerate if law else None, tuple(self.flop_range) if self.flop_range else None)
+                           self.degenerate if law else None, (self.flop_range[0], self.flop_range[1]) if self.flop_range else None)
 
 
 def _residuals(p: np.ndarray, u: np.ndarray, log_y: np.ndarray) -> np.ndarray:
@@ -159,6 +159,8 @@ class Reading:
 
 
 def read(fit: Fit, flops: float, loss: float) -> Reading:
+    if fit.law is None or fit.flop_range is None:
+        raise ValueError("a run is read on a fitted frontier only")
     c_eq = fit.law.flops_for(loss)
     if c_eq is None:
         return Reading(None, None, None)

@@ -71,7 +71,7 @@ class Interval:
 
     @property
     def crosses_zero(self) -> bool:
-        return self.low is not None and self.low <= 0.0 <= self.high
+        return self.low is not None and self.high is not None and self.low <= 0.0 <= self.high
 
 
 def interval(values: Sequence[float], zero_means: str = "no difference") -> Interval:
