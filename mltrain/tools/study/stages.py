@@ -311,7 +311,7 @@ def _scale(study: Study, scale: str) -> ladder.ScaleResult:
         if budget is None or budget in budgets:
             break
         study.shown().say(f"mltrain-study: {scale}: an arm's equal-loss point lies beyond the frontier's data: "
-                           f"the frontier gets budget {budget}")
+                          f"the frontier gets budget {budget}")
         budgets.append(budget)
     everything = [r for s in (*tuned, *evaluation) for r in s.runs()]
     _say_left_out(study, scale, everything)
@@ -356,8 +356,8 @@ def _say_left_out(study: Study, scale: str, planned: list[Run]) -> None:
     if found:
         shown = ", ".join(str(d.relative_to(layout.scale(scale))) for d in found[:3]) + (", ..." if len(found) > 3 else "")
         study.shown().say(f"mltrain-study: {scale}: {len(found)} run folder(s) on disk are not asked for by this "
-                           f"config (its grid, arms or seeds changed since): left out of the choice and the "
-                           f"verdict ({shown})")
+                          f"config (its grid, arms or seeds changed since): left out of the choice and the "
+                          f"verdict ({shown})")
 
 
 def _existing(runs: list[Run]) -> list[Path]:
