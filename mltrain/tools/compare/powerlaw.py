@@ -158,13 +158,18 @@ class Reading:
         return self.beyond_data is not None
 
 
-def read(fit: Fit, flops: float, loss: float) -> Reading:
+def fitted_law(fit: Fit) -> tuple[PowerLaw, tuple[float, float]]:
+    """A fit's law and the FLOPs range it was fitted on; ValueError for a fit without them."""
     if fit.law is None or fit.flop_range is None:
         raise ValueError("a run is read on a fitted frontier only")
-    c_eq = fit.law.flops_for(loss)
+    return fit.law, fit.flop_range
+
+
+def read(fit: Fit, flops: float, loss: float) -> Reading:
+    law, (lo, hi) = fitted_law(fit)
+    c_eq = law.flops_for(loss)
     if c_eq is None:
         return Reading(None, None, None)
-    lo, hi = fit.flop_range
     beyond = c_eq / hi if c_eq > hi else (lo / c_eq if c_eq < lo else None)
     return Reading(c_eq, c_eq / flops, beyond)
 
