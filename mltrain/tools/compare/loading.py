@@ -14,7 +14,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence, TypeGuard
+from typing import Any, Iterable, Literal, Optional, Sequence, TypeGuard, overload
 
 import numpy as np
 
@@ -109,6 +109,12 @@ class Run:
         else:
             ends = [c.flops[-1] for c in (self.train, self.val) if len(c)]
         return float(max(ends)) if ends else None
+
+    @overload
+    def curve(self, metric: str, blocks: Literal[False] = False) -> tuple[np.ndarray, np.ndarray]: ...
+
+    @overload
+    def curve(self, metric: str, blocks: bool) -> tuple[np.ndarray, np.ndarray] | None: ...
 
     def curve(self, metric: str, blocks: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
         """(FLOPs, loss) of `metric` (train: the smoothed fine-level rows; val: as logged); None when the
