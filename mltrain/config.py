@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mltrain.core.checks import check_optim, check_schedule, positive
@@ -97,8 +97,10 @@ class Config:
 
 def _method_name_choice() -> type[Choice]:
     """`none` and the name of every registered depth method chosen by its name (mltrain/method/registry.py)."""
-    made = Choice("MethodName", {name: name for name in depth_method_values()})
-    made.__reduce_ex__ = lambda self, protocol: (_method_name, (self.value,))  # type: ignore[method-assign]
+    # Enum's functional API (EnumMeta.__call__); mypy reads a call of a `str` Enum as str's constructor.
+    functional = typing.cast("typing.Callable[..., type[Choice]]", Choice)
+    made = functional("MethodName", {name: name for name in depth_method_values()})
+    made.__reduce_ex__ = lambda self, proto: (_method_name, (self.value,))  # type: ignore[method-assign]
     return made
 
 
@@ -225,7 +227,7 @@ INT64_MAX = 2**63 - 1
 def _schema_class(hint: Any) -> Optional[type]:
     """The dataclass a field's type names (Optional[X] -> X), or None for a leaf."""
     for candidate in (hint, *typing.get_args(hint)):
-        if dataclasses.is_dataclass(candidate):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
             return candidate
     return None
 
@@ -287,10 +289,13 @@ def typed(cfg: DictConfig) -> Config:
     problem = next(_check_tree(cfg, made), None)
     if problem is not None:
         raise ConfigError(problem)
+    composed: DictConfig | ListConfig = cfg
     if "hydra" in cfg or OmegaConf.get_type(cfg) is not made:
-        cfg = OmegaConf.merge(OmegaConf.structured(made), OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+        ours = [str(k) for k in cfg if k != "hydra"]
+        composed = OmegaConf.merge(OmegaConf.structured(made), OmegaConf.masked_copy(cfg, ours))
     try:
-        return OmegaConf.to_object(cfg)
+        # a structured config of `made` (a Config) becomes an instance of it
+        return typing.cast(Config, OmegaConf.to_object(composed))
     except OmegaConfBaseException as err:  # an interpolation that does not resolve (${oc.env:...})
         raise ConfigError(first_line(err)) from None
 

@@ -240,6 +240,8 @@ def _on_frontier(frontier: Frontier, run: Run) -> SeedVsFrontier:
         return replace(entry, frontier_flops=reading.flops, saving=1.0 - f / reading.flops,
                        saving_blocks=1.0 - fb / reading.flops if fb else None, loss_gap=gap)
     # below: F* > the dearest budget, saving > 1 - F/F_max; above: F* < the cheapest one.
+    if reading.bound_flops is None:  # frontier_flops names the end a loss outside lies beyond
+        raise ValueError(f"{run.source}: outside the frontier without the end it lies beyond")
     return replace(entry, outside=reading.side, loss_gap=gap,
                    saving_bound=(">" if reading.side == "below" else "<", 1.0 - f / reading.bound_flops))
 
@@ -278,9 +280,9 @@ def _at_flops(c: Configuration, at: float, base_by_seed: dict[Any, Run], is_base
 
 def held_out(configs: list[Configuration]) -> HeldOut:
     runs = [r for c in configs for r in c.runs]
-    se = [r.summary.get("final_val_loss_se") for r in runs]
-    se = [float(x) for x in se if isinstance(x, (int, float))]
-    held = [r.summary.get("held_out") for r in runs if isinstance(r.summary.get("held_out"), dict)]
+    logged_se = [r.summary.get("final_val_loss_se") for r in runs]
+    se = [float(x) for x in logged_se if isinstance(x, (int, float))]
+    held = [h for r in runs if isinstance(h := r.summary.get("held_out"), dict)]
     return HeldOut(held[0].get("tokens") if held else None, held[0].get("sequences") if held else None,
                    float(np.median(se)) if se else None, max(se) if se else None, len(se))
 
@@ -304,7 +306,7 @@ def verdict_word(iv: SeedInterval, what: str = "FLOPs") -> str:
         return f"too few seeds (n={iv.n})"
     if iv.ci_low > 0:
         return f"saves {what}"
-    if iv.ci_high < 0:
+    if iv.ci_high is not None and iv.ci_high < 0:
         return f"costs {what}"
     return "no evidence either way"
 
@@ -319,13 +321,20 @@ def verdicts(vs_frontier: list[VsFrontier], vs_baseline: list[VsReference], vs_c
     out = []
     for key in [*frontier, *(k for k in baseline if k not in frontier)]:
         f, b, c = frontier.get(key), baseline.get(key), control.get(key)
-        primary, basis = (f.saving, "frontier") if f else (b.val.saving_interval, "one baseline")
-        word = _frontier_word(f, primary) if f else verdict_word(primary)
+        ref: VsFrontier | VsReference
+        if f is not None:
+            ref, primary, basis, blocks = f, f.saving, "frontier", f.saving_blocks
+            word = _frontier_word(f, primary)
+        elif b is not None:
+            ref, primary, basis, blocks = b, b.val.saving_interval, "one baseline", b.val.saving_blocks_interval
+            word = verdict_word(primary)
+        else:  # never: each key is a frontier's or a baseline's
+            continue
         out.append(ConfigVerdict(
-            key[0], key[1], basis, word, len((f or b).per_seed), primary,
-            f.saving_blocks if f else b.val.saving_blocks_interval, b.val.saving_interval if b else None,
+            key[0], key[1], basis, word, len(ref.per_seed), primary,
+            blocks, b.val.saving_interval if b else None,
             f.loss_gap if f else None, f.n_outside if f else None, c.val.loss_diff_interval if c else None,
-            c.reference.label if c else None, (f or b).name,
+            c.reference.label if c else None, ref.name,
             1 - 1 / f.bound if f and f.bound is not None else None))
     return out
 

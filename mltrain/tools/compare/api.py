@@ -142,7 +142,8 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
         vet(r)
     said = drop_duplicates(runs)
     reference, other_data = _reference(runs, baseline_label, data_group)
-    said.append(other_data)
+    if other_data is not None:
+        said.append(other_data)
     if reference is not None:
         exclude_mismatched(runs, reference)
     configs = group_runs(r for r in runs if r.usable)

@@ -156,8 +156,8 @@ def group_arms(configs: Iterable[Configuration], tuned: Sequence[str]) -> list[A
 
 def _mean_loss(config: Configuration, seeds: Optional[Iterable]) -> Optional[float]:
     wanted = None if seeds is None else set(seeds)
-    losses = [r.final("val") for r in config.runs if wanted is None or r.seed in wanted]
-    losses = [x for x in losses if x is not None]
+    finals = [r.final("val") for r in config.runs if wanted is None or r.seed in wanted]
+    losses = [x for x in finals if x is not None]
     return float(np.mean(losses)) if losses else None
 
 

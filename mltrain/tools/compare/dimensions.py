@@ -74,8 +74,9 @@ def _restrictions(configs: list[Configuration], tuned: Sequence[str]) -> list[tu
         else:
             common = Counter(repr(setting_of(c.runs[0], (key,)).get(key)) for c in plain).most_common(1)[0][0]
             base, what = {common}, (key, f"one {key}: {values.get(common, common)}")
-        out.append((*what, lambda c, key=key, base=frozenset(base): c.run_kind == CONTROL
-                    or repr(setting_of(c.runs[0], (key,)).get(key)) in base))
+        def keeps(c: Configuration, key: str = key, base: frozenset = frozenset(base)) -> bool:
+            return c.run_kind == CONTROL or repr(setting_of(c.runs[0], (key,)).get(key)) in base
+        out.append((*what, keeps))
     return out
 
 
@@ -98,7 +99,7 @@ def _reading(fr: frontiers.Frontier, fit: Fit, runs) -> GainReading:
     if head is None:
         return GainReading()
     if head.kind == "bound":
-        return GainReading(None, head.M_lo, "data_only_bound" if m.bound.what == DATA_ONLY_WHAT else "bound")
+        return GainReading(None, head.M_lo, "data_only_bound" if m.bound is not None and m.bound.what == DATA_ONLY_WHAT else "bound")
     return GainReading(head.M, None, head.kind)
 
 

@@ -86,7 +86,8 @@ def envelope(configs: list[Configuration], seeds: list, x: Callable[[Run], Optio
     for c in configs:
         pts = [p for r in c.runs if r.seed in seeds for p in [_point(r, x)] if p is not None]
         if pts:
-            fr.means.append(FrontierPoint(_mean([p.flops for p in pts]), _mean([p.loss for p in pts]), c.budget))
+            fr.means.append(FrontierPoint(float(np.mean([p.flops for p in pts])), float(np.mean([p.loss for p in pts])),
+                                          c.budget))
     fr.mean = lower_envelope(fr.means)
     if not fr.per_seed:
         fr.why = "no finished single-level run on the evaluation seeds"

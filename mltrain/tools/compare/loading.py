@@ -14,7 +14,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Literal, Optional, Sequence, TypeGuard, overload
 
 import numpy as np
 
@@ -84,9 +84,10 @@ class Run:
         if _finite(value):
             return float(value)
         for part in label_overrides(self.label):
-            if override_key(part) == BUDGET_KEY and override_value(part) is not None:
+            value_set = override_value(part) if override_key(part) == BUDGET_KEY else None
+            if value_set is not None:
                 try:
-                    return float(override_value(part))
+                    return float(value_set)
                 except ValueError:
                     break
         return 1.0
@@ -108,6 +109,12 @@ class Run:
         else:
             ends = [c.flops[-1] for c in (self.train, self.val) if len(c)]
         return float(max(ends)) if ends else None
+
+    @overload
+    def curve(self, metric: str, blocks: Literal[False] = False) -> tuple[np.ndarray, np.ndarray]: ...
+
+    @overload
+    def curve(self, metric: str, blocks: bool) -> tuple[np.ndarray, np.ndarray] | None: ...
 
     def curve(self, metric: str, blocks: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
         """(FLOPs, loss) of `metric` (train: the smoothed fine-level rows; val: as logged); None when the
@@ -157,11 +164,11 @@ class Configuration:
         return label_family(self.label)
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: Any) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _is_number(x: Any) -> bool:
+def _is_number(x: Any) -> TypeGuard[float]:  # an int or a float, no bool
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
@@ -376,8 +383,9 @@ def comparability(run: Run) -> dict[str, Any]:
     """What must agree between two runs for their losses and FLOPs to be compared. Keys a run did not
     record (runs from older versions) are absent and not checked."""
     s = run.summary
-    data = s.get("data") if isinstance(s.get("data"), dict) else {}
-    held = s.get("held_out") if isinstance(s.get("held_out"), dict) else {}
+    data, held = s.get("data"), s.get("held_out")
+    data = data if isinstance(data, dict) else {}
+    held = held if isinstance(held, dict) else {}
     out = {
         "data": data.get("description"),
         "tokenizer": data.get("tokenizer"),
@@ -425,7 +433,8 @@ def drop_duplicates(runs: list[Run]) -> list[str]:
     digest, seed, data) with different results are all kept, as replicates, and named: no folder is
     chosen over another by its path. The warning lines (none when nothing was found)."""
     first: dict[tuple, Run] = {}
-    dropped, by_identity = [], {}
+    dropped: list[str] = []
+    by_identity: dict[tuple, list[Run]] = {}
     for r in sorted((r for r in runs if r.usable), key=lambda r: r.source):
         kept = first.setdefault((identity(r), result(r)), r)
         if kept is not r:

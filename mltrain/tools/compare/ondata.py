@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, TypedDict
 
 import numpy as np
 from scipy import stats
@@ -56,6 +56,8 @@ def run_on_data(envelope: Sequence[FrontierPoint], paired: bool, seed: Any, flop
     if reading.flops is not None:
         log_m = math.log(reading.flops / flops)
         return RunOnData(seed, flops, loss, paired, None, log_m, log_m, gap)
+    if reading.bound_flops is None:  # frontier_flops names the end a loss outside lies beyond
+        raise ValueError(f"loss {loss} outside the frontier without the end it lies beyond")
     return RunOnData(seed, flops, loss, paired, reading.side, None, math.log(reading.bound_flops / flops), gap)
 
 
@@ -72,7 +74,7 @@ def _censored_limit(runs: Sequence[RunOnData]) -> Optional[float]:
     lower confidence limit for M when the runs lie beyond the data with confidence (M > C_max / C_run
     then, and this is no more than that)."""
     mean, se, q = t_mean([r.log_m_censored for r in runs], BEYOND_CONFIDENCE)
-    return math.exp(mean - q * se) if se is not None else None
+    return math.exp(mean - q * se) if se is not None and q is not None else None
 
 
 def _gap_limit(runs: Sequence[RunOnData], gap_upper: Optional[float],
@@ -100,10 +102,20 @@ def beyond_with_confidence(runs: Sequence[RunOnData]) -> tuple[bool, Optional[fl
     """(whether the runs' loss lies below the frontier's lowest with confidence, the upper limit of the
     mean gap): the one-sided upper BEYOND_CONFIDENCE t limit of the mean gap below 0."""
     mean, se, q = t_mean([r.gap for r in runs], BEYOND_CONFIDENCE)
-    if se is None:
+    if se is None or q is None:
         return False, None
     upper = mean + q * se
     return upper < 0, upper
+
+
+class _Counts(TypedDict):
+    """The fields every DataReading of an arm's runs has (results.py)."""
+
+    n: int
+    n_below: int
+    n_above: int
+    gap_upper: Optional[float]
+    lower_limit: Optional[float]
 
 
 def read_on_data(runs: Sequence[RunOnData], mean_envelope: Optional[Sequence[FrontierPoint]] = None) -> DataReading:
@@ -114,7 +126,7 @@ def read_on_data(runs: Sequence[RunOnData], mean_envelope: Optional[Sequence[Fro
     below = sum(r.side == "below" for r in runs)
     above = sum(r.side == "above" for r in runs)
     beyond, gap_upper = beyond_with_confidence(runs)
-    counts = dict(n=len(runs), n_below=below, n_above=above, gap_upper=gap_upper,
+    counts = _Counts(n=len(runs), n_below=below, n_above=above, gap_upper=gap_upper,
                   lower_limit=_lower_limit(runs, gap_upper, mean_envelope))
     if beyond:
         return DataReading("bound", None, M_lo=counts["lower_limit"], **counts)
@@ -122,8 +134,11 @@ def read_on_data(runs: Sequence[RunOnData], mean_envelope: Optional[Sequence[Fro
         return DataReading(None, f"{below + above} of {len(runs)} run(s) outside the frontier's points "
                                  f"({below} below its longest budget, {above} above its shortest), not beyond its "
                                  f"data with {BEYOND_CONFIDENCE:.1%} confidence", **counts)
-    mean, se, q = t_mean([r.log_m for r in runs], 1 - (1 - CONFIDENCE) / 2)
-    if se is None:
+    log_m = [r.log_m for r in runs if r.log_m is not None]  # every run inside: each has its log M
+    if len(log_m) < len(runs):
+        raise ValueError("a run inside the frontier's points without its log M")
+    mean, se, q = t_mean(log_m, 1 - (1 - CONFIDENCE) / 2)
+    if se is None or q is None:
         return DataReading("interpolated", None, math.exp(mean), **counts)
     return DataReading("interpolated", None, math.exp(mean), math.exp(mean - q * se), math.exp(mean + q * se),
                        se, len(runs) - 1, **counts)

@@ -86,7 +86,7 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
         for ax, m in zip(axes, ("train", "val")):
             _curves(ax, c, m, color_of[c.key], f"{name[c.key]} (n={len(c.runs)})", logx, c is baseline)
     for ax, m in zip(axes, ("train", "val")):
-        targets = [r.final(m) for r in baseline.runs if r.final(m) is not None] if baseline else []
+        targets = [t for r in baseline.runs if (t := r.final(m)) is not None] if baseline else []
         if targets:
             ax.axhline(float(np.mean(targets)), color="black", ls=":", lw=0.8, label="baseline final loss")
         ax.set_title(titles[m], fontsize=10)
@@ -106,7 +106,7 @@ def plot(configs: list[Configuration], baseline: Optional[Configuration], report
                 labels.append(label)
     fig.legend([handles[k] for k in labels], labels, loc="outside lower center", fontsize=7,
                ncol=min(LEGEND_COLUMNS, max(1, len(labels))))
-    common = ", ".join(f"{k}={v}" for k, v in report.common_settings.items())
+    common = ", ".join(f"{k}={v}" for k, v in (report.common_settings or {}).items())
     if common:
         fig.suptitle("all runs: " + (common if len(common) <= 160 else common[:157] + "..."), fontsize=8)
     try:
@@ -129,16 +129,17 @@ def _frontier_panel(ax, report: Report, color_of: dict) -> None:
     xs = [p.flops for p in pts]
     for a in report.arms:
         xs += [r.flops for r in a.runs if r.flops] + [r.flops_eq for r in a.runs if r.flops_eq]
-    if fit.available:
+    # an available fit has its parameters (PowerLawFit: all set, or none)
+    if fit is not None and fit.available and fit.E is not None and fit.A is not None and fit.alpha is not None:
         grid = np.geomspace(min(xs) / 1.2, max(xs) * 1.2, 200)
         ax.plot(grid, fit.E + fit.A * grid ** -fit.alpha, "--", color="black", lw=1,
                 label=f"fit E + A·C^−α (α={fit.alpha:.3g})")
     for a in report.arms:
-        runs = [r for r in a.runs if r.flops and r.final_val_loss is not None]
-        if not runs:
+        points = [(r.flops, r.final_val_loss) for r in a.runs if r.flops and r.final_val_loss is not None]
+        if not points:
             continue
-        x = [r.flops for r in runs]
-        y = [r.final_val_loss for r in runs]
+        x = [f for f, _ in points]
+        y = [loss for _, loss in points]
         mx, my = float(np.mean(x)), float(np.mean(y))
         # equal values over seeds: their mean can come out a rounding outside them, never a negative bar
         xerr = [[max(0.0, mx - min(x))], [max(0.0, max(x) - mx)]]

@@ -86,7 +86,7 @@ class Fit:
         law = self.law if self.available else None
         return PowerLawFit(self.available, self.why, law.E if law else None, law.A if law else None,
                            law.alpha if law else None, FIT_LOSS, self.n_points, self.rms if law else None,
-                           self.degenerate if law else None, tuple(self.flop_range) if self.flop_range else None)
+                           self.degenerate if law else None, (self.flop_range[0], self.flop_range[1]) if self.flop_range else None)
 
 
 def _residuals(p: np.ndarray, u: np.ndarray, log_y: np.ndarray) -> np.ndarray:
@@ -158,11 +158,18 @@ class Reading:
         return self.beyond_data is not None
 
 
+def fitted_law(fit: Fit) -> tuple[PowerLaw, tuple[float, float]]:
+    """A fit's law and the FLOPs range it was fitted on; ValueError for a fit without them."""
+    if fit.law is None or fit.flop_range is None:
+        raise ValueError("a run is read on a fitted frontier only")
+    return fit.law, fit.flop_range
+
+
 def read(fit: Fit, flops: float, loss: float) -> Reading:
-    c_eq = fit.law.flops_for(loss)
+    law, (lo, hi) = fitted_law(fit)
+    c_eq = law.flops_for(loss)
     if c_eq is None:
         return Reading(None, None, None)
-    lo, hi = fit.flop_range
     beyond = c_eq / hi if c_eq > hi else (lo / c_eq if c_eq < lo else None)
     return Reading(c_eq, c_eq / flops, beyond)
 

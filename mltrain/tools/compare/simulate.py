@@ -94,7 +94,7 @@ def false_bounds(seeds: int, data_sets: int = 1000, seed: int = 0, inside: float
     for _ in range(data_sets):
         m = draw_data_set(rng, seeds, m_true, noise)
         head = m.led_by()
-        hits += head.kind == "bound" and head.M_lo > m_true
+        hits += head.kind == "bound" and head.M_lo is not None and head.M_lo > m_true
         confident += m.on_data is not None and m.on_data.kind == "bound"
     return Rates(data_sets, hits, confident)
 

@@ -71,13 +71,13 @@ class Interval:
 
     @property
     def crosses_zero(self) -> bool:
-        return self.low is not None and self.low <= 0.0 <= self.high
+        return self.low is not None and self.high is not None and self.low <= 0.0 <= self.high
 
 
-def interval(values: Sequence[float], zero_means: str = "no difference") -> Interval:
+def interval(values: Sequence[Optional[float]], zero_means: str = "no difference") -> Interval:
     """Mean and the two-sided 95% Student t interval of `values` (one per seed).
 
-    Warnings: fewer than MIN_SEEDS values (an interval from 2 seeds is nearly meaningless; from 1 there
+    None and non-finite values are left out. Warnings: fewer than MIN_SEEDS values (an interval from 2 seeds is nearly meaningless; from 1 there
     is none); the interval contains 0 (`zero_means` says what that would be, e.g. "no saving")."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     n = int(x.size)

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from scipy import stats
 
+from mltrain.core.errors import CompareError
 from mltrain.tools.compare.arms import Arm
 from mltrain.tools.compare.frontier import Frontier, run_time
 from mltrain.tools.compare.loading import Run
 from mltrain.tools.compare.ondata import BEYOND_CONFIDENCE, read_on_data, run_on_data
-from mltrain.tools.compare.powerlaw import MIN_POINTS, Fit, fit_power_law, fit_shift, read
+from mltrain.tools.compare.powerlaw import MIN_POINTS, Fit, fit_power_law, fit_shift, fitted_law, read
 from mltrain.tools.compare.results import (Bound, BudgetReading, DataReading, FitError, Headline, LossInterval,
                                           Multiplier, RunReading, Saving, WallclockSaving)
 from mltrain.tools.compare.statistics import (CONFIDENCE, FrontierPoint, frontier_flops, interval,
@@ -47,12 +48,20 @@ def loss_interval(runs: list[Run]) -> LossInterval:
     return LossInterval(iv.mean, iv.low, iv.high, iv.n)
 
 
+def _measured(run: Run) -> tuple[float, float]:
+    """A run's total FLOPs and final validation loss: what reading it on the frontier takes."""
+    flops, loss = run.total_flops(), run.final("val")
+    if flops is None or loss is None:
+        raise CompareError(f"{run.source}: no total FLOPs or no final validation loss to read on the frontier")
+    return flops, loss
+
+
 def log_mean_multiplier(fit: Fit, runs: list[Run]) -> tuple[Optional[float], bool]:
     """(the mean log M of the runs on `fit`, whether the arm lies beyond the fit's data: its equal-loss
     point past the largest FLOPs fitted, or a run at or below the floor E)."""
     logs, unreachable = [], False
     for r in runs:
-        reading = read(fit, r.total_flops(), r.final("val"))
+        reading = read(fit, *_measured(r))
         if reading.multiplier:
             logs.append(math.log(reading.multiplier))
         else:
@@ -60,8 +69,9 @@ def log_mean_multiplier(fit: Fit, runs: list[Run]) -> tuple[Optional[float], boo
     if not logs:
         return None, True
     log_m = float(np.mean(logs))
-    log_c = float(np.mean([math.log(r.total_flops()) for r in runs]))
-    return log_m, unreachable or log_m + log_c > math.log(fit.flop_range[1]) * (1 + 1e-12)
+    log_c = float(np.mean([math.log(_measured(r)[0]) for r in runs]))
+    _, (_, flops_max) = fitted_law(fit)
+    return log_m, unreachable or log_m + log_c > math.log(flops_max) * (1 + 1e-12)
 
 
 @dataclass
@@ -76,8 +86,10 @@ class Draws:
 
 
 def _joint(fit: Fit, frontier_pts: list, runs: list[Run], log_m0: float) -> Optional[float]:
+    measured = [_measured(r) for r in runs]
+    law, _ = fitted_law(fit)
     return fit_shift(([p.flops for p in frontier_pts], [p.loss for p in frontier_pts]),
-                     ([r.total_flops() for r in runs], [r.final("val") for r in runs]), fit.law, log_m0)
+                     ([f for f, _ in measured], [loss for _, loss in measured]), law, log_m0)
 
 
 def _draw_arm(refit: Fit, pts: list, runs: list[Run], out: Draws) -> None:
@@ -97,7 +109,7 @@ def _draw_arm(refit: Fit, pts: list, runs: list[Run], out: Draws) -> None:
 
 def bootstrap(frontier: Frontier, fit: Fit, arms: list[Arm]) -> tuple[dict[int, Draws], int]:
     """({id(arm): its draws}, how many draws gave a fit of the frontier)."""
-    by_seed = {id(a): {} for a in arms}
+    by_seed: dict[int, dict[Any, list[Run]]] = {id(a): {} for a in arms}
     for a in arms:
         for r in a.eval_runs:
             by_seed[id(a)].setdefault(r.seed, []).append(r)
@@ -132,7 +144,7 @@ def bootstrap(frontier: Frontier, fit: Fit, arms: list[Arm]) -> tuple[dict[int, 
 def _per_run(fit: Fit, runs: list[Run]) -> list[RunReading]:
     per_run = []
     for r in runs:
-        reading = read(fit, r.total_flops(), r.final("val")) if fit.available else None
+        reading = read(fit, *_measured(r)) if fit.available else None
         per_run.append(RunReading(r.seed, r.source, r.total_flops(), r.final("val"),
                                   reading.flops_eq if reading else None, reading.multiplier if reading else None,
                                   bool(reading and reading.extrapolated), reading.beyond_data if reading else None))
@@ -168,6 +180,8 @@ def _intervals(m: Multiplier, draws: Draws, fitted: int, n_seeds: int) -> Multip
     if len(draws.values) < BOOTSTRAP_RESAMPLES / 2:
         warnings.append(f"only {len(draws.values)} of {BOOTSTRAP_RESAMPLES} resamples gave a multiplier: no interval")
         return replace(m, warnings=tuple(warnings))
+    if m.M is None:  # multiplier() hands over an M
+        raise ValueError("a bootstrap interval needs the M it lies around")
     lo, hi, _ = calibrated(m.M, draws.values, n_seeds)
     m = replace(m, M_lo=lo, M_hi=None if unbounded else hi, saving_lo=1 - 1 / lo,
                 saving_hi=None if unbounded else 1 - 1 / hi, M_hi_unbounded=unbounded)
@@ -191,16 +205,17 @@ def multiplier(fit: Fit, runs: list[Run], draws: Draws, fitted: int,
         return Multiplier.unavailable(f"no fit of the frontier: {fit.why}"), per_run
     if not runs:
         return Multiplier.unavailable("no run on an evaluation seed"), per_run
+    law, _ = fitted_law(fit)
     reached = [e for e in per_run if e.M]
     if not reached:
-        return Multiplier.unavailable(f"every final loss is at or below the fitted floor E = {fit.law.E:.4g}: "
+        return Multiplier.unavailable(f"every final loss is at or below the fitted floor E = {law.E:.4g}: "
                                       "no single-level compute reaches it"), per_run
-    m = math.exp(float(np.mean([math.log(e.M) for e in reached])))
-    beyond = [e.beyond_data for e in reached if e.extrapolated]
+    m = math.exp(float(np.mean([math.log(e.M) for e in reached if e.M])))  # each of `reached` has one
+    beyond = [e.beyond_data for e in reached if e.beyond_data is not None]  # extrapolated: beyond_data set
     warnings = []
     if len(reached) < len(per_run):
         warnings.append(f"{len(per_run) - len(reached)} run(s) at or below the fitted floor E "
-                        f"({fit.law.E:.4g}) left out: the multiplier understates them")
+                        f"({law.E:.4g}) left out: the multiplier understates them")
     out = Multiplier(True, None, m, saving=1 - 1 / m, n=len(reached), n_resamples=len(draws.values),
                      M_joint=_joint(fit, list(frontier_pts), runs, math.log(m)) if frontier_pts else None,
                      extrapolated=bool(beyond), beyond_data=max(beyond) if beyond else None)
@@ -226,7 +241,7 @@ def fit_error(fit: Fit, frontier: Frontier) -> FitError:
     groups: dict[tuple, list[float]] = {}
     for p in frontier.points:
         reading = read(fit, p.flops, p.loss)
-        c = config_of.get(p.source)
+        c = config_of.get(p.source) if p.source is not None else None
         if reading.multiplier:
             key = (float(f"{p.flops:.6g}"), c.run_kind if c else "", c.label if c else "", p.budget)
             groups.setdefault(key, []).append(math.log(reading.multiplier))
@@ -245,8 +260,9 @@ def data_reading(frontier: Frontier, runs: list[Run]) -> DataReading:
     on_data = []
     for r in runs:
         env, paired = frontier.envelope_for(r.seed)
-        if env is not None and r.total_flops() and r.final("val") is not None:
-            on_data.append(run_on_data(env, paired, r.seed, r.total_flops(), r.final("val")))
+        flops, loss = r.total_flops(), r.final("val")
+        if env is not None and flops and loss is not None:
+            on_data.append(run_on_data(env, paired, r.seed, flops, loss))
     return read_on_data(on_data, frontier.mean if len(frontier.mean) >= 2 else None)
 
 
@@ -282,11 +298,12 @@ def interpolated_multiplier(frontier: Frontier, runs: list[Run]) -> Optional[flo
     logs = []
     for r in runs if frontier.why is None else []:
         env, _ = frontier.envelope_for(r.seed)
-        if env is None or not r.total_flops() or r.final("val") is None:
+        flops, loss = r.total_flops(), r.final("val")
+        if env is None or not flops or loss is None:
             continue
-        reading = smooth_frontier_flops(env, r.final("val"))
+        reading = smooth_frontier_flops(env, loss)
         if reading.flops is not None:
-            logs.append(math.log(reading.flops / r.total_flops()))
+            logs.append(math.log(reading.flops / flops))
     return math.exp(float(np.mean(logs))) if logs else None
 
 
@@ -295,13 +312,13 @@ def _disagreement(m: Multiplier, m_interp: Optional[float], band: Optional[float
     error, the multiplier's warnings with that said)."""
     fitted = m.M_joint if m.M_joint is not None else m.M
     disagrees = bool(band is not None and fitted and m_interp and abs(math.log(fitted) - math.log(m_interp)) > band)
-    if not disagrees:
+    if not disagrees or band is None:  # disagreeing takes a band
         return False, m.warnings
     return True, m.warnings + (f"the fitted M ({fitted:.3g}) and the one read on the frontier's points ({m_interp:.3g}) "
                                f"differ by more than the fit's own error (±{100 * (math.exp(band) - 1):.1f}%)",)
 
 
-def _fitted_headline(kind: str, value: float, lo: Optional[float], hi: Optional[float], unbounded: bool,
+def _fitted_headline(kind: str, value: Optional[float], lo: Optional[float], hi: Optional[float], unbounded: bool,
                      n: int) -> Headline:
     """A fitted M's headline, with the standard error its calibrated interval implies (t at n − 1 df)."""
     se = None
@@ -310,7 +327,7 @@ def _fitted_headline(kind: str, value: float, lo: Optional[float], hi: Optional[
     return Headline(kind, value, lo, hi, unbounded, se, n - 1 if se is not None else None, n)
 
 
-def _as_bound(m: Multiplier, value: float, what: str, n: int) -> Multiplier:
+def _as_bound(m: Multiplier, value: Optional[float], what: str, n: int) -> Multiplier:
     return replace(m, bound=Bound("lower", value, what), M_hi=None, saving_hi=None, M_hi_unbounded=True,
                    M_joint_hi=None, M_joint_hi_unbounded=True, headline=Headline("bound", None, value, None, True, n=n))
 
@@ -347,7 +364,7 @@ def wallclock_saving(clock: Frontier, runs: list[Run]) -> WallclockSaving:
     if key is not None and not all(run_time(r, key) is not None for r in runs):
         out = interpolated_saving(Frontier([], [], why=f"not every run of the arm recorded {key}"), runs, lambda r: None)
     else:
-        out = interpolated_saving(clock, runs, lambda r: run_time(r, key))
+        out = interpolated_saving(clock, runs, lambda r: run_time(r, key) if key is not None else None)
     return WallclockSaving.reading(out, what)
 
 
@@ -361,7 +378,7 @@ def verdict_word(m: Multiplier, interpolated: Saving, within: Optional[bool] = N
     interval."""
     head = m.headline
     if head is not None and head.kind == "bound":
-        return "saves FLOPs (M only bounded)" if head.M_lo > 1 else "no evidence either way"
+        return "saves FLOPs (M only bounded)" if head.M_lo is not None and head.M_lo > 1 else "no evidence either way"
     if head is not None and head.M is not None:
         lo, hi = head.M_lo, head.M_hi
         if lo is None:
@@ -374,4 +391,4 @@ def verdict_word(m: Multiplier, interpolated: Saving, within: Optional[bool] = N
         return f"too few seeds (n={interpolated.n})"
     if interpolated.saving_lo > 0:
         return "saves FLOPs"
-    return "costs FLOPs" if interpolated.saving_hi < 0 else "no evidence either way"
+    return "costs FLOPs" if interpolated.saving_hi is not None and interpolated.saving_hi < 0 else "no evidence either way"

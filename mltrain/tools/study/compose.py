@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -132,7 +132,12 @@ def ladder_sizes(study: StudyConfig, composer: Composer) -> dict[str, ScaleSize]
             raise ConfigError(f"{where}: {err}") from None
         per_step = int(cfg.train.batch_size) * int(cfg.model.block_size)
         ratio = scale.tokens_per_param if scale.tokens_per_param is not None else study.tokens_per_param
-        steps = scale.max_steps if scale.max_steps is not None else steps_for(ratio, n, per_step)
+        if scale.max_steps is not None:
+            steps = scale.max_steps
+        elif ratio is not None:
+            steps = steps_for(ratio, n, per_step)
+        else:  # refused before by the study's checks (schema.py), in these words
+            raise ConfigError(f"scale {name} needs max_steps or tokens_per_param (its own or the study's)")
         sizes[name] = ScaleSize(n, int(steps), per_step, tuple(cfg.logger.tags), int(cfg.model.n_layer),
                                 int(cfg.model.n_embd))
         cfg.train.max_steps = int(steps)
@@ -156,7 +161,9 @@ def check_rungs(axis: str, sizes: dict[str, ScaleSize], configs: dict[str, Any])
                               f"{words} ({value:g}): a ladder's rungs must vary its axis")
         seen[value] = name
     allowed = (*keys, *FOLLOWS_FROM_AXIS)
-    first = names[0] if names else None
+    if not names:
+        return
+    first = names[0]
     for name in names[1:]:
         for diff in config_differences(configs[first], configs[name]):
             key = diff.split(" (", 1)[0]
@@ -222,7 +229,8 @@ def with_values(composed: Any, values: Iterable[tuple[str, str]]) -> Any:
 def typed_study(study: DictConfig) -> StudyConfig:
     """The composed study config as a `StudyConfig` instance, made once after the checks that name a
     missing or malformed key of the composed one (schema.check, sanity.check): the stages take it."""
-    return OmegaConf.to_object(study)
+    # a structured config of StudyConfig becomes an instance of it
+    return cast(StudyConfig, OmegaConf.to_object(study))
 
 
 def check_seeds(study: StudyConfig) -> None:
@@ -240,9 +248,12 @@ def check_earlier_runs(runs: Iterable[Run], configs: dict[tuple, DictConfig]) ->
         cfg = configs.get((run.sweep.scale, *setting_key(run.sweep.arm, run.setting)))
         if cfg is None or not saved.exists():
             continue
-        expected = OmegaConf.to_container(cfg, resolve=False)
+        expected = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False))  # a DictConfig's: a dict
         expected[SEED] = run.seed
-        diffs = config_differences(OmegaConf.load(saved), expected)
+        earlier = OmegaConf.load(saved)
+        if not isinstance(earlier, DictConfig):
+            raise ConfigError(f"{saved} holds a list, not a run's config: move that run away")
+        diffs = config_differences(earlier, expected)
         if diffs:
             raise ConfigError(
                 f"{run.dir} holds a run made with other settings than this study's ({'; '.join(diffs[:3])}"

@@ -134,6 +134,8 @@ def rung_point(x: float, m: Multiplier, seeds: int, fit_error: Optional[FitError
     (an older report's: its interval's half-width over the normal quantile, seeds − 1 df); a fitted
     reading (joint, per run) adds its fit's own error as a systematic, uniform within ±band (sd band/√3)."""
     head = m.led_by()
+    if head.M is None or head.M_lo is None or head.M_hi is None:  # _why_not_a_point leaves such a rung out
+        raise ValueError(f"rung at {x:g}: a headline M without its interval is no point of the trend")
     se, dof = head.log_se, head.dof
     if se is None:
         se, dof = (math.log(head.M_hi) - math.log(head.M_lo)) / (2 * Z95), max(seeds - 1, 1)
@@ -142,7 +144,7 @@ def rung_point(x: float, m: Multiplier, seeds: int, fit_error: Optional[FitError
                      band / math.sqrt(3) if band else 0.0)
 
 
-def _satterthwaite(parts: list[tuple[float, float]]) -> float:
+def _satterthwaite(parts: list[tuple[float, Optional[float]]]) -> float:
     """The degrees of freedom of a sum of variances, each (variance, its df); a part with df None: exact."""
     total = sum(v for v, _ in parts)
     den = sum(v ** 2 / d for v, d in parts if d and math.isfinite(d))
@@ -274,8 +276,8 @@ def trend_word(lo: float, hi: float, found: Sequence[Step] = ()) -> str:
 
 def predict(trend: Trend, n_params: float) -> Optional[Prediction]:
     """M at `n_params` on the fitted line, with its interval (an extrapolation beyond the ladder)."""
-    if trend.slope is None:
-        return None
+    if trend.slope is None or trend.intercept is None or trend.quantile is None or trend.n_max is None:
+        return None  # no fitted line (its fields are all set, or none)
     t = math.log(n_params)
     cov = np.array(trend.cov)
     y = trend.intercept + trend.slope * t
@@ -287,7 +289,7 @@ def trend_sentence(arm: str, trend: Trend, axis: str = "params") -> str:
     word, unit = AXES[axis].symbol, AXES[axis].unit
     along = "scale" if axis == "params" else word
     left = "; ".join(f"{axis_text(e.x, axis)}: {e.why}" for e in trend.excluded)
-    if trend.slope is None:
+    if trend.slope is None or trend.n_min is None or trend.n_max is None:  # no fitted line (all set, or none)
         return (f"{arm}: {trend.verdict} how the compute multiplier changes with {along} ({trend.why}"
                 + (f"; not used as points: {left}" if left else "") + ").")
     span = f"over {trend.n_scales} scales ({axis_text(trend.n_min, axis)} to {axis_text(trend.n_max, axis)} {unit})"
@@ -365,7 +367,8 @@ def plot_ladder(report: Ladder, path: Path, dpi: int = 120, root: Optional[Path]
             m = (row.multiplier if row is not None else None) or Multiplier(False)
             x = s.x * shift
             if m.bound is not None and m.bound.kind == "lower":  # only a bound: a caret at M > x, no point
-                ax.plot([x], [m.bound.value], marker="^", color=color, mfc="white", ls="none")
+                value = m.bound.value if m.bound.value is not None else math.nan  # None: nothing drawn, as before
+                ax.plot([x], [value], marker="^", color=color, mfc="white", ls="none")
                 continue
             head = m.led_by()
             if head.M is None or not head.M > 0:
@@ -374,14 +377,15 @@ def plot_ladder(report: Ladder, path: Path, dpi: int = 120, root: Optional[Path]
             ax.errorbar([x], [head.M], yerr=[[max(0.0, head.M - lo)], [max(0.0, hi - head.M)]], fmt="o",
                         color=color, mfc="white" if m.extrapolated and head.kind != "interpolated" else color,
                         capsize=3)
-        if trend.slope is not None:
+        if trend.slope is not None and trend.intercept is not None and trend.n_min is not None \
+                and trend.n_max is not None:  # a fitted line (its fields are all set, or none)
             n = np.geomspace(trend.n_min, trend.n_max, 20)
             ax.plot(n, np.exp(trend.intercept + trend.slope * np.log(n)), color=color, ls="--", lw=1)
         ax.plot([], [], "o--", color=color, label=f"{trend.arm} ({trend.verdict})")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-        axis(ScalarFormatter())  # 1.2, not 1.2 x 10^0
+    for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        set_formatter(ScalarFormatter())  # 1.2, not 1.2 x 10^0
     if report.axis != "params":  # the rungs' own values as the ticks: 4, 8, 12 blocks
         ax.set_xticks([s.x for s in report.rungs], [f"{s.x:g}" for s in report.rungs])
         ax.xaxis.set_minor_formatter(ScalarFormatter())

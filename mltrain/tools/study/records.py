@@ -90,7 +90,7 @@ def here(study: StudyConfig, run_cfg: Optional[Config]) -> dict:
     import numpy
     import torch
 
-    values = {"code": environment.code_digest(), "python": platform.python_version(), "torch": torch.__version__,
+    values: dict[str, str | int] = {"code": environment.code_digest(), "python": platform.python_version(), "torch": torch.__version__,
               "numpy": numpy.__version__}
     threads = study.launcher.env.get("OMP_NUM_THREADS") or (
         os.environ.get("OMP_NUM_THREADS") if study.launcher.name == "basic" else None)

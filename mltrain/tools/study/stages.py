@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 from mltrain.core.errors import ConfigError, MltrainError
+from mltrain.core.interrupts import CtrlC
 from mltrain.core import guarded
 from mltrain.core.plain import plain
 from mltrain.runs import rundir
@@ -64,7 +65,7 @@ class Study:
     progress: Optional[Progress] = None
     launched: int = 0  # sweeps launched by this invocation
     failures: dict[str, str] = field(default_factory=dict)  # run name -> why it did not end
-    interrupts: "Interrupts" = field(default_factory=lambda: Interrupts())
+    interrupts: CtrlC = field(default_factory=lambda: Interrupts())
     configs: dict[tuple, Config] = field(default_factory=dict)  # (scale, arm, setting) -> its typed run config
     counted: set = field(default_factory=set)  # run folders the progress has in its total
     tuning: dict[str, RungTuning] = field(default_factory=dict)  # scale -> what its tuning tried and chose (ladder.json)
@@ -72,6 +73,12 @@ class Study:
     costs: dict[tuple, float] = field(default_factory=dict)  # (scale, arm, setting) -> its planned FLOPs
     window: Optional[Window] = None  # --for / --until: no run launched that would end after it
     accepted: dict[str, list[str]] = field(default_factory=dict)  # allow_env_change: value -> the values seen
+
+    def shown(self) -> Progress:
+        """The progress the stages report through: `run` sets it before the first stage."""
+        if self.progress is None:
+            raise RuntimeError("the study's progress is read before `run` set it")
+        return self.progress
 
     def cost(self, run: Run) -> float:
         """A run's planned FLOPs, every phase of its plan (mltrain/method/cost.py)."""
@@ -161,7 +168,9 @@ def run(study: Study, command: str) -> int:
               f"the same command: {command}", file=out, flush=True)
         return stop.status if isinstance(stop, Stopped) else 130  # 143 after SIGTERM, 130 after Ctrl-C
     except WindowClosed:
-        print(_window_line(study, command), file=out, flush=True)
+        if study.window is None:  # raised only within a time window (--for / --until)
+            raise
+        print(_window_line(study, study.window, command), file=out, flush=True)
         return 0
     for trend in report.trends:
         print(trend.sentence, file=out)
@@ -191,9 +200,9 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _window_line(study: Study, command: str) -> str:
+def _window_line(study: Study, window: Window, command: str) -> str:
     """Runs done / planned, FLOPs done / planned, the estimate of the rest, and the command that continues."""
-    progress, window = study.progress, study.window
+    progress = study.progress
     ended_runs = [s for d in study.counted if ended(s := run_status(d))]
     flops_done = sum(taken[1] for s in ended_runs if (taken := measured(s)) is not None)
     left = max(progress.cost_left, 0.0) if progress is not None else 0.0
@@ -301,8 +310,8 @@ def _scale(study: Study, scale: str) -> ladder.ScaleResult:
         budget = tuning.next_budget(cfg, budgets, _under_test(study, scale, result))
         if budget is None or budget in budgets:
             break
-        study.progress.say(f"mltrain-study: {scale}: an arm's equal-loss point lies beyond the frontier's data: "
-                           f"the frontier gets budget {budget}")
+        study.shown().say(f"mltrain-study: {scale}: an arm's equal-loss point lies beyond the frontier's data: "
+                          f"the frontier gets budget {budget}")
         budgets.append(budget)
     everything = [r for s in (*tuned, *evaluation) for r in s.runs()]
     _say_left_out(study, scale, everything)
@@ -346,9 +355,9 @@ def _say_left_out(study: Study, scale: str, planned: list[Run]) -> None:
              if d.is_dir() and not d.is_symlink() and (d / "metrics.jsonl").exists() and d not in asked]
     if found:
         shown = ", ".join(str(d.relative_to(layout.scale(scale))) for d in found[:3]) + (", ..." if len(found) > 3 else "")
-        study.progress.say(f"mltrain-study: {scale}: {len(found)} run folder(s) on disk are not asked for by this "
-                           f"config (its grid, arms or seeds changed since): left out of the choice and the "
-                           f"verdict ({shown})")
+        study.shown().say(f"mltrain-study: {scale}: {len(found)} run folder(s) on disk are not asked for by this "
+                          f"config (its grid, arms or seeds changed since): left out of the choice and the "
+                          f"verdict ({shown})")
 
 
 def _existing(runs: list[Run]) -> list[Path]:
@@ -378,7 +387,7 @@ def _launch(study: Study, sweeps: list[Sweep]) -> None:
         todo = [s for s in sweeps if any(r.dir not in tried and not ended(run_status(r.dir)) for r in s.runs())]
         if not todo:
             return
-        batch = todo if study.window is None else _within_window(study, todo, tried)
+        batch = todo if study.window is None else _within_window(study, study.window, todo, tried)
         if not batch:
             raise WindowClosed
         tried |= {r.dir for s in batch for r in s.runs()}
@@ -387,11 +396,11 @@ def _launch(study: Study, sweeps: list[Sweep]) -> None:
             return
 
 
-def _within_window(study: Study, todo: list[Sweep], tried: set) -> list[Sweep]:
+def _within_window(study: Study, window: Window, todo: list[Sweep], tried: set) -> list[Sweep]:
     """The sweeps of `todo` whose runs end inside the window (all of them when they do), else the runs
     that do, each as a sweep of its own (same folder, same line but one value per key)."""
     runs = [(s, r) for s in todo for r in s.runs() if r.dir not in tried and not ended(run_status(r.dir))]
-    n = study.window.fitting([study.cost(r) for _, r in runs])
+    n = window.fitting([study.cost(r) for _, r in runs])
     if n == len(runs):
         return todo
     batch = []
@@ -417,7 +426,7 @@ def _launch_batch(study: Study, todo: list[Sweep]) -> None:
             study.failures[run.name] = f"{summary.get('status')}: {summary.get('status_reason', '')}"
         else:
             finished.append(summary)
-        study.progress.ended(run, summary, study.cost(run))
+        study.shown().ended(run, summary, study.cost(run))
 
     window = study.window
     lines = [s.overrides(study.cfg, study.sizes[s.scale].tags) for s in todo]
@@ -439,7 +448,7 @@ def _launch_batch(study: Study, todo: list[Sweep]) -> None:
     for run in watcher.pending:
         why = failure_reason(run, text)
         study.failures[run.name] = why
-        study.progress.settle(run, study.cost(run), f"FAILED: {why}")
+        study.shown().settle(run, study.cost(run), f"FAILED: {why}")
 
 
 def _run_env(cfg: StudyConfig) -> dict[str, str]:
@@ -494,7 +503,7 @@ def _choose(study: Study, scale: str, sweeps: list[Sweep]) -> dict[str, Choice]:
         try:
             choice = _choose_arm(study, scale, name, runs)
         except (MltrainError, OSError) as err:
-            study.progress.say(f"mltrain-study: {scale}/{name}: stage 1 chose nothing: {err}")
+            study.shown().say(f"mltrain-study: {scale}/{name}: stage 1 chose nothing: {err}")
             continue
         if name == frontier_arm(cfg):
             choice.control_by_budget = _control_wins(study, scale, sweeps, choice, tuning.losses(runs))
@@ -640,7 +649,7 @@ def _verdict(study: Study, scale: str, runs: list[Run]) -> ladder.ScaleResult:
         result.comparison = _compare(paths, out=verdict, select_seeds=selection_seeds(cfg), tune=tune, plot=True)
     except (MltrainError, OSError) as err:
         result.why_no_verdict = str(err)
-        study.progress.say(f"mltrain-study: {scale}: no verdict: {err}")
+        study.shown().say(f"mltrain-study: {scale}: no verdict: {err}")
     return result
 
 
@@ -657,7 +666,7 @@ def _runner_up_multiplier(study: Study, scale: str, sweeps: list[Sweep], arm: st
     try:
         found = _compare(_existing(runs), out=None, select_seeds=selection_seeds(cfg), tune=varied_keys(cfg), plot=False)
     except (MltrainError, OSError) as err:
-        study.progress.say(f"mltrain-study: {scale}/{arm}: no M at the runner-up setting: {err}")
+        study.shown().say(f"mltrain-study: {scale}/{arm}: no M at the runner-up setting: {err}")
         return None
     entry = ladder.find_arm(found.arms, study.labels[scale][arm], study.kinds[(scale, arm)])
     return entry.multiplier if entry and entry.multiplier else None
