@@ -10,10 +10,9 @@ through the study's types and renderer: ladder.json, ladder.md and ladder.png by
 
 The run folders named on the verdict's command line are copied into a temporary folder first, under
 the rung's own folder name (the reports name their runs' paths, so both installs read the same copies;
-nothing is written beside the shipped results). Caution (seen 2026-12-06 on this machine): main's
-mltrain-compare gave a schedule control's wall-clock saving differently for the same runs copied under
-another folder name (/tmp/rc2/runs/...: 16.1% where the shipped report and this layout give -0.0%),
-so a difference here is first rerun at another folder before it is blamed on this checkout.
+nothing is written beside the shipped results). The two installs must be of the same verdict rules:
+the reference is the code a change started from (a change of the rules, e.g. the schedule control's
+wall-clock reading in 64fedd3, is meant to change the reports).
 Exit status 0 when every file is identical, 1 when one differs (named on stdout).
 """
 
