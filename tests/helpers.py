@@ -494,7 +494,7 @@ def bash_blocks(path: Path) -> str:
 
 def documented_commands(program: str) -> list[tuple[str, list[str]]]:
     """(file, arguments) of each call of `program` in the bash blocks of the README and docs/*.md, but the
-    calls with a plugin: they run from the plugin's own folder, where tests/e2e/test_plugins.py runs them."""
+    calls with a plugin: they run from the plugin's own folder, where tests/e2e/test_plugin_runs.py runs them."""
     return [(path.relative_to(REPO).as_posix(), args) for path in DOC_FILES for args in shell_commands(bash_blocks(path), program)
             if not any(a.startswith("plugins=") for a in args)]
 
