@@ -8,7 +8,7 @@ evaluation seeds apart is in `verdict`).
   "outside the frontier" beyond its ends, then only that run's bound). saving = 1 - F_run / F*. Also under
   the blocks-only FLOP convention, and the loss gap at equal FLOPs: final val loss - the frontier's there.
   The configuration's saving is only a bound where its runs lie beyond the frontier's data with
-  confidence, decided as an arm's verdict is (verdict.data_reading): runs below its lowest loss that are
+  confidence, decided as an arm's verdict is (verdict.on_data): runs below its lowest loss that are
   not give no verdict, never a bound.
 * **vs the schedule control**: as vs the baseline, against the control's final loss.
 * **held-out loss at fixed FLOPs** (fractions of the baseline's total FLOPs), with paired differences.
@@ -27,18 +27,12 @@ from mltrain.runs.keys import label_overrides
 from mltrain.tools.compare.frontier import Frontier
 from mltrain.tools.compare.loading import CompareError, Configuration, Run, mismatch
 from mltrain.tools.compare.ondata import BEYOND_CONFIDENCE
-from mltrain.tools.compare.statistics import (
-    first_reach,
-    frontier_flops,
-    frontier_loss,
-    interval,
-    value_at,
-)
+from mltrain.tools.compare.statistics import first_reach, frontier_flops, frontier_loss, interval, interval_word, value_at
 from mltrain.tools.compare.tables import (Baseline, ConfigurationRow, ConfigurationRun, ConfigVerdict, FixedFlops,
                                           FixedFlopsCell, FixedFlopsRow, HeldOut, Outside, Reference, SeedInterval,
                                           SeedVsFrontier, SeedVsReference, TargetReading, TargetSummary, UncountedCost,
                                           VsFrontier, VsReference)
-from mltrain.tools.compare.verdict import data_reading
+from mltrain.tools.compare.verdict import on_data
 
 METRICS = ("train", "val")
 FLOP_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the baseline's total FLOPs
@@ -202,10 +196,10 @@ BEYOND = f"beyond the frontier's data with {BEYOND_CONFIDENCE:.1%} confidence"
 
 def _data_bound(frontier: Frontier, runs: list[Run]) -> tuple[Optional[float], Optional[float]]:
     """(M's lower confidence limit where the configuration's runs lie beyond the frontier's data with
-    confidence, by the arms' own rule (verdict.data_reading), else None; the upper confidence limit of
+    confidence, by the arms' own rule (verdict.on_data), else None; the upper confidence limit of
     their mean loss gap to the frontier's lowest point). Runs below that point decide nothing by
     themselves: one run never, several only with confidence."""
-    data = data_reading(frontier, runs)
+    data, _ = on_data(frontier, runs)
     return (data.M_lo if data.kind == "bound" else None), data.gap_upper
 
 
@@ -299,16 +293,8 @@ def uncounted_costs(configs: list[Configuration], names: dict) -> list[Uncounted
     return out
 
 
-def verdict_word(iv: SeedInterval, what: str = "FLOPs") -> str:
-    if iv.n == 0:
-        return "no seed gives a value"
-    if iv.ci_low is None:
-        return f"too few seeds (n={iv.n})"
-    if iv.ci_low > 0:
-        return f"saves {what}"
-    if iv.ci_high is not None and iv.ci_high < 0:
-        return f"costs {what}"
-    return "no evidence either way"
+def verdict_word(iv: SeedInterval) -> str:
+    return interval_word(iv.n, iv.ci_low, iv.ci_high) if iv.n else "no seed gives a value"
 
 
 def verdicts(vs_frontier: list[VsFrontier], vs_baseline: list[VsReference], vs_control: list[VsReference]

@@ -54,7 +54,7 @@ from mltrain.tools.compare.tables import BootstrapRecord, LeftOut, Outputs
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
 from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
-                                           data_reading, fit_error, headline, interpolated_multiplier,
+                                           fit_error, headline, on_data,
                                            interpolated_saving, loss_interval, multiplier, verdict_word,
                                            wallclock_saving)
 
@@ -276,7 +276,7 @@ def _arm_result(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, 
         m = replace(m, why="no run of the kept setting on a seed apart from the selection seeds: nothing left to measure on")
     interpolated = interpolated_saving(frontier, runs, lambda r: r.total_flops())
     is_frontier = arm.run_kind == RunKind.single  # its settings are the frontier: read on its own fit, M is the fit's error
-    m = headline(m, data_reading(frontier, runs), interpolated_multiplier(frontier, runs), error)
+    m = headline(m, *on_data(frontier, runs), error)
     within = None if is_frontier else error.holds(m)
     return ArmResult(
         name=arm.name, label=arm.label, run_kind=arm.run_kind, settings_tried=arm.settings_tried,

@@ -13,7 +13,7 @@ wall-clock axis (train time per run) gives the wall-clock saving.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -51,6 +51,15 @@ class Frontier:
         if own is not None and len(own) >= 2:
             return own, True
         return (self.mean if len(self.mean) >= 2 else None), False
+
+    def placed(self, runs: Iterable[Run], x: Callable[[Run], Optional[float]] = lambda r: r.total_flops()
+               ) -> Iterator[tuple[Run, list[FrontierPoint], bool, float, float]]:
+        """(run, its envelope, paired, x(run), final val loss) for each run that has all of them."""
+        for r in runs:
+            env, paired = self.envelope_for(r.seed)
+            cost, loss = x(r), r.final("val")
+            if env is not None and cost and loss is not None:
+                yield r, env, paired, cost, loss
 
 
 def _mean(values: list[float]) -> Optional[float]:

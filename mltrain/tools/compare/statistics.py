@@ -101,6 +101,14 @@ def interval(values: Sequence[Optional[float]], zero_means: str = "no difference
     return result
 
 
+def interval_word(n: Optional[int], low: Optional[float], high: Optional[float], zero: float = 0.0) -> str:
+    """An interval's verdict on a saving (`zero`: no saving): above it, below it, or across it."""
+    if low is None:
+        return f"too few seeds (n={n})"
+    return "saves FLOPs" if low > zero else ("costs FLOPs" if high is not None and high < zero else
+                                            "no evidence either way")
+
+
 # ---------------------------------------------------------------------------------------------
 # The frontier: the lower envelope of (FLOPs, final loss) points, read by interpolation
 
