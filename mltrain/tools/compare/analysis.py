@@ -160,7 +160,7 @@ def _against_target(run: Run, m: str, target: Optional[float], f_ref: Optional[f
     """One run's FLOPs to reach `target` on metric `m`, and its saving against `f_ref`, the reference's."""
     f, loss = run.curve(m)
     flops = first_reach(f, loss, target) if target is not None else None
-    blocks = run.curve(m, blocks=True)
+    blocks = run.blocks_curve(m)
     flops_b = first_reach(blocks[0], blocks[1], target) if (blocks is not None and target is not None) else None
     final = run.final(m)
     note = None
