@@ -163,11 +163,7 @@ def _against_target(run: Run, m: str, target: Optional[float], f_ref: Optional[f
     blocks = run.blocks_curve(m)
     flops_b = first_reach(blocks[0], blocks[1], target) if (blocks is not None and target is not None) else None
     final = run.final(m)
-    note = None
-    if target is None:
-        note = f"reference has no {m} loss"
-    elif loss.size == 0:
-        note = f"no {m} loss rows"
+    note = f"reference has no {m} loss" if target is None else f"no {m} loss rows" if loss.size == 0 else None
     return TargetReading(target, f_ref, flops, flops is not None,
                          1.0 - flops / f_ref if (flops is not None and f_ref) else None,
                          1.0 - flops_b / f_ref if (flops_b is not None and f_ref) else None,
@@ -194,20 +190,13 @@ def _aggregate(per: list[tuple[bool, TargetReading]]) -> TargetSummary:
 BEYOND = f"beyond the frontier's data with {BEYOND_CONFIDENCE:.1%} confidence"
 
 
-def _data_bound(frontier: Frontier, runs: list[Run]) -> tuple[Optional[float], Optional[float]]:
-    """(M's lower confidence limit where the configuration's runs lie beyond the frontier's data with
-    confidence, by the arms' own rule (verdict.on_data), else None; the upper confidence limit of
-    their mean loss gap to the frontier's lowest point). Runs below that point decide nothing by
-    themselves: one run never, several only with confidence."""
-    data, _ = on_data(frontier, runs)
-    return (data.M_lo if data.kind == "bound" else None), data.gap_upper
-
-
 def compare_to_frontier(frontier: Frontier, conf: Configuration, name: str = "") -> VsFrontier:
     """Every run of `conf` read on the frontier of its seed (of the mean, unpaired, for a seed without
     one): the single-level FLOPs F* reaching its final val loss, the saving 1 - F / F*, and the loss gap
     at equal FLOPs; outside the frontier's ends only that run's bound, and the configuration's bound
-    only where its runs decide one (`_data_bound`)."""
+    (M's lower confidence limit) only where its runs lie beyond the frontier's data with confidence, by
+    the arms' own rule (verdict.on_data): runs below its lowest point decide nothing by themselves."""
+    data, _ = on_data(frontier, conf.runs)
     per_seed = [_on_frontier(frontier, run) for run in conf.runs]
     saving = _paired_interval(((e.paired, e.saving) for e in per_seed), "no saving")
     outside = [e for e in per_seed if e.outside]
@@ -217,7 +206,7 @@ def compare_to_frontier(frontier: Frontier, conf: Configuration, name: str = "")
                       _paired_interval(((e.paired, e.saving_blocks) for e in per_seed), "no saving"),
                       _paired_interval(((e.paired, e.loss_gap) for e in per_seed), "no difference at equal FLOPs"),
                       Outside(sum(e.outside == "below" for e in outside), sum(e.outside == "above" for e in outside)),
-                      name, *_data_bound(frontier, conf.runs))
+                      name, data.M_lo if data.kind == "bound" else None, data.gap_upper)
 
 
 def _on_frontier(frontier: Frontier, run: Run) -> SeedVsFrontier:

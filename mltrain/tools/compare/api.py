@@ -87,8 +87,8 @@ def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optio
                                + "; ".join(describe_group(g, fields) for g in groups) + ")")
         groups = [chosen[0]] + [g for g in groups if g is not chosen[0]]  # the largest that matches
     elif len(groups) > 1 and len(groups[0]) == len(groups[1]):
-        tied = [g for g in groups if len(g) == len(groups[0])]
-        preferred = _preferred(tied, baseline_label)
+        tied = [g for g in groups if len(g) == len(groups[0])]  # of these, the one holding the baseline's run
+        preferred = next((g for g in tied if _preferred_run(g, baseline_label, fallback=False) is not None), tied[0])
         groups = [preferred] + [g for g in groups if g is not preferred]
     reference = _preferred_run(groups[0], baseline_label) if groups else None
     if len(groups) < 2:
@@ -99,14 +99,6 @@ def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optio
             + (" (chosen with --data-group)" if data_group is not None else " (the largest group; choose another with "
                "--data-group)"))
     return reference, line
-
-
-def _preferred(groups: list[list[Run]], baseline_label: Optional[str]) -> list[Run]:
-    """Of groups as large as each other, the one holding the baseline's run (else the first)."""
-    for group in groups:
-        if _preferred_run(group, baseline_label, fallback=False) is not None:
-            return group
-    return groups[0]
 
 
 def _preferred_run(runs: list[Run], baseline_label: Optional[str], fallback: bool = True) -> Optional[Run]:

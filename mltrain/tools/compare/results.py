@@ -6,19 +6,12 @@ consumer of it (the study's ladder, a script) reads, and what its Markdown is re
     for arm in report.arms:
         print(arm.label, arm.multiplier.M, arm.multiplier.bound)
 
-`Report` holds the arms (`Arm`: the setting kept, the evaluation seeds, the final loss `LossInterval`, the
-compute multiplier `Multiplier` with its `Headline` and `Bound`, the savings read on the frontier's
-points `Saving`, one `RunReading` per run) and the frontier (`Frontier`: its points `FrontierRun`, the
-power law fitted to them `PowerLawFit`, its fit's own error `FitError`, its configurations' means
-`ConfigurationMean`, its envelopes `SeedEnvelope` of `EnvelopePoint`s, its wall-clock twin
-`WallclockFrontier`, the settings it tried per budget `BudgetTried` of `TriedSetting`s, what each tuning
-dimension gained `Gain` with each arm's `GainReading`, and `WithoutControl`).
-
-JSON: each class is a `Jsonable` dataclass whose fields are comparison.json's keys in their order
-(jsonable.py: `to_json`, and `from_json`, which also reads a file written by an earlier mltrain-compare:
-a key it lacks takes its neutral value: no bound, no headline, no draws). The per-configuration tables
-of `analysis` (against the one baseline, the control and the frontier's points; at fixed FLOPs; ...)
-are typed in `tables`.
+`Report` holds the arms (`Arm`: the setting kept, its final loss, its compute multiplier `Multiplier` with
+the `Headline` it leads with, its savings read on the frontier's points, one `RunReading` per run) and the
+tuned single-level `Frontier` (its points, the power law fitted to them and that fit's own error
+`FitError`, its envelopes, its tuning space and what each dimension of it gained); the per-configuration
+tables of `analysis` are typed in `tables`. Each class is a `Jsonable` dataclass whose fields are
+comparison.json's keys in their order (jsonable.py), read back from a file an earlier version wrote too.
 """
 
 from __future__ import annotations
