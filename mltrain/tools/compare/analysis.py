@@ -62,10 +62,10 @@ def _paired_interval(entries: Iterable[tuple[bool, Optional[float]]], zero_means
     entries = [(p, v) for p, v in entries if v is not None]
     paired = [v for p, v in entries if p]
     if paired:
-        out = SeedInterval.of(interval(paired, zero_means))
+        out = interval(paired, zero_means)
         unpaired = sum(1 for p, _ in entries if not p)
         return out.warned(f"{unpaired} seed(s) without a partner of the same seed left out") if unpaired else out
-    out = SeedInterval.of(interval([v for _, v in entries], zero_means))
+    out = interval([v for _, v in entries], zero_means)
     return out.warned("no seed has a partner of the same seed: not a paired comparison") if out.n else out
 
 

@@ -10,32 +10,11 @@ Each is a `Jsonable` dataclass: its fields are comparison.json's keys in their o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from mltrain.tools.compare.jsonable import Jsonable, key
-from mltrain.tools.compare.statistics import CONFIDENCE, Interval
-
-
-@dataclass(frozen=True)
-class SeedInterval(Jsonable):
-    """statistics.interval as the report holds it."""
-
-    n: int
-    mean: Optional[float] = None
-    std: Optional[float] = None
-    ci_low: Optional[float] = None
-    ci_high: Optional[float] = None
-    confidence: float = CONFIDENCE
-    warnings: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, iv: Interval) -> "SeedInterval":
-        return cls(iv.n, iv.mean, iv.std, iv.low, iv.high, CONFIDENCE, tuple(iv.warnings))
-
-    def warned(self, warning: str) -> "SeedInterval":
-        """The same interval with one more warning."""
-        return replace(self, warnings=(*self.warnings, warning))
+from mltrain.tools.compare.statistics import SeedInterval
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ FIT_BAND_LIMIT = 0.05  # a fit whose own error is wider than ±5% in M: the fron
 
 def loss_interval(runs: list[Run]) -> LossInterval:
     iv = interval([r.final("val") for r in runs])
-    return LossInterval(iv.mean, iv.low, iv.high, iv.n)
+    return LossInterval(iv.mean, iv.ci_low, iv.ci_high, iv.n)
 
 
 def _measured(run: Run) -> tuple[float, float]:
@@ -283,8 +283,8 @@ def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], 
     if iv.n == 0:
         why = (f"every run is outside the frontier ({outside.below} below its longest budget, "
                f"{outside.above} above its shortest)" if outside.total else "no run to read")
-        return Saving(False, why, n_outside=outside, n_unpaired=unpaired, warnings=tuple(iv.warnings))
-    return Saving(True, None, iv.mean, iv.low, iv.high, iv.n, outside, unpaired, tuple(iv.warnings))
+        return Saving(False, why, n_outside=outside, n_unpaired=unpaired, warnings=iv.warnings)
+    return Saving(True, None, iv.mean, iv.ci_low, iv.ci_high, iv.n, outside, unpaired, iv.warnings)
 
 
 def _disagreement(m: Multiplier, m_interp: Optional[float], band: Optional[float]) -> tuple[bool, tuple[str, ...]]:
