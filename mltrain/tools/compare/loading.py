@@ -468,6 +468,13 @@ def _figure(value: Any) -> str:
 # W&B source
 
 
+def _history(wr: Any, metric: str, *more: str) -> list[dict]:
+    """A W&B run's rows of `metric` with both FLOPs conventions (and `more`), else (older runs, without
+    `level` or `flops_blocks`) with its FLOPs alone."""
+    return (list(wr.scan_history(keys=["flops", "flops_blocks", metric, *more], page_size=10000))
+            or list(wr.scan_history(keys=["flops", metric], page_size=10000)))
+
+
 def load_wandb_runs(path: str, group: str | None, filters: list[str], timeout: int = 20) -> list[Run]:
     """Runs of ENTITY/PROJECT from the W&B public API (needs network and a key)."""
     query: dict[str, Any] = {}
@@ -495,12 +502,7 @@ def load_wandb_runs(path: str, group: str | None, filters: list[str], timeout: i
             if not summary.get("run_kind"):
                 log.warning("W&B run %s has no run_kind in its summary (crashed or not mltrain); skipped", wr.path)
                 continue
-            keys = ["flops", "flops_blocks", "train/loss", "level"]
-            rows = list(wr.scan_history(keys=keys, page_size=10000))
-            if not rows:  # older runs without `level` or `flops_blocks` on train rows
-                rows = list(wr.scan_history(keys=["flops", "train/loss"], page_size=10000))
-            val_rows = list(wr.scan_history(keys=["flops", "flops_blocks", "val/loss"], page_size=10000))
-            rows += val_rows or list(wr.scan_history(keys=["flops", "val/loss"], page_size=10000))
+            rows = _history(wr, "train/loss", "level") + _history(wr, "val/loss")
             rows.sort(key=lambda r: r.get("_step", 0))
         except Exception as err:  # noqa: BLE001
             raise CompareError(
