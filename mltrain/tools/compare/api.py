@@ -286,17 +286,16 @@ def _built_from(select_seeds, arms: list[Arm]) -> str:
 
 def _frontier(against: Against, names: dict, tuned: Sequence[str], select_seeds, arms: list[Arm]) -> Frontier:
     frontier, clock = against.frontier, against.clock
-    runs = {r.source: r for c in frontier.configs for r in c.runs}
-    config_of = {r.source: c for c in frontier.configs for r in c.runs}
+    of: dict[Optional[str], tuple[Run, Configuration]] = {r.source: (r, c) for c in frontier.configs for r in c.runs}
 
     def env(points) -> tuple[EnvelopePoint, ...]:
         return tuple(EnvelopePoint(p.flops, p.loss, p.budget) for p in points)
 
     points = []
     for p in frontier.points:
-        r = runs[p.source]
+        r, c = of[p.source]
         points.append(FrontierRun(r.seed, p.flops, p.loss, r.run_kind, {**setting_of(r, tuned), "train.budget": r.budget},
-                                  names[config_of[p.source].key], r.source))
+                                  names[c.key], r.source))
     on_mean = {(p.flops, p.loss) for p in frontier.mean}
     return Frontier(
         available=frontier.why is None, why=frontier.why, built_from=_built_from(select_seeds, arms),

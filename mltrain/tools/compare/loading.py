@@ -269,7 +269,7 @@ def load_run_dir(run_dir: Path) -> Run:
     s = summary or {}
     # What the run is: from summary.json, else from the run.json it wrote at its start ({} without one).
     record = s if summary is not None else _read("run record", run_dir / RUN_RECORD,
-                                                 lambda: read_run_record(run_dir)) or {}
+                                                 lambda: read_run_record(run_dir) or {})
     run_kind = str(record.get("run_kind") or ("single" if summary is not None else "unknown"))
     label = record.get("label") or (run_label(overrides, run_kind) if overrides is not None else "default")
     seed = record.get("seed", _seed_from_overrides(overrides))
