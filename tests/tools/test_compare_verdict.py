@@ -46,7 +46,7 @@ def test_interval_is_the_t_interval_worked_by_hand():
     sem = np.std([0.30, 0.32, 0.34, 0.36, 0.38], ddof=1) / math.sqrt(5)  # 0.0141421
     assert iv.n == 5 and iv.mean == pytest.approx(0.34)
     assert (iv.ci_low, iv.ci_high) == pytest.approx((0.34 - T975[4] * sem, 0.34 + T975[4] * sem))
-    assert iv.warnings == []  # 5 seeds, interval above 0
+    assert iv.warnings == ()  # 5 seeds, interval above 0
 
 
 def test_two_seeds_of_minus_47_and_plus_83_percent_are_flagged():

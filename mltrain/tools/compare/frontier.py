@@ -38,10 +38,6 @@ class Frontier:
     basis: Optional[tuple[str, str]] = None  # wall-clock frontier: (summary key, what it measures)
 
     @property
-    def runs(self) -> list[Run]:
-        return [r for c in self.configs for r in c.runs if r.seed in self.seeds]
-
-    @property
     def points(self) -> list[FrontierPoint]:
         return [p for s in self.seeds for p in self.per_seed.get(s, [])]
 
