@@ -5,7 +5,7 @@ the bootstrap record, the held-out set, ...) is taken as present (`_had`)."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -35,6 +35,11 @@ def _had(part: Optional[T]) -> T:
 
 def _table(*columns: str) -> list[str]:
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def _section(title: str, prose: str, columns: Sequence[str], rows: Iterable[str], after: Sequence[str] = ()) -> list[str]:
+    """`## title`, its prose (if any), a table of `columns` with `rows`, then `after` and a blank line."""
+    return [f"## {title}", "", *([prose, ""] if prose else []), *_table(*columns), *rows, *after, ""]
 
 
 def _pm(values: list, fmt: Fmt) -> str:
@@ -158,16 +163,12 @@ def _config_name(report: Report, ref: Baseline | Reference) -> str:
 
 
 def _configurations_section(report: Report) -> list[str]:
-    lines = ["## Configurations", ""] + _table("configuration", "kind", "train.budget", "seeds",
-                                               "final train loss (smoothed)", "final val loss", "total FLOPs")
-    for c in report.configurations:
-        mark = " **(baseline)**" if c.is_baseline else (" (frontier)" if c.in_frontier else "")
-        runs = c.runs
-        lines.append(
-            f"| `{c.name}`{mark} | {c.run_kind} | {c.budget:g} | {c.n_seeds} ({', '.join(map(str, c.seeds))}) "
-            f"| {_pm([r.final_train_loss_smoothed for r in runs], LOSS)} "
-            f"| {_pm([r.final_val_loss for r in runs], LOSS)} | {_pm([r.total_flops for r in runs], FLOPS)} |")
-    return lines + [""]
+    return _section("Configurations", "", ("configuration", "kind", "train.budget", "seeds", "final train loss (smoothed)",
+                                           "final val loss", "total FLOPs"), (
+        f"| `{c.name}`{' **(baseline)**' if c.is_baseline else (' (frontier)' if c.in_frontier else '')} | {c.run_kind} "
+        f"| {c.budget:g} | {c.n_seeds} ({', '.join(map(str, c.seeds))}) "
+        f"| {_pm([r.final_train_loss_smoothed for r in c.runs], LOSS)} | {_pm([r.final_val_loss for r in c.runs], LOSS)} "
+        f"| {_pm([r.total_flops for r in c.runs], FLOPS)} |" for c in report.configurations))
 
 
 def _bound_where(m: Multiplier) -> str:
@@ -310,41 +311,34 @@ def _fit_lines(report: Report) -> list[str]:
 def _per_configuration_section(report: Report) -> list[str]:
     if not report.verdicts:
         return []
-    lines = [
-        "## Every configuration, every seed (no selection)",
-        "",
-        "Saving = 1 − F_run / F_single, F_single = the single-level FLOPs that reach the run's final "
-        + ("held-out loss on the frontier's points (see below)." if report.frontier.available else
-           "held-out loss on the one baseline's curve (no frontier among the runs)."),
-        "",
-        *_table("configuration", "seeds", "saving (default FLOPs)", "saving, coarse step = its blocks' share",
-                "saving vs the one baseline", "val loss − frontier at equal FLOPs", "verdict"),
-    ]
+    rows = []
     for v in report.verdicts:
         outside = ""
         if v.n_outside and v.n_outside.total:
             outside = f"; outside the frontier: {v.n_outside.below} below, {v.n_outside.above} above"
         if v.saving_lower_limit is not None:
             outside = f"; saving > {PCT(v.saving_lower_limit)} (beyond the frontier's data with confidence)" + outside
-        lines.append(f"| `{v.name}` | {v.n_seeds} | {_ci(v.saving, PCT)} | {_ci(v.saving_blocks, PCT)} "
-                     f"| {_ci(v.saving_vs_one_baseline, PCT)} | {_ci(v.loss_gap_vs_frontier, DIFF)} "
-                     f"| {v.verdict}{outside} |")
-    return lines + [
-        "",
-        "Default FLOPs count the head (a coarse step of gpt22m costs 0.77 of a fine step); the blocks-only "
-        "column costs a coarse step at its share of the fine model's blocks (1/k), as the paper may have "
-        "counted. A loss gap below 0 means lower held-out loss than the best single-level run with the same FLOPs.",
-        "",
-    ]
+        rows.append(f"| `{v.name}` | {v.n_seeds} | {_ci(v.saving, PCT)} | {_ci(v.saving_blocks, PCT)} "
+                    f"| {_ci(v.saving_vs_one_baseline, PCT)} | {_ci(v.loss_gap_vs_frontier, DIFF)} "
+                    f"| {v.verdict}{outside} |")
+    return _section(
+        "Every configuration, every seed (no selection)",
+        "Saving = 1 − F_run / F_single, F_single = the single-level FLOPs that reach the run's final "
+        + ("held-out loss on the frontier's points (see below)." if report.frontier.available else
+           "held-out loss on the one baseline's curve (no frontier among the runs)."),
+        ("configuration", "seeds", "saving (default FLOPs)", "saving, coarse step = its blocks' share",
+         "saving vs the one baseline", "val loss − frontier at equal FLOPs", "verdict"), rows,
+        ["", "Default FLOPs count the head (a coarse step of gpt22m costs 0.77 of a fine step); the blocks-only "
+         "column costs a coarse step at its share of the fine model's blocks (1/k), as the paper may have "
+         "counted. A loss gap below 0 means lower held-out loss than the best single-level run with the same FLOPs."])
 
 
 def _excluded_section(report: Report) -> list[str]:
     if not report.excluded:
         return []
-    lines = ["## Left out (not in any statistic)", "", *_table("run", "configuration", "seed", "status", "why")]
-    lines += [f"| `{e.run}` | `{e.label}` ({e.run_kind}) | {e.seed} | **{e.status}** | {e.reason} |"
-              for e in report.excluded]
-    return lines + [""]
+    return _section("Left out (not in any statistic)", "", ("run", "configuration", "seed", "status", "why"),
+                    (f"| `{e.run}` | `{e.label}` ({e.run_kind}) | {e.seed} | **{e.status}** | {e.reason} |"
+                     for e in report.excluded))
 
 
 def _held_out_section(report: Report) -> list[str]:
@@ -439,27 +433,23 @@ def _fixed_flops_section(report: Report) -> list[str]:
     fb = _had(report.fixed_flops)
     if not fb.rows:
         return []
-    lines = [
-        "## Held-out loss at fixed FLOPs",
-        "",
-        "Val loss at fractions of the baseline's total FLOPs (interpolated between evaluations; — past a run's "
-        "end), and the paired difference from the baseline at the same FLOPs (mid-run points are mid-schedule: "
-        "the frontier compares finished schedules).",
-        "",
-        *_table("configuration", *(f"{fr:g} × baseline ({FLOPS(f)})" for fr, f in zip(fb.flop_fractions, fb.flops))),
-    ]
+    rows = []
     for row in fb.rows:
         cells = [LOSS(c.mean_loss) + (f"; Δ {_ci(c.diff, DIFF)}" if c.diff is not None and c.diff.n else "")
                  for c in row.cells]
-        lines.append(f"| `{row.name}`{' **(baseline)**' if row.is_baseline else ''} | {' | '.join(cells)} |")
-    return lines + [""]
+        rows.append(f"| `{row.name}`{' **(baseline)**' if row.is_baseline else ''} | {' | '.join(cells)} |")
+    return _section("Held-out loss at fixed FLOPs", "Val loss at fractions of the baseline's total FLOPs (interpolated "
+                    "between evaluations; — past a run's end), and the paired difference from the baseline at the same "
+                    "FLOPs (mid-run points are mid-schedule: the frontier compares finished schedules).",
+                    ("configuration", *(f"{fr:g} × baseline ({FLOPS(f)})" for fr, f in zip(fb.flop_fractions, fb.flops))),
+                    rows)
 
 
 def _costs_section(report: Report) -> list[str]:
     if not report.uncounted_costs:
         return []
-    return ["## Not on the FLOPs axis", "",
-            "The per-cycle diagnostics (a coarse and a fine forward/backward on one batch per coarse model) and "
-            "held-out evaluation are measurements, not training: their FLOPs are left out of every figure above.", "",
-            *_table("configuration", "diagnostics / training FLOPs", "evaluation / training FLOPs"),
-            *(f"| `{c.name}` | {PCT(c.diag_share)} | {PCT(c.eval_share)} |" for c in report.uncounted_costs), ""]
+    return _section("Not on the FLOPs axis", "The per-cycle diagnostics (a coarse and a fine forward/backward on one "
+                    "batch per coarse model) and held-out evaluation are measurements, not training: their FLOPs are "
+                    "left out of every figure above.",
+                    ("configuration", "diagnostics / training FLOPs", "evaluation / training FLOPs"),
+                    (f"| `{c.name}` | {PCT(c.diag_share)} | {PCT(c.eval_share)} |" for c in report.uncounted_costs))
