@@ -58,10 +58,6 @@ class Frontier:
                 yield r, env, paired, cost, loss
 
 
-def _mean(values: list[float]) -> Optional[float]:
-    return float(np.mean(values)) if values else None
-
-
 def run_time(run: Run, key: str) -> Optional[float]:
     v = run.summary.get(key)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
