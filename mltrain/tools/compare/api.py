@@ -40,9 +40,8 @@ from mltrain.tools.compare.tables import BootstrapRecord, LeftOut, Outputs
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
 from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
-                                           fit_error, headline, on_data,
-                                           interpolated_saving, loss_interval, multiplier, verdict_word,
-                                           wallclock_saving)
+                                           fit_error, headline, interpolated_saving, loss_interval, multiplier,
+                                           on_data, verdict_word, wallclock_saving)
 
 log = logging.getLogger("mltrain.tools.compare")
 
@@ -142,6 +141,7 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     # built without its runs; every other arm is measured against the frontier with them.
     controls = [a for a in arms if a.run_kind == dimensions.CONTROL]
     plain = Against(*frontiers.build(configs, arms, select_seeds, kinds=(RunKind.single,))) if controls else full
+    against = {id(a): plain if a.run_kind == dimensions.CONTROL else full for a in arms}
     others = [a for a in arms if a.run_kind != dimensions.CONTROL]
     draws, fitted = bootstrap(full.frontier, full.fit, others) if full.fit.available else ({}, 0)
     if controls and plain.fit.available:
@@ -151,8 +151,7 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     config_names, common = _name_configs(configs, tuned)
     tables = build_report(configs, baseline, full.frontier, config_names, control_label, plain.frontier)
     warnings += _report_warnings(runs, baseline, full.frontier, full.fit, arms)
-    arm_results = tuple(_arm_result(a, plain if a.run_kind == dimensions.CONTROL else full, draws.get(id(a), Draws()), fitted)
-                        for a in arms)
+    arm_results = tuple(_arm_result(a, against[id(a)], draws.get(id(a), Draws()), fitted) for a in arms)
     frontier = replace(_frontier(full, config_names, tuned, select_seeds, arms),
                        tried_per_budget=tuple(dimensions.tried_per_budget(full.frontier, configs, arms, tuned,
                                                                           config_names, select_seeds)),

@@ -259,9 +259,9 @@ def on_data(frontier: Frontier, runs: list[Run]) -> tuple[DataReading, Optional[
     interpolated M: the geometric mean of F* / F_run over the runs inside the frontier (None: no run)."""
     if frontier.why is not None:
         return DataReading(None, frontier.why), None
-    read = [run_on_data(env, paired, r.seed, flops, loss) for r, env, paired, flops, loss in frontier.placed(runs)]
-    logs = [r.log_m for r in read if r.log_m is not None]
-    return (read_on_data(read, frontier.mean if len(frontier.mean) >= 2 else None),
+    placed = [run_on_data(env, paired, r.seed, flops, loss) for r, env, paired, flops, loss in frontier.placed(runs)]
+    logs = [r.log_m for r in placed if r.log_m is not None]
+    return (read_on_data(placed, frontier.mean if len(frontier.mean) >= 2 else None),
             math.exp(float(np.mean(logs))) if logs else None)
 
 
