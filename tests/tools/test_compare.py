@@ -335,3 +335,42 @@ def test_wandb_source_fails_cleanly_offline(tmp_path, monkeypatch, capsys):
     _one_line_error(*run_cli(["--wandb", "someone/mltrain", "--group", "default", "--out", tmp_path / "o"], capsys),
                     "W&B: cannot list runs")
     _one_line_error(*run_cli(["--wandb", "someone/mltrain", tmp_path], capsys), "not both")
+
+
+class _FakeWandbRun:
+    """A W&B run as the public API hands it: its summary, and its history by the keys asked for (a row has
+    every key asked for, as scan_history gives it); `old`: logged before `level` and `flops_blocks`."""
+
+    def __init__(self, name, seed, state="finished", old=False):
+        self.path, self.group, self.config, self.state, self.old = ["team", "mltrain", name], "default", {"seed": seed}, state, old
+        self.summary = {"run_kind": "multilevel", "label": "coarsening=evenodd", "seed": seed, "_runtime": 1}
+        train = [{"_step": i, "flops": 1e12 * i, "flops_blocks": 5e11 * i, "train/loss": 4.0 - i, "level": 0}
+                 for i in (1, 2, 3)]
+        val = [{"_step": 10 * i, "flops": 2e12 * i, "flops_blocks": 1e12 * i, "val/loss": 3.5 - i} for i in (1, 2)]
+        self.rows = train + val
+
+    def scan_history(self, keys, page_size):
+        if self.old and ("level" in keys or "flops_blocks" in keys):
+            return iter([])
+        return iter([{k: r[k] for k in [*keys, "_step"]} for r in self.rows if all(k in r for k in keys)])
+
+
+def test_wandb_runs_are_read_from_their_history_new_and_old(monkeypatch):
+    import types
+
+    from mltrain.tools.compare.loading import load_wandb_runs
+
+    fakes = [_FakeWandbRun("a", 0), _FakeWandbRun("b", 1, old=True), _FakeWandbRun("c", 2, state="running")]
+    asked = {}
+    api = types.SimpleNamespace(runs=lambda path, filters: asked.update(path=path, filters=filters) or fakes)
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(Api=lambda timeout: api))
+    runs = load_wandb_runs("team/mltrain", "default", ["config.seed=1", "state=finished"])
+    assert asked == {"path": "team/mltrain", "filters": {"group": "default", "config.seed": 1, "state": "finished"}}
+    assert [(r.source, r.seed, r.status) for r in runs] == [
+        ("wandb:team/mltrain/a", 0, "finished"), ("wandb:team/mltrain/b", 1, "finished"),
+        ("wandb:team/mltrain/c", 2, "unfinished")]
+    new, old = runs[0], runs[1]
+    assert new.train.flops.tolist() == [1e12, 2e12, 3e12] and new.val.loss.tolist() == [2.5, 1.5]
+    assert new.train.flops_blocks.tolist() == [5e11, 1e12, 1.5e12] and new.summary == {
+        "run_kind": "multilevel", "label": "coarsening=evenodd", "seed": 0}
+    assert old.train.loss.tolist() == [3.0, 2.0, 1.0] and old.train.flops_blocks is None  # the bare FLOPs rows

@@ -45,19 +45,19 @@ def test_interval_is_the_t_interval_worked_by_hand():
     iv = interval([0.30, 0.32, 0.34, 0.36, 0.38])
     sem = np.std([0.30, 0.32, 0.34, 0.36, 0.38], ddof=1) / math.sqrt(5)  # 0.0141421
     assert iv.n == 5 and iv.mean == pytest.approx(0.34)
-    assert (iv.low, iv.high) == pytest.approx((0.34 - T975[4] * sem, 0.34 + T975[4] * sem))
-    assert iv.warnings == []  # 5 seeds, interval above 0
+    assert (iv.ci_low, iv.ci_high) == pytest.approx((0.34 - T975[4] * sem, 0.34 + T975[4] * sem))
+    assert iv.warnings == ()  # 5 seeds, interval above 0
 
 
 def test_two_seeds_of_minus_47_and_plus_83_percent_are_flagged():
     iv = interval([-0.47, 0.83], zero_means="no saving")
     assert iv.mean == pytest.approx(0.18)
     half = 12.706204736174707 * 1.3 / 2  # t(0.975, 1) * |a - b| / 2
-    assert (iv.low, iv.high) == pytest.approx((0.18 - half, 0.18 + half))
+    assert (iv.ci_low, iv.ci_high) == pytest.approx((0.18 - half, 0.18 + half))
     assert any("fewer than 3" in w for w in iv.warnings)
     assert any("contains 0" in w and "no saving" in w for w in iv.warnings)
     one = interval([0.4])
-    assert one.n == 1 and one.low is None and "only 1 seed" in one.warnings[0]
+    assert one.n == 1 and one.ci_low is None and "only 1 seed" in one.warnings[0]
     assert interval([]).n == 0 and interval([math.nan, None]).n == 0  # non-finite values never count
 
 

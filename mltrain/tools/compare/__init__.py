@@ -21,11 +21,11 @@ multiplier with a bootstrap interval over the evaluation seeds (`verdict`), besi
 the frontier's points and on a wall-clock axis.
 
 Modules, one way down: `cli` (arguments) → `api` (the pipeline, `compare_dirs`) → `verdict`,
-`analysis` (per-configuration tables) → `frontier`, `arms`, `powerlaw`, `statistics` (arrays) and
-`loading` (runs, their status and provenance); `names` makes readable names; `results` holds the
-typed results the pipeline builds (the report, its arms and frontier) and writes as JSON through
-`jsonable` (`tables`: the per-configuration tables among them); `report` renders comparison.md and
-`plot` the figure, both from those results.
+`analysis` (per-configuration tables) → `frontier`, `arms`, `powerlaw`, `statistics` (arrays, and the
+interval over seeds the report holds) and `loading` (runs, their status and provenance); `names` makes
+readable names; `results` holds the typed results the pipeline builds (the report, its arms and
+frontier) and writes as JSON through `jsonable` (`tables`: the per-configuration tables among them);
+`report` renders comparison.md and `plot` the figure, both from those results.
 
 Trust: only runs that finished with finite losses count. A run without summary.json, one whose summary
 says interrupted or diverged, one with a non-finite loss, one whose files contradict themselves, and

@@ -8,7 +8,7 @@ evaluation seeds apart is in `verdict`).
   "outside the frontier" beyond its ends, then only that run's bound). saving = 1 - F_run / F*. Also under
   the blocks-only FLOP convention, and the loss gap at equal FLOPs: final val loss - the frontier's there.
   The configuration's saving is only a bound where its runs lie beyond the frontier's data with
-  confidence, decided as an arm's verdict is (verdict.data_reading): runs below its lowest loss that are
+  confidence, decided as an arm's verdict is (verdict.on_data): runs below its lowest loss that are
   not give no verdict, never a bound.
 * **vs the schedule control**: as vs the baseline, against the control's final loss.
 * **held-out loss at fixed FLOPs** (fractions of the baseline's total FLOPs), with paired differences.
@@ -27,18 +27,12 @@ from mltrain.runs.keys import label_overrides
 from mltrain.tools.compare.frontier import Frontier
 from mltrain.tools.compare.loading import CompareError, Configuration, Run, mismatch
 from mltrain.tools.compare.ondata import BEYOND_CONFIDENCE
-from mltrain.tools.compare.statistics import (
-    first_reach,
-    frontier_flops,
-    frontier_loss,
-    interval,
-    value_at,
-)
+from mltrain.tools.compare.statistics import first_reach, frontier_flops, frontier_loss, interval, interval_word, value_at
 from mltrain.tools.compare.tables import (Baseline, ConfigurationRow, ConfigurationRun, ConfigVerdict, FixedFlops,
                                           FixedFlopsCell, FixedFlopsRow, HeldOut, Outside, Reference, SeedInterval,
                                           SeedVsFrontier, SeedVsReference, TargetReading, TargetSummary, UncountedCost,
                                           VsFrontier, VsReference)
-from mltrain.tools.compare.verdict import data_reading
+from mltrain.tools.compare.verdict import on_data
 
 METRICS = ("train", "val")
 FLOP_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the baseline's total FLOPs
@@ -68,10 +62,10 @@ def _paired_interval(entries: Iterable[tuple[bool, Optional[float]]], zero_means
     entries = [(p, v) for p, v in entries if v is not None]
     paired = [v for p, v in entries if p]
     if paired:
-        out = SeedInterval.of(interval(paired, zero_means))
+        out = interval(paired, zero_means)
         unpaired = sum(1 for p, _ in entries if not p)
         return out.warned(f"{unpaired} seed(s) without a partner of the same seed left out") if unpaired else out
-    out = SeedInterval.of(interval([v for _, v in entries], zero_means))
+    out = interval([v for _, v in entries], zero_means)
     return out.warned("no seed has a partner of the same seed: not a paired comparison") if out.n else out
 
 
@@ -166,14 +160,10 @@ def _against_target(run: Run, m: str, target: Optional[float], f_ref: Optional[f
     """One run's FLOPs to reach `target` on metric `m`, and its saving against `f_ref`, the reference's."""
     f, loss = run.curve(m)
     flops = first_reach(f, loss, target) if target is not None else None
-    blocks = run.curve(m, blocks=True)
+    blocks = run.blocks_curve(m)
     flops_b = first_reach(blocks[0], blocks[1], target) if (blocks is not None and target is not None) else None
     final = run.final(m)
-    note = None
-    if target is None:
-        note = f"reference has no {m} loss"
-    elif loss.size == 0:
-        note = f"no {m} loss rows"
+    note = f"reference has no {m} loss" if target is None else f"no {m} loss rows" if loss.size == 0 else None
     return TargetReading(target, f_ref, flops, flops is not None,
                          1.0 - flops / f_ref if (flops is not None and f_ref) else None,
                          1.0 - flops_b / f_ref if (flops_b is not None and f_ref) else None,
@@ -200,20 +190,13 @@ def _aggregate(per: list[tuple[bool, TargetReading]]) -> TargetSummary:
 BEYOND = f"beyond the frontier's data with {BEYOND_CONFIDENCE:.1%} confidence"
 
 
-def _data_bound(frontier: Frontier, runs: list[Run]) -> tuple[Optional[float], Optional[float]]:
-    """(M's lower confidence limit where the configuration's runs lie beyond the frontier's data with
-    confidence, by the arms' own rule (verdict.data_reading), else None; the upper confidence limit of
-    their mean loss gap to the frontier's lowest point). Runs below that point decide nothing by
-    themselves: one run never, several only with confidence."""
-    data = data_reading(frontier, runs)
-    return (data.M_lo if data.kind == "bound" else None), data.gap_upper
-
-
 def compare_to_frontier(frontier: Frontier, conf: Configuration, name: str = "") -> VsFrontier:
     """Every run of `conf` read on the frontier of its seed (of the mean, unpaired, for a seed without
     one): the single-level FLOPs F* reaching its final val loss, the saving 1 - F / F*, and the loss gap
     at equal FLOPs; outside the frontier's ends only that run's bound, and the configuration's bound
-    only where its runs decide one (`_data_bound`)."""
+    (M's lower confidence limit) only where its runs lie beyond the frontier's data with confidence, by
+    the arms' own rule (verdict.on_data): runs below its lowest point decide nothing by themselves."""
+    data, _ = on_data(frontier, conf.runs)
     per_seed = [_on_frontier(frontier, run) for run in conf.runs]
     saving = _paired_interval(((e.paired, e.saving) for e in per_seed), "no saving")
     outside = [e for e in per_seed if e.outside]
@@ -223,7 +206,7 @@ def compare_to_frontier(frontier: Frontier, conf: Configuration, name: str = "")
                       _paired_interval(((e.paired, e.saving_blocks) for e in per_seed), "no saving"),
                       _paired_interval(((e.paired, e.loss_gap) for e in per_seed), "no difference at equal FLOPs"),
                       Outside(sum(e.outside == "below" for e in outside), sum(e.outside == "above" for e in outside)),
-                      name, *_data_bound(frontier, conf.runs))
+                      name, data.M_lo if data.kind == "bound" else None, data.gap_upper)
 
 
 def _on_frontier(frontier: Frontier, run: Run) -> SeedVsFrontier:
@@ -299,16 +282,8 @@ def uncounted_costs(configs: list[Configuration], names: dict) -> list[Uncounted
     return out
 
 
-def verdict_word(iv: SeedInterval, what: str = "FLOPs") -> str:
-    if iv.n == 0:
-        return "no seed gives a value"
-    if iv.ci_low is None:
-        return f"too few seeds (n={iv.n})"
-    if iv.ci_low > 0:
-        return f"saves {what}"
-    if iv.ci_high is not None and iv.ci_high < 0:
-        return f"costs {what}"
-    return "no evidence either way"
+def verdict_word(iv: SeedInterval) -> str:
+    return interval_word(iv.n, iv.ci_low, iv.ci_high) if iv.n else "no seed gives a value"
 
 
 def verdicts(vs_frontier: list[VsFrontier], vs_baseline: list[VsReference], vs_control: list[VsReference]

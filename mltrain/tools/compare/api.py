@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import shlex
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -27,24 +27,10 @@ from mltrain.tools.compare.analysis import build_report, choose_baseline, exclud
 from mltrain.tools.compare.arms import (TUNED_KEYS, Arm, group_arms, label_parts, select, setting_of,
                                         tuning_warnings, typed)
 from mltrain.tools.compare.cells import markdown_safe
-from mltrain.tools.compare.loading import (
-    METRICS,
-    RUN_RECORD,
-    SUMMARY,
-    CompareError,
-    Configuration,
-    Run,
-    comparability,
-    data_groups,
-    describe_group,
-    differing_fields,
-    drop_duplicates,
-    find_run_dirs,
-    group_runs,
-    load_run_dir,
-    unreadable_metrics,
-    vet,
-)
+from mltrain.tools.compare.loading import (METRICS, RUN_RECORD, SUMMARY, CompareError, Configuration, Run,
+                                           comparability, data_groups, describe_group, differing_fields,
+                                           drop_duplicates, find_run_dirs, group_runs, load_run_dir,
+                                           unreadable_metrics, vet)
 from mltrain.tools.compare.names import readable
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law
 from mltrain.tools.compare.results import Arm as ArmResult
@@ -54,9 +40,8 @@ from mltrain.tools.compare.tables import BootstrapRecord, LeftOut, Outputs
 from mltrain.tools.compare.statistics import INTERVAL_METHOD, moving_average
 from mltrain.tools.compare import dimensions
 from mltrain.tools.compare.verdict import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FRONTIER_VERDICT, Draws, bootstrap,
-                                           data_reading, fit_error, headline, interpolated_multiplier,
-                                           interpolated_saving, loss_interval, multiplier, verdict_word,
-                                           wallclock_saving)
+                                           fit_error, headline, interpolated_saving, loss_interval, multiplier,
+                                           on_data, verdict_word, wallclock_saving)
 
 log = logging.getLogger("mltrain.tools.compare")
 
@@ -101,8 +86,8 @@ def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optio
                                + "; ".join(describe_group(g, fields) for g in groups) + ")")
         groups = [chosen[0]] + [g for g in groups if g is not chosen[0]]  # the largest that matches
     elif len(groups) > 1 and len(groups[0]) == len(groups[1]):
-        tied = [g for g in groups if len(g) == len(groups[0])]
-        preferred = _preferred(tied, baseline_label)
+        tied = [g for g in groups if len(g) == len(groups[0])]  # of these, the one holding the baseline's run
+        preferred = next((g for g in tied if _preferred_run(g, baseline_label, fallback=False) is not None), tied[0])
         groups = [preferred] + [g for g in groups if g is not preferred]
     reference = _preferred_run(groups[0], baseline_label) if groups else None
     if len(groups) < 2:
@@ -113,14 +98,6 @@ def _reference(runs: list[Run], baseline_label: Optional[str], data_group: Optio
             + (" (chosen with --data-group)" if data_group is not None else " (the largest group; choose another with "
                "--data-group)"))
     return reference, line
-
-
-def _preferred(groups: list[list[Run]], baseline_label: Optional[str]) -> list[Run]:
-    """Of groups as large as each other, the one holding the baseline's run (else the first)."""
-    for group in groups:
-        if _preferred_run(group, baseline_label, fallback=False) is not None:
-            return group
-    return groups[0]
 
 
 def _preferred_run(runs: list[Run], baseline_label: Optional[str], fallback: bool = True) -> Optional[Run]:
@@ -159,35 +136,28 @@ def compare_runs(runs: list[Run], out: Optional[Path], *, select_seeds: Optional
     warnings = [line for line in said if line]  # what was left out of the set given, first
     warnings += tuning_warnings(arms, configs, [k for k in tune if k not in TUNED_KEYS])
     warnings += _seed_warnings(configs, select_seeds)
-    flops_frontier, clock = frontiers.build(configs, arms, select_seeds)
-    fit = _fit(flops_frontier)
+    full = Against(*frontiers.build(configs, arms, select_seeds))
     # The control is single-level training: a frontier candidate, and an arm measured against the frontier
     # built without its runs; every other arm is measured against the frontier with them.
     controls = [a for a in arms if a.run_kind == dimensions.CONTROL]
-    control_ids = {id(a) for a in controls}
-    plain, plain_clock = (frontiers.build(configs, arms, select_seeds, kinds=(RunKind.single,)) if controls
-                          else (flops_frontier, clock))
-    plain_fit = _fit(plain) if controls else fit
-    readings = {id(a): (plain, plain_fit) if id(a) in control_ids else (flops_frontier, fit) for a in arms}
-    draws, fitted = bootstrap(flops_frontier, fit, [a for a in arms if id(a) not in control_ids]) if fit.available else ({}, 0)
-    if controls and plain_fit.available:
-        draws.update(bootstrap(plain, plain_fit, controls)[0])
-    error = fit_error(fit, flops_frontier)
-    errors = {id(plain): fit_error(plain_fit, plain), id(flops_frontier): error}
+    plain = Against(*frontiers.build(configs, arms, select_seeds, kinds=(RunKind.single,))) if controls else full
+    against = {id(a): plain if a.run_kind == dimensions.CONTROL else full for a in arms}
+    others = [a for a in arms if a.run_kind != dimensions.CONTROL]
+    draws, fitted = bootstrap(full.frontier, full.fit, others) if full.fit.available else ({}, 0)
+    if controls and plain.fit.available:
+        draws.update(bootstrap(plain.frontier, plain.fit, controls)[0])
     kept = [a.selected for a in arms if a.run_kind == RunKind.single and a.selected is not None]
     baseline = choose_baseline(configs, baseline_label, kept)
     config_names, common = _name_configs(configs, tuned)
-    tables = build_report(configs, baseline, flops_frontier, config_names, control_label, plain)
-    warnings += _report_warnings(runs, baseline, flops_frontier, fit, arms)
-    arm_results = tuple(_arm_result(a, readings[id(a)][1], draws.get(id(a), Draws()), fitted, readings[id(a)][0],
-                                    plain_clock if id(a) in control_ids else clock, errors[id(readings[id(a)][0])],
-                                    id(a) in control_ids) for a in arms)
-    frontier = replace(_frontier(flops_frontier, clock, fit, config_names, tuned, select_seeds, arms), fit_error=error,
-                       tried_per_budget=tuple(dimensions.tried_per_budget(flops_frontier, configs, arms, tuned,
+    tables = build_report(configs, baseline, full.frontier, config_names, control_label, plain.frontier)
+    warnings += _report_warnings(runs, baseline, full.frontier, full.fit, arms)
+    arm_results = tuple(_arm_result(a, against[id(a)], draws.get(id(a), Draws()), fitted) for a in arms)
+    frontier = replace(_frontier(full, config_names, tuned, select_seeds, arms),
+                       tried_per_budget=tuple(dimensions.tried_per_budget(full.frontier, configs, arms, tuned,
                                                                           config_names, select_seeds)),
-                       gains=tuple(dimensions.gains(flops_frontier, configs, arms, tuned, select_seeds,
+                       gains=tuple(dimensions.gains(full.frontier, configs, arms, tuned, select_seeds,
                                                     [a for a in arms if a.run_kind != RunKind.single])),
-                       without_control=(WithoutControl(plain_fit.as_result(), errors[id(plain)], len(plain.points))
+                       without_control=(WithoutControl(plain.fit.as_result(), plain.error, len(plain.frontier.points))
                                         if controls else None))
     report = Report(
         command=command, smooth=smooth, smoothing=f"trailing moving average over the last {smooth} level-0 train rows",
@@ -220,13 +190,6 @@ def _write(report: Report, out: Path, configs: list[Configuration], baseline, pl
     guarded.write_text(out / "comparison.md", render_markdown(markdown_safe(report)), root=out)
     if plot:
         draw(configs, baseline, report, out / "comparison.png", logx, dpi=dpi)
-
-
-def _fit(frontier: frontiers.Frontier) -> Fit:
-    pts = frontier.points
-    if frontier.why is not None and not pts:
-        return Fit(None, frontier.why, 0, None)
-    return fit_power_law([p.flops for p in pts], [p.loss for p in pts])
 
 
 def _seed_warnings(configs: list[Configuration], select_seeds: Optional[list]) -> list[str]:
@@ -268,22 +231,37 @@ def _name_configs(configs: list[Configuration], tuned: Sequence[str]) -> tuple[d
     return {c.key: n for c, n in zip(configs, names)}, {k: str(v) for k, v in common.items()}
 
 
-def _arm_result(arm: Arm, fit: Fit, draws: Draws, fitted: int, frontier, clock, error: FitError,
-                control: bool) -> ArmResult:
-    runs = arm.eval_runs
-    m, per_run = multiplier(fit, runs, draws, fitted, frontier.points)
+@dataclass
+class Against:
+    """A frontier arms are read against (FLOPs and wall-clock), the power law fitted to it and its own error."""
+
+    frontier: frontiers.Frontier
+    clock: frontiers.Frontier
+    fit: Fit = field(init=False)
+    error: FitError = field(init=False)
+
+    def __post_init__(self) -> None:
+        pts = self.frontier.points
+        self.fit = (Fit(None, self.frontier.why, 0, None) if self.frontier.why is not None and not pts
+                    else fit_power_law([p.flops for p in pts], [p.loss for p in pts]))
+        self.error = fit_error(self.fit, self.frontier)
+
+
+def _arm_result(arm: Arm, against: Against, draws: Draws, fitted: int) -> ArmResult:
+    runs, frontier, error, control = arm.eval_runs, against.frontier, against.error, arm.run_kind == dimensions.CONTROL
+    m, per_run = multiplier(against.fit, runs, draws, fitted, frontier.points)
     if not runs and arm.selected is not None:
         m = replace(m, why="no run of the kept setting on a seed apart from the selection seeds: nothing left to measure on")
     interpolated = interpolated_saving(frontier, runs, lambda r: r.total_flops())
     is_frontier = arm.run_kind == RunKind.single  # its settings are the frontier: read on its own fit, M is the fit's error
-    m = headline(m, data_reading(frontier, runs), interpolated_multiplier(frontier, runs), error)
+    m = headline(m, *on_data(frontier, runs), error)
     within = None if is_frontier else error.holds(m)
     return ArmResult(
         name=arm.name, label=arm.label, run_kind=arm.run_kind, settings_tried=arm.settings_tried,
         selection_seeds=tuple(arm.selection_seeds), eval_seeds=tuple(sorted({r.seed for r in runs}, key=str)),
         optimistic=arm.optimistic, selected=arm.setting(arm.selected) if arm.selected is not None else {},
         selected_label=arm.selected.label if arm.selected is not None else None, final_val_loss=loss_interval(runs),
-        multiplier=m, saving_interpolated=interpolated, saving_wallclock=wallclock_saving(clock, runs),
+        multiplier=m, saving_interpolated=interpolated, saving_wallclock=wallclock_saving(against.clock, runs),
         is_frontier=is_frontier,
         measured_against=("the frontier without the schedule control's runs" if control
                           else "the frontier with every single-level run"),
@@ -305,22 +283,22 @@ def _built_from(select_seeds, arms: list[Arm]) -> str:
     return f"the single-level settings kept per budget on seeds {honest}"
 
 
-def _frontier(frontier, clock, fit: Fit, names: dict, tuned: Sequence[str], select_seeds, arms: list[Arm]) -> Frontier:
-    runs = {r.source: r for c in frontier.configs for r in c.runs}
-    config_of = {r.source: c for c in frontier.configs for r in c.runs}
+def _frontier(against: Against, names: dict, tuned: Sequence[str], select_seeds, arms: list[Arm]) -> Frontier:
+    frontier, clock = against.frontier, against.clock
+    of: dict[Optional[str], tuple[Run, Configuration]] = {r.source: (r, c) for c in frontier.configs for r in c.runs}
 
     def env(points) -> tuple[EnvelopePoint, ...]:
         return tuple(EnvelopePoint(p.flops, p.loss, p.budget) for p in points)
 
     points = []
     for p in frontier.points:
-        r = runs[p.source]
+        r, c = of[p.source]
         points.append(FrontierRun(r.seed, p.flops, p.loss, r.run_kind, {**setting_of(r, tuned), "train.budget": r.budget},
-                                  names[config_of[p.source].key], r.source))
+                                  names[c.key], r.source))
     on_mean = {(p.flops, p.loss) for p in frontier.mean}
     return Frontier(
         available=frontier.why is None, why=frontier.why, built_from=_built_from(select_seeds, arms),
-        seeds=tuple(frontier.seeds), points=tuple(points), fit=fit.as_result(),
+        seeds=tuple(frontier.seeds), points=tuple(points), fit=against.fit.as_result(), fit_error=against.error,
         budgets=tuple(sorted({c.budget for c in frontier.configs})),
         configurations=tuple(_mean_of(c, frontier.seeds, names) for c in frontier.configs),
         mean_envelope=env(frontier.mean) if len(frontier.mean) >= 2 else None,

@@ -52,14 +52,6 @@ def typed(text: Any) -> Any:
     return text
 
 
-def _resolved_config(run_dir: str) -> Optional[Any]:
-    path = Path(run_dir) / ".hydra" / "config.yaml"
-    try:
-        return _load_config(str(path), path.stat().st_mtime_ns) if path.is_file() else None
-    except OSError:
-        return None
-
-
 @functools.lru_cache(maxsize=256)
 def _load_config(path: str, mtime_ns: int) -> Optional[Any]:
     """A run's config, read once per version of the file (a long-lived caller may compare again)."""
@@ -72,14 +64,16 @@ def _load_config(path: str, mtime_ns: int) -> Optional[Any]:
 
 
 def _config_value(run: Run, key: str) -> Any:
-    cfg = _resolved_config(run.source)
-    if cfg is None:
-        return None
+    """`key` in the run's resolved .hydra/config.yaml: a plain value, else None."""
+    path = Path(run.source) / ".hydra" / "config.yaml"
     try:
+        cfg = _load_config(str(path), path.stat().st_mtime_ns) if path.is_file() else None
+        if cfg is None:
+            return None
         from omegaconf import OmegaConf
 
         value = OmegaConf.select(cfg, key, default=None)
-    except Exception:  # noqa: BLE001 - an interpolation that does not resolve here
+    except Exception:  # noqa: BLE001 - no file to stat, an interpolation that does not resolve here
         return None
     return value if isinstance(value, (int, float, str, bool)) else None
 

@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from mltrain.tools.compare.analysis import names
 from mltrain.tools.compare.api import compare_runs, load_dirs
 from mltrain.tools.compare.arms import TUNED_KEYS
-from mltrain.tools.compare.loading import METRICS, SUMMARY, CompareError, load_wandb_runs
+from mltrain.tools.compare.loading import METRICS, CompareError, load_wandb_runs
 from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.report import render_markdown
 from mltrain.tools.compare.results import Report
@@ -115,5 +114,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render_markdown(markdown_safe(report)))
     return 0
 
-
-__all__ = ["main", "run_compare", "names", "SUMMARY"]

@@ -26,8 +26,7 @@ from mltrain.tools.compare.arms import Arm, _mean_loss, select, setting_of
 from mltrain.tools.compare.loading import Configuration
 from mltrain.tools.compare.powerlaw import Fit, fit_power_law, read
 from mltrain.tools.compare.results import BudgetTried, Gain, GainReading, TriedSetting
-from mltrain.tools.compare.verdict import (DATA_ONLY_WHAT, Draws, data_reading, fit_error, headline,
-                                           interpolated_multiplier, multiplier)
+from mltrain.tools.compare.verdict import DATA_ONLY_WHAT, Draws, fit_error, headline, multiplier, on_data
 
 CONTROL = "schedule_control"
 
@@ -94,7 +93,7 @@ def _reading(fr: frontiers.Frontier, fit: Fit, runs) -> GainReading:
     """An arm's M against the restricted frontier, led as the verdict leads (`headline`): a bound only
     where its data decide one, never off the fitted curve."""
     m, _ = multiplier(fit, runs, Draws(), 0, fr.points)
-    m = headline(m, data_reading(fr, runs), interpolated_multiplier(fr, runs), fit_error(fit, fr))
+    m = headline(m, *on_data(fr, runs), fit_error(fit, fr))
     head = m.headline
     if head is None:
         return GainReading()

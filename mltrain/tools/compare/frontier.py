@@ -13,7 +13,7 @@ wall-clock axis (train time per run) gives the wall-clock saving.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -38,10 +38,6 @@ class Frontier:
     basis: Optional[tuple[str, str]] = None  # wall-clock frontier: (summary key, what it measures)
 
     @property
-    def runs(self) -> list[Run]:
-        return [r for c in self.configs for r in c.runs if r.seed in self.seeds]
-
-    @property
     def points(self) -> list[FrontierPoint]:
         return [p for s in self.seeds for p in self.per_seed.get(s, [])]
 
@@ -52,9 +48,14 @@ class Frontier:
             return own, True
         return (self.mean if len(self.mean) >= 2 else None), False
 
-
-def _mean(values: list[float]) -> Optional[float]:
-    return float(np.mean(values)) if values else None
+    def placed(self, runs: Iterable[Run], x: Callable[[Run], Optional[float]] = lambda r: r.total_flops()
+               ) -> Iterator[tuple[Run, list[FrontierPoint], bool, float, float]]:
+        """(run, its envelope, paired, x(run), final val loss) for each run that has all of them."""
+        for r in runs:
+            env, paired = self.envelope_for(r.seed)
+            cost, loss = x(r), r.final("val")
+            if env is not None and cost and loss is not None:
+                yield r, env, paired, cost, loss
 
 
 def run_time(run: Run, key: str) -> Optional[float]:

@@ -14,7 +14,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional, Sequence, TypeGuard, overload
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeGuard, TypeVar
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from mltrain.runs.keys import BUDGET_KEY, label_overrides, override_key, overrid
 from mltrain.runs.names import run_label
 
 log = logging.getLogger("mltrain.tools.compare")
+T = TypeVar("T")
 
 # Reports list kinds in RunKind's order; a kind this version does not know comes after them.
 KINDS_ORDER = {kind.value: i for i, kind in enumerate(RunKind)}
@@ -92,11 +93,6 @@ class Run:
                     break
         return 1.0
 
-    @property
-    def family(self) -> str:
-        """The label without train.budget: the runs of one budget sweep share it."""
-        return label_family(self.label)
-
     def total_flops(self, blocks: bool = False) -> Optional[float]:
         key = "total_flops_blocks" if blocks else "total_flops"
         v = self.summary.get(key)
@@ -110,22 +106,15 @@ class Run:
             ends = [c.flops[-1] for c in (self.train, self.val) if len(c)]
         return float(max(ends)) if ends else None
 
-    @overload
-    def curve(self, metric: str, blocks: Literal[False] = False) -> tuple[np.ndarray, np.ndarray]: ...
+    def curve(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(FLOPs, loss) of `metric` (train: the smoothed fine-level rows; val: as logged)."""
+        return (self.train.flops, self.smoothed) if metric == "train" else (self.val.flops, self.val.loss)
 
-    @overload
-    def curve(self, metric: str, blocks: bool) -> tuple[np.ndarray, np.ndarray] | None: ...
-
-    def curve(self, metric: str, blocks: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
-        """(FLOPs, loss) of `metric` (train: the smoothed fine-level rows; val: as logged); None when the
-        run did not log the blocks-only x-axis that was asked for."""
-        c = self.train if metric == "train" else self.val
-        loss = self.smoothed if metric == "train" else c.loss
-        if blocks:
-            if self.run_kind == RunKind.single:
-                return c.flops, loss
-            return (c.flops_blocks, loss) if c.flops_blocks is not None else None
-        return c.flops, loss
+    def blocks_curve(self, metric: str) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """`curve` on the blocks-only x-axis (a single-level run's own); None when the run did not log it."""
+        flops, loss = self.curve(metric)
+        blocks = (self.train if metric == "train" else self.val).flops_blocks
+        return (flops, loss) if self.run_kind == RunKind.single else (blocks, loss) if blocks is not None else None
 
     def final(self, metric: str) -> Optional[float]:
         c = self.curve(metric)
@@ -266,27 +255,21 @@ def _seed_from_overrides(overrides: list[str] | None) -> Any:
         return seed
 
 
-def _run_record(run_dir: Path) -> dict:
-    """What an unfinished run is, from the run.json it wrote at its start ({} when it has none)."""
+def _read(what: str, path: Path, read: Callable[[], T]) -> T:
     try:
-        return read_run_record(run_dir) or {}
-    except (OSError, ValueError) as err:
-        raise CompareError(f"unreadable run record {run_dir / 'run.json'}: {err}") from None
+        return read()
+    except (OSError, ValueError) as err:  # ValueError: bytes that are not UTF-8, a broken file
+        raise CompareError(f"unreadable {what} {path}: {err}") from None
 
 
 def load_run_dir(run_dir: Path) -> Run:
-    try:
-        summary = read_summary(run_dir)
-    except (OSError, ValueError) as err:
-        raise CompareError(f"unreadable summary {run_dir / SUMMARY}: {err}") from None
-    try:
-        rows = read_metrics(run_dir / METRICS)
-    except (OSError, ValueError) as err:  # ValueError: bytes that are not UTF-8
-        raise CompareError(f"unreadable metrics {run_dir / METRICS}: {err}") from None
+    summary = _read("summary", run_dir / SUMMARY, lambda: read_summary(run_dir))
+    rows = _read("metrics", run_dir / METRICS, lambda: read_metrics(run_dir / METRICS))
     overrides = _read_overrides(run_dir)
     s = summary or {}
-    # What the run is: from summary.json, else from the run.json it wrote at its start.
-    record = s if summary is not None else _run_record(run_dir)
+    # What the run is: from summary.json, else from the run.json it wrote at its start ({} without one).
+    record = s if summary is not None else _read("run record", run_dir / RUN_RECORD,
+                                                 lambda: read_run_record(run_dir) or {})
     run_kind = str(record.get("run_kind") or ("single" if summary is not None else "unknown"))
     label = record.get("label") or (run_label(overrides, run_kind) if overrides is not None else "default")
     seed = record.get("seed", _seed_from_overrides(overrides))
@@ -298,38 +281,29 @@ def load_run_dir(run_dir: Path) -> Run:
 
 
 def unreadable_metrics(run_dir: Path) -> Optional[Run]:
-    """An excluded run when the dir's metrics.jsonl is missing (its summary.json or run.json there: named
-    by them) or not a regular file (a folder, a pipe: opening a pipe would wait for ever), else None."""
-    path = run_dir / METRICS
+    """An excluded run when the dir's metrics.jsonl is missing (named by its summary.json or run.json there)
+    or not a regular file (a folder, a pipe: opening a pipe would wait for ever), else None."""
+    path, record = run_dir / METRICS, {}
     if not os.path.lexists(path):
-        return _without_metrics(run_dir)
-    try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except OSError as err:  # a dangling link, no permission
-        return Run(str(run_dir), "?", "?", None, {}, Curve.empty(), Curve.empty(), "unreadable",
-                   f"{METRICS}: {err.strerror or err}")
-    if regular:
-        return None
-    what = "a folder" if path.is_dir() else "not a regular file"
-    return Run(str(run_dir), "?", "?", None, {}, Curve.empty(), Curve.empty(), "unreadable",
-               f"{METRICS} is {what}")
-
-
-def _without_metrics(run_dir: Path) -> Run:
-    """A run dir holding summary.json or run.json but no metrics.jsonl, left out: named by what its files
-    say it is (kind, label, seed), its curves missing."""
-    record: dict = {}
-    for read in (read_summary, read_run_record):
+        for read in (read_summary, read_run_record):
+            try:
+                record = read(run_dir) or {}
+            except (OSError, ValueError):
+                record = {}
+            if record:
+                break
+        present = " and ".join(name for name in (SUMMARY, RUN_RECORD) if (run_dir / name).exists())
+        status, why = "no metrics", (f"no {METRICS} beside its {present}: its loss curves are missing (copied "
+                                     "without it, or removed)")
+    else:
         try:
-            record = read(run_dir) or {}
-        except (OSError, ValueError):
-            record = {}
-        if record:
-            break
-    present = " and ".join(name for name in (SUMMARY, RUN_RECORD) if (run_dir / name).exists())
+            if stat.S_ISREG(os.stat(path).st_mode):
+                return None
+            status, why = "unreadable", f"{METRICS} is {'a folder' if path.is_dir() else 'not a regular file'}"
+        except OSError as err:  # a dangling link, no permission
+            status, why = "unreadable", f"{METRICS}: {err.strerror or err}"
     return Run(str(run_dir), str(record.get("label") or "?"), str(record.get("run_kind") or "?"), record.get("seed"),
-               {}, Curve.empty(), Curve.empty(), "no metrics",
-               f"no {METRICS} beside its {present}: its loss curves are missing (copied without it, or removed)")
+               {}, Curve.empty(), Curve.empty(), status, why)
 
 
 # A summary's total_flops and the last FLOPs its rows logged agree unless one of them is damaged.
@@ -494,6 +468,13 @@ def _figure(value: Any) -> str:
 # W&B source
 
 
+def _history(wr: Any, metric: str, *more: str) -> list[dict]:
+    """A W&B run's rows of `metric` with both FLOPs conventions (and `more`), else (older runs, without
+    `level` or `flops_blocks`) with its FLOPs alone."""
+    return (list(wr.scan_history(keys=["flops", "flops_blocks", metric, *more], page_size=10000))
+            or list(wr.scan_history(keys=["flops", metric], page_size=10000)))
+
+
 def load_wandb_runs(path: str, group: str | None, filters: list[str], timeout: int = 20) -> list[Run]:
     """Runs of ENTITY/PROJECT from the W&B public API (needs network and a key)."""
     query: dict[str, Any] = {}
@@ -521,12 +502,7 @@ def load_wandb_runs(path: str, group: str | None, filters: list[str], timeout: i
             if not summary.get("run_kind"):
                 log.warning("W&B run %s has no run_kind in its summary (crashed or not mltrain); skipped", wr.path)
                 continue
-            keys = ["flops", "flops_blocks", "train/loss", "level"]
-            rows = list(wr.scan_history(keys=keys, page_size=10000))
-            if not rows:  # older runs without `level` or `flops_blocks` on train rows
-                rows = list(wr.scan_history(keys=["flops", "train/loss"], page_size=10000))
-            val_rows = list(wr.scan_history(keys=["flops", "flops_blocks", "val/loss"], page_size=10000))
-            rows += val_rows or list(wr.scan_history(keys=["flops", "val/loss"], page_size=10000))
+            rows = _history(wr, "train/loss", "level") + _history(wr, "val/loss")
             rows.sort(key=lambda r: r.get("_step", 0))
         except Exception as err:  # noqa: BLE001
             raise CompareError(

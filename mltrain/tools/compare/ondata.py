@@ -18,7 +18,7 @@ costs the interval its coverage where the seeds agree closely).
   lower limit kept: the fitted frontier reads such an arm, and where no fit can be trusted that limit is
   the data-only bound the report prints.
 
-Nothing here knows about files or fits: `verdict` hands it envelopes and runs; `simulate` draws them.
+Nothing here knows about files or fits: `verdict` hands it envelopes and runs; scripts/simulate_verdict.py draws them.
 """
 
 from __future__ import annotations

@@ -89,16 +89,26 @@ class Fit:
                            self.degenerate if law else None, (self.flop_range[0], self.flop_range[1]) if self.flop_range else None)
 
 
-def _residuals(p: np.ndarray, u: np.ndarray, log_y: np.ndarray) -> np.ndarray:
-    e, log_a, alpha = p
-    return np.log(e + np.exp(log_a - alpha * u)) - log_y
+def _residuals(p: np.ndarray, u: np.ndarray, arm: np.ndarray, log_y: np.ndarray) -> np.ndarray:
+    """log L_fit − log L of (E, log a, α) and, for the joint fit, log M: the arm's points (`arm` 1) at M·C."""
+    e, log_a, alpha = p[:3]
+    t = u + arm * p[3] if len(p) > 3 else u
+    return np.log(e + np.exp(log_a - alpha * t)) - log_y
 
 
-def _jacobian(p: np.ndarray, u: np.ndarray, log_y: np.ndarray) -> np.ndarray:
-    e, log_a, alpha = p
-    term = np.exp(log_a - alpha * u)
+def _jacobian(p: np.ndarray, u: np.ndarray, arm: np.ndarray, log_y: np.ndarray) -> np.ndarray:
+    e, log_a, alpha = p[:3]
+    t = u + arm * p[3] if len(p) > 3 else u
+    term = np.exp(log_a - alpha * t)
     pred = e + term
-    return np.stack([1 / pred, term / pred, -u * term / pred], axis=1)
+    shift = [-alpha * arm * term / pred] if len(p) > 3 else []
+    return np.stack([1 / pred, term / pred, -t * term / pred, *shift], axis=1)
+
+
+def _started(start: PowerLaw, c_ref: float, e_max: float) -> list[float]:
+    """(E, log a, α) of a fitted law as the start of a fit at another FLOPs scale, E below `e_max`."""
+    return [min(start.E, e_max * (1 - 1e-6)), math.log(start.a_scaled * (c_ref / start.c_ref) ** -start.alpha),
+            start.alpha]
 
 
 def _grid_start(u: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -126,14 +136,10 @@ def fit_power_law(flops: Sequence[float], losses: Sequence[float], start: Option
     c_ref = float(np.exp(np.mean(np.log(x))))
     u, log_y = np.log(x / c_ref), np.log(y)
     e_max = float(y.min()) * (1 - 1e-9)
-    if start is not None:
-        p0 = np.array([min(start.E, e_max * (1 - 1e-6)), math.log(start.a_scaled * (c_ref / start.c_ref) ** -start.alpha),
-                       start.alpha])
-    else:
-        p0 = _grid_start(u, y)
+    p0 = np.array(_started(start, c_ref, e_max)) if start is not None else _grid_start(u, y)
     lower, upper = [0.0, -50.0, ALPHA_BOUNDS[0]], [e_max, 50.0, ALPHA_BOUNDS[1]]
     p0 = np.clip(p0, lower, upper)
-    res = least_squares(_residuals, p0, jac=_jacobian, args=(u, log_y), bounds=(lower, upper), loss="soft_l1",
+    res = least_squares(_residuals, p0, jac=_jacobian, args=(u, np.zeros_like(u), log_y), bounds=(lower, upper), loss="soft_l1",
                         f_scale=F_SCALE, max_nfev=max_nfev or MAX_NFEV)
     e, log_a, alpha = (float(v) for v in res.x)
     law = PowerLaw(e, math.exp(log_a), alpha, c_ref)
@@ -177,19 +183,6 @@ def read(fit: Fit, flops: float, loss: float) -> Reading:
 LOG_M_BOUND = math.log(1e3)  # the joint fit's shift is sought within [1/1000, 1000]
 
 
-def _shift_residuals(p: np.ndarray, u: np.ndarray, arm: np.ndarray, log_y: np.ndarray) -> np.ndarray:
-    e, log_a, alpha, log_m = p
-    return np.log(e + np.exp(log_a - alpha * (u + arm * log_m))) - log_y
-
-
-def _shift_jacobian(p: np.ndarray, u: np.ndarray, arm: np.ndarray, log_y: np.ndarray) -> np.ndarray:
-    e, log_a, alpha, log_m = p
-    t = u + arm * log_m
-    term = np.exp(log_a - alpha * t)
-    pred = e + term
-    return np.stack([1 / pred, term / pred, -t * term / pred, -alpha * arm * term / pred], axis=1)
-
-
 def fit_shift(frontier: tuple[Sequence[float], Sequence[float]], arm: tuple[Sequence[float], Sequence[float]],
               start: PowerLaw, log_m0: float = 0.0) -> Optional[float]:
     """The joint fit: the arm's points are the frontier's curve shifted by a factor M in compute,
@@ -207,9 +200,8 @@ def fit_shift(frontier: tuple[Sequence[float], Sequence[float]], arm: tuple[Sequ
     u, e_max = np.log(x / c_ref), float(y.min()) * (1 - 1e-9)
     lower = [0.0, -50.0, ALPHA_BOUNDS[0], -LOG_M_BOUND]
     upper = [e_max, 50.0, ALPHA_BOUNDS[1], LOG_M_BOUND]
-    p0 = np.clip([min(start.E, e_max * (1 - 1e-6)), math.log(start.a_scaled * (c_ref / start.c_ref) ** -start.alpha),
-                  start.alpha, log_m0], lower, upper)
-    res = least_squares(_shift_residuals, p0, jac=_shift_jacobian, args=(u, is_arm, np.log(y)), bounds=(lower, upper),
+    p0 = np.clip([*_started(start, c_ref, e_max), log_m0], lower, upper)
+    res = least_squares(_residuals, p0, jac=_jacobian, args=(u, is_arm, np.log(y)), bounds=(lower, upper),
                         loss="soft_l1", f_scale=F_SCALE, max_nfev=MAX_NFEV)
     log_m = float(res.x[3])
     if not res.success or abs(log_m) >= LOG_M_BOUND * (1 - 1e-6):

@@ -1,10 +1,11 @@
 """mltrain-compare's Markdown report, from its typed results (results.py): the `Report`, printed and
 written to comparison.md (`render_markdown`). The study's ladder.md has its own renderer
-(mltrain/tools/study/ladder_md.py)."""
+(mltrain/tools/study/ladder_md.py). Every part a report made by mltrain-compare always has (the fit,
+the bootstrap record, the held-out set, ...) is taken as present (`_had`)."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -13,86 +14,92 @@ from mltrain.tools.compare.results import Arm, GainReading, Multiplier, Report, 
 from mltrain.tools.compare.statistics import CONFIDENCE, INTERVAL_METHOD, MIN_SEEDS
 from mltrain.tools.compare.tables import Baseline, Reference, SeedInterval, TargetReading, VsReference
 
-
-def _fmt_flops(x: float | None) -> str:
-    return "—" if x is None else f"{x:.3g}"
-
-
-def _fmt_pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:.1f}%"
+T = TypeVar("T")
+Fmt = Callable[[Optional[float]], str]
 
 
-def _fmt_loss(x: float | None) -> str:
-    return "—" if x is None else f"{x:.4f}"
+def _fmt(spec: str, scale: float = 1, suffix: str = "") -> Fmt:
+    """A number as `spec` (times `scale`, then `suffix`), "—" for none."""
+    return lambda x: "—" if x is None else f"{(x * scale if scale != 1 else x):{spec}}{suffix}"
 
 
-def _fmt_diff(x: float | None) -> str:
-    return "—" if x is None else f"{x:+.4f}"
+FLOPS, PCT, LOSS, DIFF, TIMES = _fmt(".3g"), _fmt(".1f", 100, "%"), _fmt(".4f"), _fmt("+.4f"), _fmt(".3g", 1, "×")
 
 
-def _pm(values: list, fmt) -> str:
+def _had(part: Optional[T]) -> T:
+    """A part every report mltrain-compare makes has (optional only in a file an older version wrote)."""
+    if part is None:
+        raise ValueError("a report part mltrain-compare always writes is missing")
+    return part
+
+
+def _table(*columns: str) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def _section(title: str, prose: str, columns: Sequence[str], rows: Iterable[str], after: Sequence[str] = ()) -> list[str]:
+    """`## title`, its prose (if any), a table of `columns` with `rows`, then `after` and a blank line."""
+    return [f"## {title}", "", *([prose, ""] if prose else []), *_table(*columns), *rows, *after, ""]
+
+
+def _pm(values: list, fmt: Fmt) -> str:
     v = [x for x in values if x is not None]
     if not v:
         return "—"
     return fmt(float(np.mean(v))) + (f" ± {fmt(float(np.std(v, ddof=1)))}" if len(v) > 1 else "")
 
 
-def _ci(iv: Optional[SeedInterval], fmt) -> str:
+def _ci(iv: Optional[SeedInterval], fmt: Fmt) -> str:
     """`mean [low, high] (n=…)`, with a `!` when the interval has a warning."""
     if not iv or iv.n == 0:
         return "—"
-    text = fmt(iv.mean)
-    if iv.ci_low is not None:
-        text += f" [{fmt(iv.ci_low)}, {fmt(iv.ci_high)}]"
-    text += f" (n={iv.n})"
-    return text + (" !" if iv.warnings else "")
+    text = fmt(iv.mean) + (f" [{fmt(iv.ci_low)}, {fmt(iv.ci_high)}]" if iv.ci_low is not None else "")
+    return text + f" (n={iv.n})" + (" !" if iv.warnings else "")
+
+
+def _span(lo: Optional[float], hi: Optional[float], unbounded: bool, fmt: Fmt, top: str = "∞") -> str:
+    if lo is None:
+        return ""
+    return f" [{fmt(lo)}, {top})" if unbounded else (f" [{fmt(lo)}, {fmt(hi)}]" if hi is not None else "")
 
 
 def _cell(e: TargetReading) -> tuple[str, str]:
     if e.target is None:
         return "no target", "—"
-    if not e.reached:
-        return "not reached", "—"
-    return _fmt_flops(e.flops), _fmt_pct(e.saving)
+    return (FLOPS(e.flops), PCT(e.saving)) if e.reached else ("not reached", "—")
 
 
 def _md_table(entries: Sequence[VsReference]) -> list[str]:
-    lines = [
-        "| configuration | seed | train: FLOPs to target | train: saving | val: FLOPs to target | val: saving | val: saving, blocks-only FLOPs |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = _table("configuration", "seed", "train: FLOPs to target", "train: saving", "val: FLOPs to target",
+                   "val: saving", "val: saving, blocks-only FLOPs")
     for e in entries:
-        name = f"`{e.name}`"
         for i, s in enumerate(e.per_seed):
-            tf, ts = _cell(s.train)
-            vf, vs = _cell(s.val)
-            seed = f"{s.seed}" + ("" if s.paired else "*")
-            lines.append(f"| {name if i == 0 else ''} | {seed} | {tf} | {ts} | {vf} | {vs} | {_fmt_pct(s.val.saving_blocks)} |")
+            cells = [f"`{e.name}`" if i == 0 else "", f"{s.seed}" + ("" if s.paired else "*"), *_cell(s.train),
+                     *_cell(s.val), PCT(s.val.saving_blocks)]
+            lines.append("| " + " | ".join(cells) + " |")
         cells = []
         for a in (e.train, e.val):
             reached = f" ({a.n_reached}/{a.n_runs} reached)"
-            cells.append(_pm([a.mean_flops], _fmt_flops) + reached if a.mean_flops is not None else "—" + reached)
-            cells.append(_ci(a.saving_interval, _fmt_pct))
-        cells.append(_ci(e.val.saving_blocks_interval, _fmt_pct))
+            cells += [(_pm([a.mean_flops], FLOPS) if a.mean_flops is not None else "—") + reached,
+                      _ci(a.saving_interval, PCT)]
+        cells.append(_ci(e.val.saving_blocks_interval, PCT))
         lines.append(f"| | **mean [95% CI]** | {' | '.join(cells)} |")
     return lines
 
 
 def _measures(a: Arm) -> tuple[tuple[str, Multiplier | Saving], ...]:
     """An arm's three readings of its saving, each with the name the report gives it."""
-    return (("multiplier", a.multiplier), ("saving interpolated", a.saving_interpolated),
-            ("saving wallclock", a.saving_wallclock))
+    return (("multiplier", _had(a.multiplier)), ("saving interpolated", _had(a.saving_interpolated)),
+            ("saving wallclock", _had(a.saving_wallclock)))
 
 
 def _warnings(report: Report) -> list[str]:
     out = [f"- {w}" for w in report.warnings]
     for a in report.arms:
-        for what, measure in _measures(a):
-            out += [f"- `{a.name}`, {what}: {w}" for w in measure.warnings]
+        out += [f"- `{a.name}`, {what}: {w}" for what, measure in _measures(a) for w in measure.warnings]
     for v in report.verdicts:
         for what, iv in (("saving", v.saving), ("saving vs the one baseline", v.saving_vs_one_baseline)):
-            for w in iv.warnings if iv else ():
-                out.append(f"- `{v.name}`, {what}: {w}")
+            out += [f"- `{v.name}`, {what}: {w}" for w in (iv.warnings if iv else ())]
     return out
 
 
@@ -110,14 +117,21 @@ def render_markdown(report: Report) -> str:
         "t-calibrated bootstrap over the evaluation seeds.",
         "",
     ]
-    lines += _verdict_section(report)
-    lines += _excluded_section(report)
-    lines += _configurations_section(report)
-    lines += _per_configuration_section(report)
-    lines += _held_out_section(report)
-    lines += _frontier_section(report)
-    lines += _tuning_space_section(report)
-    lines += _fixed_flops_section(report)
+    for section in (_verdict_section, _excluded_section, _configurations_section, _per_configuration_section,
+                    _held_out_section, _frontier_section, _tuning_space_section, _fixed_flops_section,
+                    _references_section):
+        lines += section(report)
+    lines += [""] + _costs_section(report)
+    warnings = _warnings(report)
+    if warnings:
+        lines += ["## Warnings", "", *warnings, ""]
+    png = _had(report.outputs).png
+    return "\n".join(lines + ([f"Plot: `{png}`", ""] if png else []))
+
+
+def _references_section(report: Report) -> list[str]:
+    """Against the one baseline's final losses, and against each schedule control's."""
+    lines = []
     b = report.baseline
     if b is not None:
         lines += [
@@ -133,59 +147,28 @@ def render_markdown(report: Report) -> str:
             "",
         ]
         lines += _md_table(report.vs_baseline) if report.vs_baseline else ["(no other configuration)"]
-    if report.vs_control:
-        by_ref: dict[tuple, list[VsReference]] = {}
-        for e in report.vs_control:
-            by_ref.setdefault((e.reference.label, e.reference.run_kind), []).append(e)
-        for entries in by_ref.values():
-            lines += ["", f"## vs schedule control `{_config_name(report, entries[0].reference)}`", ""]
-            lines += _md_table(entries)
-            lines += ["", "| configuration | final val loss − control's, same seed |", "|---|---|"]
-            lines += [f"| `{e.name}` | {_ci(e.val.loss_diff_interval, _fmt_diff)} |" for e in entries]
-    lines += [""]
-    lines += _costs_section(report)
-    warnings = _warnings(report)
-    if warnings:
-        lines += ["## Warnings", "", *warnings, ""]
-    if report.outputs.png:
-        lines += [f"Plot: `{report.outputs.png}`", ""]
-    return "\n".join(lines)
+    by_ref: dict[tuple, list[VsReference]] = {}
+    for e in report.vs_control:
+        by_ref.setdefault((e.reference.label, e.reference.run_kind), []).append(e)
+    for entries in by_ref.values():
+        lines += ["", f"## vs schedule control `{_config_name(report, entries[0].reference)}`", ""]
+        lines += _md_table(entries) + [""] + _table("configuration", "final val loss − control's, same seed")
+        lines += [f"| `{e.name}` | {_ci(e.val.loss_diff_interval, DIFF)} |" for e in entries]
+    return lines
 
 
 def _config_name(report: Report, ref: Baseline | Reference) -> str:
-    for c in report.configurations:
-        if c.label == ref.label and c.run_kind == ref.run_kind:
-            return c.name
-    return f"{ref.label} [{ref.run_kind}]"
+    return next((c.name for c in report.configurations if c.label == ref.label and c.run_kind == ref.run_kind),
+                f"{ref.label} [{ref.run_kind}]")
 
 
 def _configurations_section(report: Report) -> list[str]:
-    lines = [
-        "## Configurations",
-        "",
-        "| configuration | kind | train.budget | seeds | final train loss (smoothed) | final val loss | total FLOPs |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in report.configurations:
-        mark = " **(baseline)**" if c.is_baseline else (" (frontier)" if c.in_frontier else "")
-        seeds = ", ".join(map(str, c.seeds))
-        runs = c.runs
-        lines.append(
-            f"| `{c.name}`{mark} | {c.run_kind} | {c.budget:g} | {c.n_seeds} ({seeds}) "
-            f"| {_pm([r.final_train_loss_smoothed for r in runs], _fmt_loss)} "
-            f"| {_pm([r.final_val_loss for r in runs], _fmt_loss)} | {_pm([r.total_flops for r in runs], _fmt_flops)} |"
-        )
-    return lines + [""]
-
-
-def _times(x: Optional[float]) -> str:
-    return "—" if x is None else f"{x:.3g}×"
-
-
-def _span(lo: Optional[float], hi: Optional[float], unbounded: bool, fmt, top: str = "∞") -> str:
-    if lo is None:
-        return ""
-    return f" [{fmt(lo)}, {top})" if unbounded else (f" [{fmt(lo)}, {fmt(hi)}]" if hi is not None else "")
+    return _section("Configurations", "", ("configuration", "kind", "train.budget", "seeds", "final train loss (smoothed)",
+                                           "final val loss", "total FLOPs"), (
+        f"| `{c.name}`{' **(baseline)**' if c.is_baseline else (' (frontier)' if c.in_frontier else '')} | {c.run_kind} "
+        f"| {c.budget:g} | {c.n_seeds} ({', '.join(map(str, c.seeds))}) "
+        f"| {_pm([r.final_train_loss_smoothed for r in c.runs], LOSS)} | {_pm([r.final_val_loss for r in c.runs], LOSS)} "
+        f"| {_pm([r.total_flops for r in c.runs], FLOPS)} |" for c in report.configurations))
 
 
 def _bound_where(m: Multiplier) -> str:
@@ -199,38 +182,39 @@ def _bound_where(m: Multiplier) -> str:
 def _multiplier_cell(m: Multiplier) -> str:
     """The headline M (a bound beyond the data; the interpolated M inside it; else the joint fit's, else
     the per-run reading's), with the fitted per-run reading beside it."""
-    head = m.led_by()
+    head, warned = m.led_by(), " !" if m.warnings else ""
     if head.kind == "bound":
-        return f"M > {m.bound.value:.3g} (n={head.n or m.n}, {_bound_where(m)})" + (" !" if m.warnings else "")
+        return f"M > {_had(m.bound).value:.3g} (n={head.n or m.n}, {_bound_where(m)})" + warned
     if head.M is None:
         return "—"
-    text = _times(head.M) + _span(head.M_lo, head.M_hi, head.M_hi_unbounded if m.headline else False, _times)
+    text = TIMES(head.M) + _span(head.M_lo, head.M_hi, head.M_hi_unbounded if m.headline else False, TIMES)
     text += (f" (n={head.n or m.n}"
              + {"interpolated": ", read on the frontier's points", "joint": ", joint fit"}.get(head.kind, "") + ")")
     if head.kind != "per_run" and m.available:
-        text += f"; per run {_times(m.M)}" + _span(m.M_lo, m.M_hi, m.M_hi_unbounded, _times)
+        text += f"; per run {TIMES(m.M)}" + _span(m.M_lo, m.M_hi, m.M_hi_unbounded, TIMES)
     if m.extrapolated:
         text += f", extrapolated {m.beyond_data:.3g}× beyond the frontier's FLOPs"
-    if m.fit_disagrees:
-        text += ", fitted and interpolated disagree"
-    return text + (" !" if m.warnings else "")
+    return text + (", fitted and interpolated disagree" if m.fit_disagrees else "") + warned
+
+
+def _saving_of(m: float) -> str:
+    return PCT(1 - 1 / m)
 
 
 def _multiplier_saving_cell(m: Multiplier) -> str:
     head = m.headline
     if head is not None and head.kind == "bound":
-        return f"> {_fmt_pct(1 - 1 / m.bound.value)}"
+        return f"> {_saving_of(_had(_had(m.bound).value))}"
     if head is None or head.M is None:
         return _saving_cell(m)
-    saving = lambda v: _fmt_pct(1 - 1 / v)  # noqa: E731
-    return (saving(head.M) + _span(head.M_lo, head.M_hi, head.M_hi_unbounded, saving, "unbounded")
-            + (" !" if m.warnings else ""))
+    return (_saving_of(head.M) + _span(head.M_lo, head.M_hi, head.M_hi_unbounded, lambda v: _saving_of(_had(v)),
+                                       "unbounded") + (" !" if m.warnings else ""))
 
 
 def _saving_cell(s: Multiplier | Saving) -> str:
     if not s.available:
         return "—"
-    text = _fmt_pct(s.saving) + (f" [{_fmt_pct(s.saving_lo)}, {_fmt_pct(s.saving_hi)}]" if s.saving_lo is not None else "")
+    text = PCT(s.saving) + (f" [{PCT(s.saving_lo)}, {PCT(s.saving_hi)}]" if s.saving_lo is not None else "")
     return text + f" (n={s.n})" + (" !" if s.warnings else "")
 
 
@@ -248,33 +232,27 @@ def _verdict_section(report: Report) -> list[str]:
     else:
         lines += [f"Each arm's setting (and the frontier's, per budget) was chosen on seed(s) {seeds}; every "
                   "number below comes from the other seeds only.", ""]
-    lines += [
-        "| arm | settings tried | kept setting | eval seeds | final val loss | compute multiplier M | "
-        "saving 1 − 1/M | saving, interpolated | saving, wall-clock | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines += _table("arm", "settings tried", "kept setting", "eval seeds", "final val loss", "compute multiplier M",
+                    "saving 1 − 1/M", "saving, interpolated", "saving, wall-clock", "verdict")
     why = []
     for a in report.arms:
-        m, fl = a.multiplier, a.final_val_loss
-        loss = "—" if fl.mean is None else _fmt_loss(fl.mean) + (
-            f" [{_fmt_loss(fl.lo)}, {_fmt_loss(fl.hi)}]" if fl.lo is not None else "")
-        cell = "the frontier" if a.is_frontier else _multiplier_cell(m) + (" ‡" if a.within_fit_error else "")
-        savings = ("—", "—") if a.is_frontier else (_saving_cell(a.saving_interpolated), _saving_cell(a.saving_wallclock))
-        lines.append(
-            f"| `{a.name}` | {a.settings_tried} | {_setting_text(a.kept)} "
-            f"| {', '.join(map(str, a.eval_seeds)) or '—'} | {loss} | {cell} "
-            f"| {'—' if a.is_frontier else _multiplier_saving_cell(m)} | {savings[0]} | {savings[1]} "
-            f"| {a.verdict} |")
-        for what, measure in () if a.is_frontier else _measures(a):
-            if not measure.available and measure.why:
-                why.append(f"- `{a.name}`, {what} unavailable: {measure.why}")
-    lines += [""] + _fit_lines(report) + _degenerate_lines(report) + _fit_error_lines(report) + why + ([""] if why else [])
-    return lines
+        m, fl = a.multiplier, _had(a.final_val_loss)
+        loss = "—" if fl.mean is None else LOSS(fl.mean) + (f" [{LOSS(fl.lo)}, {LOSS(fl.hi)}]" if fl.lo is not None
+                                                            else "")
+        cells = (["the frontier", "—", "—", "—"] if a.is_frontier else
+                 [_multiplier_cell(_had(m)) + (" ‡" if a.within_fit_error else ""), _multiplier_saving_cell(_had(m)),
+                  _saving_cell(_had(a.saving_interpolated)), _saving_cell(_had(a.saving_wallclock))])
+        lines.append("| " + " | ".join([f"`{a.name}`", str(a.settings_tried), _setting_text(a.kept),
+                                        ", ".join(map(str, a.eval_seeds)) or "—", loss, *cells, a.verdict]) + " |")
+        why += [f"- `{a.name}`, {what} unavailable: {measure.why}" for what, measure in
+                (() if a.is_frontier else _measures(a)) if not measure.available and measure.why]
+    return (lines + [""] + _fit_lines(report) + _degenerate_lines(report) + _fit_error_lines(report) + why
+            + ([""] if why else []))
 
 
 def _degenerate_lines(report: Report) -> list[str]:
     """What comparison.json calls degenerate, said: the fit at a bound, bootstrap draws at one."""
-    fit = report.frontier.fit
+    fit = _had(report.frontier.fit)
     lines = [f"The fit is degenerate: {fit.degenerate} (its curve is that bound's shape, not the data's)."] \
         if fit.available and fit.degenerate else []
     for a in report.arms:
@@ -287,39 +265,36 @@ def _degenerate_lines(report: Report) -> list[str]:
     return [" ".join(lines), ""] if lines else []
 
 
-def _fit_error_at(report: Report, e) -> str:
-    if e.flops is None:
-        return f"budget {float(e.budget):g}"
-    name = next((c.name for c in report.configurations if c.label == e.label and c.run_kind == e.run_kind), e.label)
-    return f"`{name}` at {_fmt_flops(e.flops)} FLOPs" if name else f"{_fmt_flops(e.flops)} FLOPs"
-
-
 def _fit_error_lines(report: Report) -> list[str]:
     error = report.frontier.fit_error
     if not error.available:
         return [f"The fit's own error: {error.why}.", ""] if error.why and error.why.startswith("unknown") else []
-    per = ", ".join(f"{_times(e.M)} ({_fit_error_at(report, e)})" for e in error.per_budget)
+    at = []
+    for e in error.per_budget:
+        name = next((c.name for c in report.configurations if c.label == e.label and c.run_kind == e.run_kind),
+                    e.label)
+        at.append(f"budget {float(e.budget):g}" if e.flops is None else
+                  f"`{name}` at {FLOPS(e.flops)} FLOPs" if name else f"{FLOPS(e.flops)} FLOPs")
+    per = ", ".join(f"{TIMES(e.M)} ({where})" for e, where in zip(error.per_budget, at))
     within = [f"`{a.name}`" for a in report.arms if a.within_fit_error]
     return [
         f"The fit's own error: read on its own fit, the frontier's points give M = {per}, per configuration "
-        f"and FLOPs point (a perfect fit: 1 at every point). An arm's M between {_times(error.M_lo)} and "
-        f"{_times(error.M_hi)} is within the fit's error, not a saving or a cost (‡); the single-level arm is the "
+        f"and FLOPs point (a perfect fit: 1 at every point). An arm's M between {TIMES(error.M_lo)} and "
+        f"{TIMES(error.M_hi)} is within the fit's error, not a saving or a cost (‡); the single-level arm is the "
         "frontier, not judged against it." + (f" Within it here: {', '.join(within)}." if within else ""),
         "",
     ]
 
 
 def _fit_lines(report: Report) -> list[str]:
-    fit = report.frontier.fit
+    fit = _had(report.frontier.fit)
     if not fit.available:
         return [f"Fitted compute multiplier unavailable: {fit.why}. M is read on the frontier's points only "
                 "(inside its data: interpolated, with a Student t interval; below its lowest loss: a bound).", ""]
-    b = report.bootstrap
-    lo, hi = fit.flop_range
-    clock = report.frontier.wallclock
+    b, (lo, hi), clock = _had(report.bootstrap), _had(fit.flop_range), _had(report.frontier.wallclock)
     return [
         f"Compute multiplier: L(C) = E + A·C^−α fitted to the frontier's {fit.n_points} points "
-        f"({_fmt_flops(lo)} to {_fmt_flops(hi)} FLOPs): E = {fit.E:.4g}, A = {fit.A:.4g}, α = {fit.alpha:.4g} "
+        f"({FLOPS(lo)} to {FLOPS(hi)} FLOPs): E = {fit.E:.4g}, A = {fit.A:.4g}, α = {fit.alpha:.4g} "
         f"(scipy.optimize.least_squares, {FIT_LOSS}; rms log residual {fit.rms_log_residual:.3g}). "
         "C_eq = the FLOPs at which the fitted frontier reaches a run's final held-out loss; M = C_eq / C_run "
         "(geometric mean over seeds). Interval: bootstrap over the evaluation seeds "
@@ -336,57 +311,44 @@ def _fit_lines(report: Report) -> list[str]:
 def _per_configuration_section(report: Report) -> list[str]:
     if not report.verdicts:
         return []
-    has_frontier = report.frontier.available
-    lines = [
-        "## Every configuration, every seed (no selection)",
-        "",
-        "Saving = 1 − F_run / F_single, F_single = the single-level FLOPs that reach the run's final "
-        + ("held-out loss on the frontier's points (see below)." if has_frontier else
-           "held-out loss on the one baseline's curve (no frontier among the runs)."),
-        "",
-        "| configuration | seeds | saving (default FLOPs) | saving, coarse step = its blocks' share | "
-        "saving vs the one baseline | val loss − frontier at equal FLOPs | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for v in report.verdicts:
         outside = ""
         if v.n_outside and v.n_outside.total:
             outside = f"; outside the frontier: {v.n_outside.below} below, {v.n_outside.above} above"
         if v.saving_lower_limit is not None:
-            outside = (f"; saving > {_fmt_pct(v.saving_lower_limit)} (beyond the frontier's data with confidence)"
-                       + outside)
-        lines.append(
-            f"| `{v.name}` | {v.n_seeds} | {_ci(v.saving, _fmt_pct)} "
-            f"| {_ci(v.saving_blocks, _fmt_pct)} | {_ci(v.saving_vs_one_baseline, _fmt_pct)} "
-            f"| {_ci(v.loss_gap_vs_frontier, _fmt_diff)} | {v.verdict}{outside} |"
-        )
-    lines += [
-        "",
-        "Default FLOPs count the head (a coarse step of gpt22m costs 0.77 of a fine step); the blocks-only "
-        "column costs a coarse step at its share of the fine model's blocks (1/k), as the paper may have "
-        "counted. A loss gap below 0 means lower held-out loss than the best single-level run with the same FLOPs.",
-        "",
-    ]
-    return lines
+            outside = f"; saving > {PCT(v.saving_lower_limit)} (beyond the frontier's data with confidence)" + outside
+        rows.append(f"| `{v.name}` | {v.n_seeds} | {_ci(v.saving, PCT)} | {_ci(v.saving_blocks, PCT)} "
+                    f"| {_ci(v.saving_vs_one_baseline, PCT)} | {_ci(v.loss_gap_vs_frontier, DIFF)} "
+                    f"| {v.verdict}{outside} |")
+    return _section(
+        "Every configuration, every seed (no selection)",
+        "Saving = 1 − F_run / F_single, F_single = the single-level FLOPs that reach the run's final "
+        + ("held-out loss on the frontier's points (see below)." if report.frontier.available else
+           "held-out loss on the one baseline's curve (no frontier among the runs)."),
+        ("configuration", "seeds", "saving (default FLOPs)", "saving, coarse step = its blocks' share",
+         "saving vs the one baseline", "val loss − frontier at equal FLOPs", "verdict"), rows,
+        ["", "Default FLOPs count the head (a coarse step of gpt22m costs 0.77 of a fine step); the blocks-only "
+         "column costs a coarse step at its share of the fine model's blocks (1/k), as the paper may have "
+         "counted. A loss gap below 0 means lower held-out loss than the best single-level run with the same FLOPs."])
 
 
 def _excluded_section(report: Report) -> list[str]:
     if not report.excluded:
         return []
-    lines = ["## Left out (not in any statistic)", "", "| run | configuration | seed | status | why |", "|---|---|---|---|---|"]
-    for e in report.excluded:
-        lines.append(f"| `{e.run}` | `{e.label}` ({e.run_kind}) | {e.seed} | **{e.status}** | {e.reason} |")
-    return lines + [""]
+    return _section("Left out (not in any statistic)", "", ("run", "configuration", "seed", "status", "why"),
+                    (f"| `{e.run}` | `{e.label}` ({e.run_kind}) | {e.seed} | **{e.status}** | {e.reason} |"
+                     for e in report.excluded))
 
 
 def _held_out_section(report: Report) -> list[str]:
-    h = report.held_out
+    h = _had(report.held_out)
     if h.se_median is None:
         return ["Held-out set: the runs did not record the standard error of their val loss.", ""]
-    size = f"{h.tokens:,} tokens ({h.sequences:,} sequences)" if h.tokens else "size not recorded"
+    size = f"{h.tokens:,} tokens ({_had(h.sequences):,} sequences)" if h.tokens else "size not recorded"
     return [
         f"Held-out set: {size}, the same for every run. Standard error of a final val loss (over held-out "
-        f"sequences): median {h.se_median:.4f}, max {h.se_max:.4f}. Differences between runs on the same "
+        f"sequences): median {h.se_median:.4f}, max {_had(h.se_max):.4f}. Differences between runs on the same "
         "set are less noisy than that; the intervals over seeds carry the seed-to-seed noise.",
         "",
     ]
@@ -394,28 +356,17 @@ def _held_out_section(report: Report) -> list[str]:
 
 def _frontier_section(report: Report) -> list[str]:
     f = report.frontier
+    lines = ["## The tuned single-level frontier", ""]
     if not f.available:
-        return [
-            "## The tuned single-level frontier",
-            "",
-            f"No budget frontier: {f.why}. Run single-level baselines at several LRs and budgets "
-            "(`optim.lr=...` × `train.budget=0.3,0.45,0.6,0.8,1.0,1.3`) for the fair reference.",
-            "",
-        ]
-    lines = [
-        "## The tuned single-level frontier",
-        "",
-        f"Built from {f.built_from}, on seed(s) {', '.join(map(str, f.seeds))}: per seed, the lower envelope "
-        "of (total FLOPs, final val loss), whatever each run's settings.",
-        "",
-        "| seed | total FLOPs | final val loss | from |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| {p.seed} | {_fmt_flops(p.flops)} | {_fmt_loss(p.loss)} | `{p.name}` |" for p in f.points]
-    lines += ["", "| train.budget | configuration | seeds | mean total FLOPs | mean final val loss |", "|---|---|---|---|---|"]
-    for c in f.configurations:
-        lines.append(f"| {c.budget:g} | `{c.name}` | {len(c.seeds)} | {_fmt_flops(c.mean_flops)} "
-                     f"| {_fmt_loss(c.mean_final_val_loss)} |")
+        return lines + [f"No budget frontier: {f.why}. Run single-level baselines at several LRs and budgets "
+                        "(`optim.lr=...` × `train.budget=0.3,0.45,0.6,0.8,1.0,1.3`) for the fair reference.", ""]
+    lines += [f"Built from {f.built_from}, on seed(s) {', '.join(map(str, f.seeds))}: per seed, the lower envelope "
+              "of (total FLOPs, final val loss), whatever each run's settings.", "",
+              *_table("seed", "total FLOPs", "final val loss", "from")]
+    lines += [f"| {p.seed} | {FLOPS(p.flops)} | {LOSS(p.loss)} | `{p.name}` |" for p in f.points]
+    lines += ["", *_table("train.budget", "configuration", "seeds", "mean total FLOPs", "mean final val loss")]
+    lines += [f"| {c.budget:g} | `{c.name}` | {len(c.seeds)} | {FLOPS(c.mean_flops)} | {LOSS(c.mean_final_val_loss)} |"
+              for c in f.configurations]
     lines += [
         "",
         "Read on the frontier: linear in log FLOPs between its points, per seed (the envelope of the means over "
@@ -426,24 +377,21 @@ def _frontier_section(report: Report) -> list[str]:
         "bounded where its runs lie beyond the frontier's data with 97.5% confidence, as an arm's verdict is "
         "decided (see the verdict table).",
         "",
-        "| configuration | seed | total FLOPs | final val loss | single-level FLOPs on the frontier | saving | saving, blocks-only | val loss − frontier at equal FLOPs |",
-        "|---|---|---|---|---|---|---|---|",
+        *_table("configuration", "seed", "total FLOPs", "final val loss", "single-level FLOPs on the frontier",
+                "saving", "saving, blocks-only", "val loss − frontier at equal FLOPs"),
     ]
     for e in report.vs_frontier:
         for i, s in enumerate(e.per_seed):
-            name = f"`{e.name}`" if i == 0 else ""
-            seed = f"{s.seed}" + ("" if s.paired else "*")
+            fl, sv = FLOPS(s.frontier_flops), PCT(s.saving)
             if s.outside:
-                op, bound = s.saving_bound
-                where = "outside the frontier (" + ("below the longest budget" if s.outside == "below"
-                                                     else "above the shortest budget") + ")"
-                fl, sv = where, f"{op} {_fmt_pct(bound)}"
-            else:
-                fl, sv = _fmt_flops(s.frontier_flops), _fmt_pct(s.saving)
-            lines.append(f"| {name} | {seed} | {_fmt_flops(s.flops)} | {_fmt_loss(s.final_val_loss)} | {fl} | {sv} "
-                         f"| {_fmt_pct(s.saving_blocks)} | {_fmt_diff(s.loss_gap)} |")
-        lines.append(f"| | **mean [95% CI]** | | | | {_ci(e.saving, _fmt_pct)} | {_ci(e.saving_blocks, _fmt_pct)} "
-                     f"| {_ci(e.loss_gap, _fmt_diff)} |")
+                op, bound = _had(s.saving_bound)
+                fl = "outside the frontier (" + ("below the longest budget" if s.outside == "below"
+                                                 else "above the shortest budget") + ")"
+                sv = f"{op} {PCT(bound)}"
+            lines.append(f"| {f'`{e.name}`' if i == 0 else ''} | {s.seed}{'' if s.paired else '*'} | {FLOPS(s.flops)} "
+                         f"| {LOSS(s.final_val_loss)} | {fl} | {sv} | {PCT(s.saving_blocks)} | {DIFF(s.loss_gap)} |")
+        lines.append(f"| | **mean [95% CI]** | | | | {_ci(e.saving, PCT)} | {_ci(e.saving_blocks, PCT)} "
+                     f"| {_ci(e.loss_gap, DIFF)} |")
     return lines + [""]
 
 
@@ -458,21 +406,18 @@ def _tuning_space_section(report: Report) -> list[str]:
              "on the frontier without its runs, every other arm's on the frontier with them). ✓ kept at that "
              "budget on the selection seeds; ★ on the frontier's envelope.", "",
              "| train.budget | schedule | settings | selection loss | |", "|---|---|---|---|---|"]
-    for b in f.tried_per_budget:
-        for i, e in enumerate(b.settings):
-            mark = ("✓" if e.kept else "") + ("★" if e.on_frontier else "")
-            budget = f"{b.budget:g}" if i == 0 else ""
-            lines.append(f"| {budget} | {e.family} | {_setting_text(e.settings)} "
-                         f"| {_fmt_loss(e.selection_loss)} | {mark} |")
+    lines += [f"| {f'{b.budget:g}' if i == 0 else ''} | {e.family} | {_setting_text(e.settings)} "
+              f"| {LOSS(e.selection_loss)} | {('✓' if e.kept else '') + ('★' if e.on_frontier else '')} |"
+              for b in f.tried_per_budget for i, e in enumerate(b.settings)]
     if f.gains:
         lines += ["", "What each dimension added: the frontier rebuilt without it; gain = the full frontier's points "
                   "read on that frontier's fit (M > 1: the dimension saves that factor of compute), and each arm's M "
                   "against it, read as its verdict is (on that frontier's points inside its data; \"M > x\" only "
                   "where the data decide a bound; \"(fit)\" where its fitted curve leads).", "",
-                  "| without | keeps | gain | arms' M against it |", "|---|---|---|---|"]
+                  *_table("without", "keeps", "gain", "arms' M against it")]
         for g in f.gains:
             arms = "; ".join(f"`{name}` " + _gain_cell(r) for name, r in g.arms.items()) or "—"
-            gain = _times(g.gain_M) if g.fit_available else f"no fit ({g.why})"
+            gain = TIMES(g.gain_M) if g.fit_available else f"no fit ({g.why})"
             lines.append(f"| {g.dimension} | {g.restricted_to} | {gain} | {arms} |")
     return lines + [""]
 
@@ -481,49 +426,30 @@ def _gain_cell(r: GainReading) -> str:
     """An arm's M against a restricted frontier: "M > x" only where its data decide a bound."""
     if r.bound is not None:
         return f"M > {r.bound:.3g}" + (" (data only)" if r.kind == "data_only_bound" else "")
-    return _times(r.M) + (" (fit)" if r.kind in ("joint", "per_run") else "")
+    return TIMES(r.M) + (" (fit)" if r.kind in ("joint", "per_run") else "")
 
 
 def _fixed_flops_section(report: Report) -> list[str]:
-    fb = report.fixed_flops
+    fb = _had(report.fixed_flops)
     if not fb.rows:
         return []
-    head = " | ".join(f"{fr:g} × baseline ({_fmt_flops(f)})" for fr, f in zip(fb.flop_fractions, fb.flops))
-    lines = [
-        "## Held-out loss at fixed FLOPs",
-        "",
-        "Val loss at fractions of the baseline's total FLOPs (interpolated between evaluations; — past a run's "
-        "end), and the paired difference from the baseline at the same FLOPs (mid-run points are mid-schedule: "
-        "the frontier compares finished schedules).",
-        "",
-        f"| configuration | {head} |",
-        "|---|" + "---|" * len(fb.flops),
-    ]
+    rows = []
     for row in fb.rows:
-        cells = []
-        for c in row.cells:
-            text = _fmt_loss(c.mean_loss)
-            if c.diff is not None and c.diff.n:
-                text += f"; Δ {_ci(c.diff, _fmt_diff)}"
-            cells.append(text)
-        mark = " **(baseline)**" if row.is_baseline else ""
-        lines.append(f"| `{row.name}`{mark} | {' | '.join(cells)} |")
-    return lines + [""]
+        cells = [LOSS(c.mean_loss) + (f"; Δ {_ci(c.diff, DIFF)}" if c.diff is not None and c.diff.n else "")
+                 for c in row.cells]
+        rows.append(f"| `{row.name}`{' **(baseline)**' if row.is_baseline else ''} | {' | '.join(cells)} |")
+    return _section("Held-out loss at fixed FLOPs", "Val loss at fractions of the baseline's total FLOPs (interpolated "
+                    "between evaluations; — past a run's end), and the paired difference from the baseline at the same "
+                    "FLOPs (mid-run points are mid-schedule: the frontier compares finished schedules).",
+                    ("configuration", *(f"{fr:g} × baseline ({FLOPS(f)})" for fr, f in zip(fb.flop_fractions, fb.flops))),
+                    rows)
 
 
 def _costs_section(report: Report) -> list[str]:
-    costs = report.uncounted_costs
-    if not costs:
+    if not report.uncounted_costs:
         return []
-    lines = [
-        "## Not on the FLOPs axis",
-        "",
-        "The per-cycle diagnostics (a coarse and a fine forward/backward on one batch per coarse model) and "
-        "held-out evaluation are measurements, not training: their FLOPs are left out of every figure above.",
-        "",
-        "| configuration | diagnostics / training FLOPs | evaluation / training FLOPs |",
-        "|---|---|---|",
-    ]
-    for c in costs:
-        lines.append(f"| `{c.name}` | {_fmt_pct(c.diag_share)} | {_fmt_pct(c.eval_share)} |")
-    return lines + [""]
+    return _section("Not on the FLOPs axis", "The per-cycle diagnostics (a coarse and a fine forward/backward on one "
+                    "batch per coarse model) and held-out evaluation are measurements, not training: their FLOPs are "
+                    "left out of every figure above.",
+                    ("configuration", "diagnostics / training FLOPs", "evaluation / training FLOPs"),
+                    (f"| `{c.name}` | {PCT(c.diag_share)} | {PCT(c.eval_share)} |" for c in report.uncounted_costs))

@@ -6,19 +6,12 @@ consumer of it (the study's ladder, a script) reads, and what its Markdown is re
     for arm in report.arms:
         print(arm.label, arm.multiplier.M, arm.multiplier.bound)
 
-`Report` holds the arms (`Arm`: the setting kept, the evaluation seeds, the final loss `LossInterval`, the
-compute multiplier `Multiplier` with its `Headline` and `Bound`, the savings read on the frontier's
-points `Saving`, one `RunReading` per run) and the frontier (`Frontier`: its points `FrontierRun`, the
-power law fitted to them `PowerLawFit`, its fit's own error `FitError`, its configurations' means
-`ConfigurationMean`, its envelopes `SeedEnvelope` of `EnvelopePoint`s, its wall-clock twin
-`WallclockFrontier`, the settings it tried per budget `BudgetTried` of `TriedSetting`s, what each tuning
-dimension gained `Gain` with each arm's `GainReading`, and `WithoutControl`).
-
-JSON: each class is a `Jsonable` dataclass whose fields are comparison.json's keys in their order
-(jsonable.py: `to_json`, and `from_json`, which also reads a file written by an earlier mltrain-compare:
-a key it lacks takes its neutral value: no bound, no headline, no draws). The per-configuration tables
-of `analysis` (against the one baseline, the control and the frontier's points; at fixed FLOPs; ...)
-are typed in `tables`.
+`Report` holds the arms (`Arm`: the setting kept, its final loss, its compute multiplier `Multiplier` with
+the `Headline` it leads with, its savings read on the frontier's points, one `RunReading` per run) and the
+tuned single-level `Frontier` (its points, the power law fitted to them and that fit's own error
+`FitError`, its envelopes, its tuning space and what each dimension of it gained); the per-configuration
+tables of `analysis` are typed in `tables`. Each class is a `Jsonable` dataclass whose fields are
+comparison.json's keys in their order (jsonable.py), read back from a file an earlier version wrote too.
 """
 
 from __future__ import annotations
@@ -118,11 +111,6 @@ class Multiplier(Jsonable):
         return cls(False, why)
 
     @property
-    def measured(self) -> bool:
-        """A positive M to read (available, not zero)."""
-        return self.available and self.M is not None and self.M > 0
-
-    @property
     def past_the_data(self) -> bool:
         """The arm's equal-loss point lies beyond the frontier's data: read off the fitted curve past its
         largest budget, or only a bound."""
@@ -135,9 +123,8 @@ class Multiplier(Jsonable):
 
 @dataclass(frozen=True)
 class BudgetReading(Jsonable):
-    """The fitted frontier read at its own points of one configuration at one FLOPs: M there (geometric
-    mean over `n` seeds); the configuration's budget, label and kind (a report written before them has
-    only the budget)."""
+    """The fitted frontier read at one configuration's points at one FLOPs (geometric mean over `n` seeds;
+    a report written before them has no flops, label or kind)."""
 
     budget: Any
     M: float
@@ -179,9 +166,7 @@ class FitError(Jsonable):
 
 @dataclass(frozen=True)
 class PowerLawFit(Jsonable):
-    """The power law L(C) = E + A·C^(−α) fitted to the frontier's points (powerlaw.Fit.result): whether it
-    is usable (`why` not), its parameters, the loss it was fitted with, how far its points lie off it
-    (rms of the log residuals), why it says little beyond them (`degenerate`) and its FLOPs range."""
+    """The power law L(C) = E + A·C^(−α) fitted to the frontier's points (powerlaw.Fit.as_result)."""
 
     available: bool
     why: Optional[str] = None
@@ -206,8 +191,7 @@ class WithoutControl(Jsonable):
 
 @dataclass(frozen=True)
 class FrontierRun(Jsonable):
-    """One point of the frontier (a seed's envelope): the run there, its total FLOPs and final held-out loss,
-    its kind, settings (the tuned keys and train.budget), readable name and folder."""
+    """One point of the frontier (a seed's envelope); `settings`: the tuned keys and train.budget."""
 
     seed: Any
     flops: float
@@ -220,8 +204,7 @@ class FrontierRun(Jsonable):
 
 @dataclass(frozen=True)
 class ConfigurationMean(Jsonable):
-    """One single-level configuration of the frontier: its mean total FLOPs and final val loss over the
-    evaluation seeds it has finished runs on."""
+    """One single-level configuration of the frontier, its means over the evaluation seeds it has."""
 
     label: str
     name: str
@@ -233,7 +216,7 @@ class ConfigurationMean(Jsonable):
 
 @dataclass(frozen=True)
 class EnvelopePoint(Jsonable):
-    """A point of a lower envelope: FLOPs, final val loss, the budget it comes from."""
+    """A point of a lower envelope."""
 
     flops: float
     final_val_loss: float
@@ -250,7 +233,7 @@ class SeedEnvelope(Jsonable):
 
 @dataclass(frozen=True)
 class WallclockFrontier(Jsonable):
-    """Whether the frontier has a wall-clock twin (why not), and the time it reads."""
+    """The frontier's wall-clock twin."""
 
     available: bool
     why: Optional[str] = None
@@ -259,8 +242,7 @@ class WallclockFrontier(Jsonable):
 
 @dataclass(frozen=True)
 class TriedSetting(Jsonable):
-    """One single-level setting tried at a budget: its family (schedule), tuned values, mean selection loss,
-    whether its arm kept it there and whether its runs are on the frontier's envelope."""
+    """One single-level setting tried at a budget (`family`: its schedule)."""
 
     name: str
     run_kind: str
@@ -292,8 +274,7 @@ class GainReading(Jsonable):
 
 @dataclass(frozen=True)
 class Gain(Jsonable):
-    """What one dimension of the frontier's tuning added: the frontier rebuilt without it (what it keeps,
-    its points, its fit), the full frontier's gain on it, and each measured arm's M against it (by name)."""
+    """What one dimension of the frontier's tuning added (dimensions.py), each measured arm's M by name."""
 
     dimension: str
     restricted_to: str
@@ -306,8 +287,7 @@ class Gain(Jsonable):
 
 @dataclass(frozen=True)
 class Frontier(Jsonable):
-    """The tuned single-level frontier: its points (per seed, whatever each run's settings), the power law
-    fitted to them (`fit`), its own error, and the tuning space it was built from."""
+    """The tuned single-level frontier (frontier.py), its fit and tuning space."""
 
     available: bool = False
     why: Optional[str] = None
@@ -329,7 +309,7 @@ class Frontier(Jsonable):
 
 @dataclass(frozen=True)
 class LossInterval(Jsonable):
-    """An arm's final held-out loss over its evaluation seeds: the mean and its interval."""
+    """An arm's final held-out loss over its evaluation seeds."""
 
     mean: Optional[float]
     lo: Optional[float]
@@ -367,7 +347,7 @@ class WallclockSaving(Saving):
 
 @dataclass(frozen=True)
 class RunReading(Jsonable):
-    """One evaluation run of an arm read on the fitted frontier: the FLOPs there for its final loss, its M."""
+    """One evaluation run of an arm read on the fitted frontier."""
 
     seed: Any
     run: str

@@ -6,12 +6,14 @@ Nothing here knows about files or runs; `analysis` feeds it arrays and per-seed 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import numpy as np
 from scipy import stats
 from scipy.interpolate import PchipInterpolator
+
+from mltrain.tools.compare.jsonable import Jsonable
 
 CONFIDENCE = 0.95
 MIN_SEEDS = 3
@@ -57,48 +59,55 @@ def value_at(flops: np.ndarray, loss: np.ndarray, at: float) -> float | None:
 # Intervals over seeds
 
 
-@dataclass
-class Interval:
-    """Mean and 95% interval of per-seed values (paired differences or savings); the report holds it as
-    tables.SeedInterval."""
+@dataclass(frozen=True)
+class SeedInterval(Jsonable):
+    """Mean and the two-sided CONFIDENCE interval of per-seed values (paired differences or savings), with
+    what it warns of: `interval`'s reading, as the report holds it."""
 
     n: int
-    mean: Optional[float]
-    std: Optional[float]  # sample std, ddof=1
-    low: Optional[float]
-    high: Optional[float]
-    warnings: list[str]
+    mean: Optional[float] = None
+    std: Optional[float] = None  # sample std, ddof=1
+    ci_low: Optional[float] = None
+    ci_high: Optional[float] = None
+    confidence: float = CONFIDENCE
+    warnings: tuple[str, ...] = ()
 
-    @property
-    def crosses_zero(self) -> bool:
-        return self.low is not None and self.high is not None and self.low <= 0.0 <= self.high
+    def warned(self, warning: str) -> "SeedInterval":
+        """The same interval with one more warning."""
+        return replace(self, warnings=(*self.warnings, warning))
 
 
-def interval(values: Sequence[Optional[float]], zero_means: str = "no difference") -> Interval:
+def interval(values: Sequence[Optional[float]], zero_means: str = "no difference") -> SeedInterval:
     """Mean and the two-sided 95% Student t interval of `values` (one per seed).
 
-    None and non-finite values are left out. Warnings: fewer than MIN_SEEDS values (an interval from 2 seeds is nearly meaningless; from 1 there
-    is none); the interval contains 0 (`zero_means` says what that would be, e.g. "no saving")."""
+    None and non-finite values are left out. Warnings: fewer than MIN_SEEDS values (an interval from 2 seeds
+    is nearly meaningless; from 1 there is none); the interval contains 0 (`zero_means` says what that would
+    be, e.g. "no saving")."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     n = int(x.size)
-    warnings: list[str] = []
     if n == 0:
-        return Interval(0, None, None, None, None, ["no seeds"])
+        return SeedInterval(0, warnings=("no seeds",))
     mean = float(x.mean())
-    if n < MIN_SEEDS:
-        warnings.append(f"only {n} seed{'s' if n != 1 else ''}: fewer than {MIN_SEEDS}, no reliable interval")
+    warnings = [f"only {n} seed{'s' if n != 1 else ''}: fewer than {MIN_SEEDS}, no reliable interval"] if n < MIN_SEEDS else []
     if n == 1:
-        return Interval(1, mean, None, None, None, warnings)
+        return SeedInterval(1, mean, warnings=tuple(warnings))
     std = float(x.std(ddof=1))
     sem = float(stats.sem(x))
     if sem == 0.0:
         low = high = mean
     else:
         low, high = (float(v) for v in stats.t.interval(CONFIDENCE, n - 1, loc=mean, scale=sem))
-    result = Interval(n, mean, std, low, high, warnings)
-    if result.crosses_zero:
+    if low <= 0.0 <= high:
         warnings.append(f"the 95% interval contains 0 ({zero_means} is consistent with these seeds)")
-    return result
+    return SeedInterval(n, mean, std, low, high, CONFIDENCE, tuple(warnings))
+
+
+def interval_word(n: Optional[int], low: Optional[float], high: Optional[float], zero: float = 0.0) -> str:
+    """An interval's verdict on a saving (`zero`: no saving): above it, below it, or across it."""
+    if low is None:
+        return f"too few seeds (n={n})"
+    return "saves FLOPs" if low > zero else ("costs FLOPs" if high is not None and high < zero else
+                                            "no evidence either way")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,37 +10,16 @@ Each is a `Jsonable` dataclass: its fields are comparison.json's keys in their o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from mltrain.tools.compare.jsonable import Jsonable, key
-from mltrain.tools.compare.statistics import CONFIDENCE, Interval
-
-
-@dataclass(frozen=True)
-class SeedInterval(Jsonable):
-    """Mean and 95% interval of per-seed values (statistics.interval), with what it warns of."""
-
-    n: int
-    mean: Optional[float] = None
-    std: Optional[float] = None
-    ci_low: Optional[float] = None
-    ci_high: Optional[float] = None
-    confidence: float = CONFIDENCE
-    warnings: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, iv: Interval) -> "SeedInterval":
-        return cls(iv.n, iv.mean, iv.std, iv.low, iv.high, CONFIDENCE, tuple(iv.warnings))
-
-    def warned(self, warning: str) -> "SeedInterval":
-        """The same interval with one more warning."""
-        return replace(self, warnings=(*self.warnings, warning))
+from mltrain.tools.compare.statistics import SeedInterval
 
 
 @dataclass(frozen=True)
 class Outside(Jsonable):
-    """How many runs lay outside the frontier's ends: below its longest budget, above its shortest."""
+    """Runs outside the frontier's ends: below its longest budget, above its shortest."""
 
     below: int = 0
     above: int = 0
@@ -52,8 +31,7 @@ class Outside(Jsonable):
 
 @dataclass(frozen=True)
 class Reference(Jsonable):
-    """The configuration a table row is measured against (the one baseline, a schedule control), and for
-    a control how it was matched (`matched_by`)."""
+    """What a table row is measured against: the one baseline, or a schedule control (`matched_by`)."""
 
     label: str
     run_kind: str
@@ -62,7 +40,7 @@ class Reference(Jsonable):
 
 @dataclass(frozen=True)
 class Baseline(Jsonable):
-    """The one full-length single-level baseline: its configuration and seeds."""
+    """The one full-length single-level baseline."""
 
     label: str
     run_kind: str
@@ -71,8 +49,7 @@ class Baseline(Jsonable):
 
 @dataclass(frozen=True)
 class TargetReading(Jsonable):
-    """One run against a reference's final loss on one metric (train or val): the FLOPs it needed to reach
-    it, its saving against the reference's FLOPs (also blocks-only), its own final loss and the difference."""
+    """One run against a reference's final loss (`target`) on one metric (train or val)."""
 
     target: Optional[float]
     reference_flops: Optional[float] = None
@@ -87,8 +64,7 @@ class TargetReading(Jsonable):
 
 @dataclass(frozen=True)
 class SeedVsReference(Jsonable):
-    """One run (seed) against the reference's run of the same seed (`paired`; else the reference's mean),
-    on train and on val loss."""
+    """One run against the reference's run of its seed (`paired`; else the reference's mean)."""
 
     seed: Any
     run: str
@@ -99,9 +75,7 @@ class SeedVsReference(Jsonable):
 
 @dataclass(frozen=True)
 class TargetSummary(Jsonable):
-    """One metric over a configuration's seeds against a reference: how many reached its final loss, the
-    FLOPs and savings' means and spreads, and the paired intervals of the saving, the blocks-only saving
-    and the final loss difference."""
+    """One metric over a configuration's seeds against a reference."""
 
     n_runs: int
     n_reached: int
@@ -116,8 +90,7 @@ class TargetSummary(Jsonable):
 
 @dataclass(frozen=True)
 class VsReference(Jsonable):
-    """A configuration against a reference's final losses (the one baseline's, a schedule control's): per
-    seed and summed up per metric."""
+    """A configuration against a reference's final losses, per seed and per metric."""
 
     label: str
     run_kind: str
@@ -130,9 +103,8 @@ class VsReference(Jsonable):
 
 @dataclass(frozen=True)
 class SeedVsFrontier(Jsonable):
-    """One run read on its seed's frontier (the mean's where the seed has none: not `paired`): the
-    single-level FLOPs reaching its final loss and its saving (blocks-only too), or outside the frontier's
-    ends only a bound (`saving_bound`: the operator and the value); its loss gap at equal FLOPs."""
+    """One run read on its seed's frontier (the mean's where the seed has none: not `paired`); outside the
+    frontier's ends only a bound (`saving_bound`: the operator and the value)."""
 
     seed: Any
     run: str
@@ -150,11 +122,9 @@ class SeedVsFrontier(Jsonable):
 
 @dataclass(frozen=True)
 class VsFrontier(Jsonable):
-    """A configuration against the tuned frontier's points: per seed, and the intervals of its saving
-    (blocks-only too) and loss gap, with how many runs lay outside the frontier; over all its runs, as the
-    arms' verdict decides it: `bound` (M > bound, a lower confidence limit) where they lie beyond the
-    frontier's data with confidence, else None, and `gap_upper`, the upper confidence limit of their mean
-    loss gap to the frontier's lowest point."""
+    """A configuration against the tuned frontier's points; over all its runs, as the arms' verdict decides
+    it: `bound` (M > bound) only where they lie beyond the frontier's data with confidence, and `gap_upper`,
+    the upper confidence limit of their mean loss gap to the frontier's lowest point."""
 
     label: str
     run_kind: str
@@ -170,8 +140,7 @@ class VsFrontier(Jsonable):
 
 @dataclass(frozen=True)
 class FixedFlopsCell(Jsonable):
-    """A configuration's mean val loss at one fixed FLOPs (over `n` runs), and its paired difference from
-    the baseline's there (`diff`; None for the baseline itself)."""
+    """A configuration's mean val loss at one fixed FLOPs; `diff` from the baseline's (None: the baseline)."""
 
     mean_loss: Optional[float]
     n: int
@@ -200,7 +169,7 @@ class FixedFlops(Jsonable):
 
 @dataclass(frozen=True)
 class HeldOut(Jsonable):
-    """The held-out set the runs were measured on: its size, and the standard error of a final val loss."""
+    """The held-out set: its size, and the standard error of a final val loss."""
 
     tokens: Optional[int] = None
     sequences: Optional[int] = None
@@ -222,8 +191,7 @@ class UncountedCost(Jsonable):
 
 @dataclass(frozen=True)
 class ConfigVerdict(Jsonable):
-    """One line per compared configuration: its saving against the frontier's points (`basis` "frontier"),
-    else against the one baseline, in a word, with the other figures beside it."""
+    """One line per configuration: its saving against the frontier's points, else the one baseline (`basis`)."""
 
     label: str
     run_kind: str
@@ -236,15 +204,14 @@ class ConfigVerdict(Jsonable):
     loss_gap_vs_frontier: Optional[SeedInterval] = None
     n_outside: Optional[Outside] = None
     val_loss_diff_vs_control: Optional[SeedInterval] = None
-    control: Optional[str] = None  # the schedule control's label
+    control: Optional[str] = None  # its label
     name: str = ""
     saving_lower_limit: Optional[float] = None  # saving > this (1 − 1/VsFrontier.bound): beyond with confidence
 
 
 @dataclass(frozen=True)
 class ConfigurationRun(Jsonable):
-    """One run of a configuration: its final losses (train smoothed), the val loss's standard error, its
-    total FLOPs (blocks-only too)."""
+    """One run of a configuration."""
 
     seed: Any
     run: str
@@ -257,7 +224,7 @@ class ConfigurationRun(Jsonable):
 
 @dataclass(frozen=True)
 class ConfigurationRow(Jsonable):
-    """One configuration (a label and run kind) with its runs: whether it is the baseline, in the frontier."""
+    """One configuration (a label and run kind) with its runs."""
 
     label: str
     run_kind: str
@@ -284,7 +251,7 @@ class LeftOut(Jsonable):
 
 @dataclass(frozen=True)
 class BootstrapRecord(Jsonable):
-    """How the multiplier's bootstrap was drawn: resamples, numpy seed, how many gave a fit, what it drew."""
+    """How the multiplier's bootstrap was drawn (`refits`: how many draws gave a fit)."""
 
     resamples: int
     seed: int

@@ -29,8 +29,7 @@ from mltrain.tools.compare.ondata import BEYOND_CONFIDENCE, read_on_data, run_on
 from mltrain.tools.compare.powerlaw import MIN_POINTS, Fit, fit_power_law, fit_shift, fitted_law, read
 from mltrain.tools.compare.results import (Bound, BudgetReading, DataReading, FitError, Headline, LossInterval,
                                           Multiplier, RunReading, Saving, WallclockSaving)
-from mltrain.tools.compare.statistics import (CONFIDENCE, FrontierPoint, frontier_flops, interval,
-                                             smooth_frontier_flops)
+from mltrain.tools.compare.statistics import CONFIDENCE, FrontierPoint, frontier_flops, interval, interval_word
 from mltrain.tools.compare.tables import Outside
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -45,7 +44,7 @@ FIT_BAND_LIMIT = 0.05  # a fit whose own error is wider than ±5% in M: the fron
 
 def loss_interval(runs: list[Run]) -> LossInterval:
     iv = interval([r.final("val") for r in runs])
-    return LossInterval(iv.mean, iv.low, iv.high, iv.n)
+    return LossInterval(iv.mean, iv.ci_low, iv.ci_high, iv.n)
 
 
 def _measured(run: Run) -> tuple[float, float]:
@@ -83,6 +82,12 @@ class Draws:
     joint: list = field(default_factory=list)
     degenerate: int = 0
     total: int = 0
+
+    def add(self, other: "Draws") -> None:
+        self.values += other.values
+        self.joint += other.joint
+        self.degenerate += other.degenerate
+        self.total += other.total
 
 
 def _joint(fit: Fit, frontier_pts: list, runs: list[Run], log_m0: float) -> Optional[float]:
@@ -133,11 +138,7 @@ def bootstrap(frontier: Frontier, fit: Fit, arms: list[Arm]) -> tuple[dict[int, 
                     _draw_arm(refits[draw], pts, runs, one)
         fitted += refits[draw].available
         for a in arms:
-            one, acc = per_draw[draw][id(a)], samples[id(a)]
-            acc.values += one.values
-            acc.joint += one.joint
-            acc.degenerate += one.degenerate
-            acc.total += one.total
+            samples[id(a)].add(per_draw[draw][id(a)])
     return samples, fitted
 
 
@@ -199,7 +200,7 @@ def _intervals(m: Multiplier, draws: Draws, fitted: int, n_seeds: int) -> Multip
 def multiplier(fit: Fit, runs: list[Run], draws: Draws, fitted: int,
                frontier_pts: Sequence[FrontierPoint] = ()) -> tuple[Multiplier, list[RunReading]]:
     """(the arm's multiplier on the fitted frontier with its interval and the joint fit; one reading per
-    run). Whether the arm lies beyond the data is decided on the data (`data_reading`), not here."""
+    run). Whether the arm lies beyond the data is decided on the data (`on_data`), not here."""
     per_run = _per_run(fit, runs)
     if not fit.available:
         return Multiplier.unavailable(f"no fit of the frontier: {fit.why}"), per_run
@@ -253,17 +254,15 @@ def fit_error(fit: Fit, frontier: Frontier) -> FitError:
     return FitError(True, None, per, min(ms), max(ms))
 
 
-def data_reading(frontier: Frontier, runs: list[Run]) -> DataReading:
-    """The arm's M read on the frontier's points, each run on its seed's envelope (ondata.py)."""
+def on_data(frontier: Frontier, runs: list[Run]) -> tuple[DataReading, Optional[float]]:
+    """The arm's M read on the frontier's points, each run on its seed's envelope (ondata.py), and the
+    interpolated M: the geometric mean of F* / F_run over the runs inside the frontier (None: no run)."""
     if frontier.why is not None:
-        return DataReading(None, frontier.why)
-    on_data = []
-    for r in runs:
-        env, paired = frontier.envelope_for(r.seed)
-        flops, loss = r.total_flops(), r.final("val")
-        if env is not None and flops and loss is not None:
-            on_data.append(run_on_data(env, paired, r.seed, flops, loss))
-    return read_on_data(on_data, frontier.mean if len(frontier.mean) >= 2 else None)
+        return DataReading(None, frontier.why), None
+    placed = [run_on_data(env, paired, r.seed, flops, loss) for r, env, paired, flops, loss in frontier.placed(runs)]
+    logs = [r.log_m for r in placed if r.log_m is not None]
+    return (read_on_data(placed, frontier.mean if len(frontier.mean) >= 2 else None),
+            math.exp(float(np.mean(logs))) if logs else None)
 
 
 def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], Optional[float]]) -> Saving:
@@ -272,11 +271,7 @@ def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], 
     if frontier.why is not None:
         return Saving(False, frontier.why, n_outside=Outside())
     values, unpaired, sides = [], 0, []
-    for r in runs:
-        env, paired = frontier.envelope_for(r.seed)
-        cost, loss = x(r), r.final("val")
-        if env is None or not cost or loss is None:
-            continue
+    for _, env, paired, cost, loss in frontier.placed(runs, x):
         reading = frontier_flops(env, loss)
         if reading.flops is None:
             sides.append(reading.side)
@@ -288,23 +283,8 @@ def interpolated_saving(frontier: Frontier, runs: list[Run], x: Callable[[Run], 
     if iv.n == 0:
         why = (f"every run is outside the frontier ({outside.below} below its longest budget, "
                f"{outside.above} above its shortest)" if outside.total else "no run to read")
-        return Saving(False, why, n_outside=outside, n_unpaired=unpaired, warnings=tuple(iv.warnings))
-    return Saving(True, None, iv.mean, iv.low, iv.high, iv.n, outside, unpaired, tuple(iv.warnings))
-
-
-def interpolated_multiplier(frontier: Frontier, runs: list[Run]) -> Optional[float]:
-    """M read on the frontier's own points, no curve: the geometric mean over the runs inside the
-    frontier of F* / F_run (F* interpolated in log FLOPs on the run's seed's envelope, as ondata reads it)."""
-    logs = []
-    for r in runs if frontier.why is None else []:
-        env, _ = frontier.envelope_for(r.seed)
-        flops, loss = r.total_flops(), r.final("val")
-        if env is None or not flops or loss is None:
-            continue
-        reading = smooth_frontier_flops(env, loss)
-        if reading.flops is not None:
-            logs.append(math.log(reading.flops / flops))
-    return math.exp(float(np.mean(logs))) if logs else None
+        return Saving(False, why, n_outside=outside, n_unpaired=unpaired, warnings=iv.warnings)
+    return Saving(True, None, iv.mean, iv.ci_low, iv.ci_high, iv.n, outside, unpaired, iv.warnings)
 
 
 def _disagreement(m: Multiplier, m_interp: Optional[float], band: Optional[float]) -> tuple[bool, tuple[str, ...]]:
@@ -380,15 +360,8 @@ def verdict_word(m: Multiplier, interpolated: Saving, within: Optional[bool] = N
     if head is not None and head.kind == "bound":
         return "saves FLOPs (M only bounded)" if head.M_lo is not None and head.M_lo > 1 else "no evidence either way"
     if head is not None and head.M is not None:
-        lo, hi = head.M_lo, head.M_hi
-        if lo is None:
-            return f"too few seeds (n={head.n if head.n is not None else m.n})"
-        word = "saves FLOPs" if lo > 1 else ("costs FLOPs" if hi is not None and hi < 1 else "no evidence either way")
-        return WITHIN_FIT_ERROR if within and word != "no evidence either way" else word
+        word = interval_word(head.n if head.n is not None else m.n, head.M_lo, head.M_hi, 1.0)
+        return WITHIN_FIT_ERROR if within and word in ("saves FLOPs", "costs FLOPs") else word
     if not interpolated.available:
         return "no verdict"
-    if interpolated.saving_lo is None:
-        return f"too few seeds (n={interpolated.n})"
-    if interpolated.saving_lo > 0:
-        return "saves FLOPs"
-    return "costs FLOPs" if interpolated.saving_hi is not None and interpolated.saving_hi < 0 else "no evidence either way"
+    return interval_word(interpolated.n, interpolated.saving_lo, interpolated.saving_hi)

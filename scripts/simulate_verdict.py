@@ -7,7 +7,10 @@ whose true loss is L(M·C_1) plus the same noise: M is the true multiplier. Each
 mltrain-compare reads it with no fit to lean on (`headline`): the runs on their seeds' envelopes
 (ondata.py), then the headline rules of verdict.py.
 
-    python -m mltrain.tools.compare.simulate          # the figures, at 4 and 6 seeds
+    python scripts/simulate_verdict.py          # the figures, at 4 and 6 seeds
+
+A measurement of mltrain-compare's rules (tests/tools/test_verdict_ondata.py runs it seeded), not a part
+of the tool: it lives beside the project's other measurements in scripts/.
 
 `coverage` counts the data sets whose headline is an interval holding the true M (any other headline
 counts as a miss); `false_bounds` puts the true equal-loss point a factor `inside` below the frontier's
