@@ -34,12 +34,12 @@ def test_the_checkers_are_pinned_and_in_the_dev_extra():
     assert project["tool"]["mypy"]["files"] == ["mltrain"]
 
 
-def test_mypy_skips_no_module_wholesale_but_the_listed_ones():
+def test_mypy_skips_no_module_of_the_package():
     overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
-    skipped = [m for o in overrides if o.get("ignore_errors") for m in o["module"]]
-    assert all(m.startswith("mltrain.") for m in skipped)
-    for name in ("mltrain.model.gpt", "mltrain.model.views", "mltrain.data.*", "mltrain.runs.*", "mltrain.training.runner"):
-        assert name not in skipped
+    assert [o["module"] for o in overrides if o.get("ignore_errors")] == []
+    # only libraries without type information (and the conf/ data package) are read as Any
+    untyped = [m for o in overrides if o.get("ignore_missing_imports") for m in o["module"]]
+    assert all(not m.startswith("mltrain.") or m == "mltrain.conf" for m in untyped)
 
 
 def test_the_lint_passes():
