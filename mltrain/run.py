@@ -355,6 +355,9 @@ class RowSink:
         self._write: Optional[Callable[[dict], None]] = None
 
     def open(self, write: Callable[[dict], None]) -> None:
+        """Rows go to `write` from now on: once, when the tracker opens (or, on ranks > 0, to nothing)."""
+        if self._write is not None:
+            raise RuntimeError("a run's rows are opened into one tracker, once")
         self._write = write
 
     def __call__(self, row: dict) -> None:

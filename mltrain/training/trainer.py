@@ -118,8 +118,9 @@ class Clock:
 
 
 class Trainer:
-    """The step, and the train rows it feeds. `emit(row)` receives every metrics row (the tracker's
-    `log`); evaluation and diagnostics emit through it too."""
+    """The step, and the train rows it feeds. `emit(row)` receives every metrics row (the run's RowSink,
+    into which the tracker writes: run.py); evaluation and diagnostics emit through it too. It is given
+    at construction and never rebound (a read-only property)."""
 
     def __init__(
         self,
@@ -132,7 +133,7 @@ class Trainer:
         world: distributed.World = distributed.World(),
         compiled: bool = False,
     ):
-        self.model, self.cfg, self.device, self.dtype, self.emit = model, train_cfg, device, dtype, emit
+        self.model, self.cfg, self.device, self.dtype, self._emit = model, train_cfg, device, dtype, emit
         self._device_type = device.type
         # The step's settings, read once into plain values the step uses.
         self.grad_accum, self.grad_clip = int(train_cfg.grad_accum), float(train_cfg.grad_clip)
@@ -161,6 +162,11 @@ class Trainer:
         self.bar = tqdm(disable=None if show else True, unit="step", dynamic_ncols=True)
         if train_cfg.on_nonfinite == "skip":  # chosen once: the common step has no test for it
             self.train_step = SkipNonFinite(self)  # type: ignore[method-assign]
+
+    @property
+    def emit(self) -> Callable[[dict], None]:
+        """Where every metrics row goes: the callable the trainer was built with."""
+        return self._emit
 
     def attach_replica(self, ddp: Any, call: Optional[Callable[..., Any]] = None) -> None:
         """Train through `ddp`, the one DistributedDataParallel wrapper (called as `call`, its compiled
