@@ -30,7 +30,7 @@ from mltrain.training.growth import copy_blocks
 from mltrain.training.optim import LRSchedule, build_optimizer
 from mltrain.training.parts import Parts
 from mltrain.training.run_config import RunConfig
-from mltrain.training.trainer import Trainer, TrainState
+from mltrain.training.trainer import Trainer
 
 
 @dataclass
@@ -293,23 +293,19 @@ class PlanRunner:
 
     # -- resumable state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything needed to continue exactly where this runner is: weights, every optimizer, the
-        parts' own state (training/parts.py), counters, the plan position (the runner's own), batch stream
-        positions, clock, RNG states."""
-        t, clock = self.trainer, self.trainer.clock.state_dict()
+        """Everything needed to continue exactly where this runner is: weights, every optimizer, the plan
+        position and the batch streams' positions (the runner's own), and each owner's share, one flat
+        mapping: the trainer's (counters, clock, rows not yet written), the evaluator's and the parts'
+        (training/parts.py); the RNG states."""
         return {
-            "model": t.model.state_dict(),
+            "model": self.trainer.model.state_dict(),
             "fine_optimizer": self.fine_optimizer.state_dict(),
             "own_optimizers": {path_key(p): opt.state_dict() for p, opt in self.own_optimizers.items()},
-            **self.parts.state_dict(),
-            **self.evaluator.state_dict(),
-            "train_state": t.state.state_dict(),
             "position": self.position.state_dict(),
             "samplers": {name: stream.state_dict() for name, stream in self.streams.items()},
-            "elapsed_s": clock["elapsed_s"],  # so time_s and train_time_s go on from where they stopped
-            "apart_s": clock["apart_s"],
-            "last_loss": dict(t.last_loss),
-            "pending_rows": t.pending_state(),
+            **self.trainer.state_dict(),
+            **self.evaluator.state_dict(),
+            **self.parts.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -334,13 +330,10 @@ class PlanRunner:
         earlier = {key: counters.pop(key) for key in POSITION if key in counters}
         at = PlanPosition.from_state(state.get("position", earlier))
         self.position.phase_index, self.position.step_in_phase = at.phase_index, at.step_in_phase
-        t.state = TrainState.from_state(counters)
+        t.load_state_dict({**state, "train_state": counters})
         self.evaluator.load_state_dict({**measured, **state})
         for name, stream in self.streams.items():
             stream.load_state_dict(state["samplers"][name])
-        t.clock.restart(elapsed=state["elapsed_s"], apart=state.get("apart_s", 0.0))
-        t.last_loss = dict(state["last_loss"])
-        t.load_pending_state(state.get("pending_rows", {}))
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"]:
             torch.cuda.set_rng_state_all(state["cuda_rng"])

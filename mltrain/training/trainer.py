@@ -406,6 +406,23 @@ class Trainer:
             if not bool(finite):
                 raise NonFiniteLoss(f"non-finite weights after fine step {self.state.fine_steps}")
 
+    # -- resumable state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The trainer's share of a checkpoint (entries of the runner's one mapping): its counters, the
+        clock (so time_s and train_time_s go on from where they stopped), the last losses and the rows
+        not yet written."""
+        clock = self.clock.state_dict()
+        return {"train_state": self.state.state_dict(), "elapsed_s": clock["elapsed_s"], "apart_s": clock["apart_s"],
+                "last_loss": dict(self.last_loss), "pending_rows": self.pending_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Back to what `state_dict()` saved (`train_state`: the counters alone; training/runner.py reads
+        a file's older layouts into it)."""
+        self.state = TrainState.from_state(state["train_state"])
+        self.clock.restart(elapsed=state["elapsed_s"], apart=state.get("apart_s", 0.0))
+        self.last_loss = dict(state["last_loss"])
+        self.load_pending_state(state.get("pending_rows", {}))
+
     def pending_state(self) -> dict:
         """The per-step losses, step and token counts of rows not yet written (their start times are not
         kept: tokens/s restarts at a resume)."""
