@@ -355,6 +355,9 @@ class RowSink:
         self._write: Optional[Callable[[dict], None]] = None
 
     def open(self, write: Callable[[dict], None]) -> None:
+        """Rows go to `write` from now on: once, when the tracker opens (or, on ranks > 0, to nothing)."""
+        if self._write is not None:
+            raise RuntimeError("a run's rows are opened into one tracker, once")
         self._write = write
 
     def __call__(self, row: dict) -> None:
@@ -542,8 +545,7 @@ def conclude(session: Session, outcome: Outcome, summary: dict, run_dir: Path) -
 def _inside(runner: PlanRunner) -> str:
     """Where in its phase a run stopped inside a phase of a model other than the fine one (method/plan.py
     where_stopped)."""
-    s = runner.trainer.state
-    return where_stopped(runner.plan[s.phase_index] if s.phase_index < len(runner.plan) else None, s.step_in_phase)
+    return where_stopped(runner.phase(), runner.position.step_in_phase)
 
 
 def _num(x: Optional[float]) -> float:

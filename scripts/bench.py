@@ -77,7 +77,7 @@ from mltrain.data import BatchSampler, load_tokens
 from mltrain.core.flops import train_flops_per_step
 from mltrain.training.devices import peak_flops
 from mltrain.method.kinds import PhaseKind
-from mltrain.method.plan import Phase
+from mltrain.method.plan import Phase, TrainPhase
 from mltrain.run import build
 from mltrain.training.batches import DeviceBatches
 from mltrain.runs.tracking import Tracker
@@ -197,7 +197,15 @@ def run_plan(session, plan: list[Phase]) -> None:
     runner = session.runner
     runner.plan = plan
     runner.trainer.state = TrainState()
+    fresh_position(runner)
     runner.run()
+
+
+def fresh_position(runner) -> None:
+    """The runner back at its plan's start (the runner owns its position; an earlier mltrain kept it in
+    the train state, which the caller has just reset)."""
+    if hasattr(runner, "position"):
+        runner.position.phase_index, runner.position.step_in_phase = 0, 0
 
 
 def sync(device: torch.device) -> None:
@@ -341,6 +349,7 @@ def harness_run(built, tmp: Path) -> Callable[[], None]:
     def run() -> None:
         built.runner.plan = plan
         built.runner.trainer.state = TrainState()
+        fresh_position(built.runner)
         built.runner.run(should_stop=should_stop, after_step=saver.after_step)
 
     return run
@@ -680,10 +689,10 @@ def measure(args, tmp: Path) -> dict:
     kinds: dict[str, Callable[[], None]] = {
         "plain_fine": lambda: [plain() for _ in range(n)],
         "plain_fine_sampler": lambda: [plain_sampler() for _ in range(n)],
-        "fine_single": lambda: run_plan(single, [Phase(PhaseKind.train, (), n)]),
-        "fine_multilevel": lambda: run_plan(ml, [Phase(PhaseKind.train, (), n)]),
+        "fine_single": lambda: run_plan(single, [TrainPhase(steps=n)]),
+        "fine_multilevel": lambda: run_plan(ml, [TrainPhase(steps=n)]),
         "coarse": lambda: run_plan(ml, [replace(coarse_phase, steps=n)]),
-        **{k: (lambda built=built: run_plan(built, [Phase(PhaseKind.train, (), n)])) for k, built in options.items()},
+        **{k: (lambda built=built: run_plan(built, [TrainPhase(steps=n)])) for k, built in options.items()},
     }
     flops = {k: train_flops_per_step(m.n_layer, m.n_embd, m.vocab_size, m.block_size, batch) for k in kinds}
     flops["coarse"] = train_flops_per_step(m.n_layer // 2, m.n_embd, m.vocab_size, m.block_size, batch)

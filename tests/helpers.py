@@ -171,8 +171,8 @@ def load(path: Path) -> dict:
 def plan_position(path: Path) -> tuple[str, int]:
     """(the plan phase a checkpoint stands in, step within it)."""
     payload = load(path)
-    st = payload["runner"]["train_state"]
-    return payload["identity"]["plan"][st["phase_index"]], st["step_in_phase"]
+    at = payload["runner"]["position"]  # the runner's own record
+    return payload["identity"]["plan"][at["phase_index"]], at["step_in_phase"]
 
 
 def rows(run_dir: Path) -> list[dict]:

@@ -13,14 +13,14 @@ import torch
 from hydra import compose, initialize_config_module
 
 from mltrain.config import register_configs, typed
-from mltrain.method.kinds import PhaseKind
-from mltrain.method.plan import Phase
+from mltrain.method.plan import Phase, TrainPhase
 from mltrain.method.registry import DepthMethod, register_method
 from mltrain.run import run
 from mltrain.training.runner import phase_handler
 
 
-# 1. A kind of phase of our own: a Phase subclass (a frozen dataclass) with the fields it needs.
+# 1. A kind of phase of our own: a Phase subclass (a frozen dataclass) with the fields it needs (every
+# phase has its kind, its cycle and `reset_fine_optimizer`; a train phase is a TrainPhase).
 @dataclass(frozen=True)
 class RedrawBlock(Phase):
     block: int = 0  # the block whose weights are drawn again
@@ -36,10 +36,10 @@ class RedrawLast(DepthMethod):
     def plan(self, total_steps):
         half = total_steps // 2
         return [
-            Phase(PhaseKind.train, (), half),  # fine steps: the fine optimizer, LR schedule and batches
+            TrainPhase(steps=half),  # fine steps: the fine optimizer, LR schedule and batches
             # the new phase; `reset_fine_optimizer` clears the fine optimizer's state after it
             RedrawBlock("redraw", block=self.cfg.model.n_layer - 1, reset_fine_optimizer=True),
-            Phase(PhaseKind.train, (), total_steps - half, columns=(("redrawn", True),)),  # a column on its rows
+            TrainPhase(steps=total_steps - half, columns=(("redrawn", True),)),  # a column on its rows
         ]
 
 

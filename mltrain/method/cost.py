@@ -28,8 +28,9 @@ import numpy as np
 
 from mltrain.core.flops import train_flops_per_token
 from mltrain.method.coarsening import build_scheme
-from mltrain.method.kinds import BatchStream, PhaseKind, StepKind
-from mltrain.method.plan import Phase, build_plan, fine_steps
+from mltrain.method.kinds import BatchStream, StepKind
+from mltrain.method.multilevel import Diagnose
+from mltrain.method.plan import Evaluate, Phase, TrainPhase, build_plan, fine_steps, train_phases
 from mltrain.method.settings import ModelShape, RunSettings
 
 PATH_SAMPLES = 64  # sub-paths drawn per phase to estimate the blocks a rival's step runs
@@ -59,9 +60,7 @@ def plan_cost(cfg: RunSettings, vocab_size: Optional[int] = None) -> Cost:
     coarse_batch = cfg.multilevel.coarse_batch_size or t.batch_size
     depths = _depths(cfg, plan)
     train, steps, done = 0.0, 0, 0
-    for phase in plan:
-        if phase.kind != PhaseKind.train:
-            continue
+    for phase in train_phases(plan):
         batch = coarse_batch if phase.batches == BatchStream.coarse else t.batch_size
         if phase.paths is not None:
             blocks = _mean_blocks(phase, done)
@@ -78,15 +77,15 @@ def _measure(cfg: RunSettings, plan: list[Phase], per_token: "_PerToken", depths
     m, t = cfg.model, cfg.train
     n = fine_steps(plan)
     evaluations = 1 + n // t.eval_interval + (1 if n % t.eval_interval else 0)
-    evaluations += sum(1 for p in plan if p.kind == PhaseKind.evaluate)
+    evaluations += sum(1 for p in plan if isinstance(p, Evaluate))
     tokens = t.batch_size * m.block_size
     # the held-out set: ceil(eval_tokens / block_size) sequences (training/settings.py held_out_sequences; a
     # validation split too short for them holds fewer, so this is a bound), whatever the batch size
     held_out = -(-int(t.eval_tokens) // int(m.block_size)) * m.block_size
     flops = evaluations * held_out * per_token(m.n_layer) / 3  # forward only
     for p in plan:
-        if p.kind == PhaseKind.diagnose:
-            level = len(p.path)
+        if isinstance(p, Diagnose):
+            level = len(p.coarse)
             flops += (per_token(depths[level]) + per_token(depths[level - 1])) * tokens
     return flops
 
@@ -106,7 +105,7 @@ class _PerToken:
 def _depths(cfg: RunSettings, plan: list[Phase]) -> list[int]:
     """Blocks of the model at each level the plan reaches (level 0: the fine model)."""
     depths = [int(cfg.model.n_layer)]
-    levels = max((len(p.path) for p in plan), default=0)
+    levels = max((len(p.where()) for p in plan), default=0)
     if levels:
         scheme = build_scheme(cfg.coarsening)
         for _ in range(levels):
@@ -114,7 +113,7 @@ def _depths(cfg: RunSettings, plan: list[Phase]) -> list[int]:
     return depths
 
 
-def _mean_blocks(phase: Phase, first_step: int) -> float:
+def _mean_blocks(phase: TrainPhase, first_step: int) -> float:
     """The mean number of blocks the phase's sub-paths run (its policy asked at up to PATH_SAMPLES of
     its fine steps, counted over the run from `first_step`)."""
     if phase.steps <= 0 or phase.paths is None:

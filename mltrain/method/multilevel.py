@@ -29,7 +29,7 @@ from mltrain.core.errors import ConfigError
 from mltrain.core.flops import train_flops_per_token
 from mltrain.method.coarsening import build_scheme, scheme_class
 from mltrain.method.kinds import BatchStream, PhaseKind, StepKind, coarse_name
-from mltrain.method.plan import OwnOptimizer, Phase, PhaseSchedule
+from mltrain.method.plan import Evaluate, OwnOptimizer, Phase, PhaseSchedule, TrainPhase
 from mltrain.method.registry import NONE, DepthMethod, register_method
 from mltrain.method.settings import RunSettings
 from mltrain.optim_settings import CoarseOptimConfig, OptimConfig, OptimName, ScheduleConfig, ScheduleName
@@ -48,6 +48,37 @@ class StatePolicy(Choice):
 class Control(Choice):
     none = "none"
     schedule = "schedule"  # the LR-schedule control (see MultilevelConfig.control)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnCoarse(Phase):
+    """A phase that acts on one coarse model between steps (its handlers: runtime/multilevel.py)."""
+
+    coarse: tuple[int, ...]  # the coarse model's path: (a,) coarse model a, (a, b) its coarse model b…
+
+    def where(self) -> tuple[int, ...]:
+        return self.coarse
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restrict(OnCoarse):
+    """The coarse model initialised from its parent (the scheme's restriction)."""
+
+    kind: str = field(default=PhaseKind.restrict, init=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Diagnose(OnCoarse):
+    """The coarse model's loss and gradient agreement with its parent, measured, not trained."""
+
+    kind: str = field(default=PhaseKind.diagnose, init=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prolong(OnCoarse):
+    """The coarse model's weights carried back into its parent (the scheme's δ-prolongation)."""
+
+    kind: str = field(default=PhaseKind.prolong, init=False)
 
 
 @dataclass
@@ -146,14 +177,14 @@ class Multilevel(DepthMethod):
     def plan(self, total_steps: int) -> list[Phase]:
         """Its cycles, then fine training to `total_steps` fine steps."""
         ml, steps = self.cfg.multilevel, self.coarse_phase_steps()
-        plan = []
+        plan: list[Phase] = []
         for c in range(ml.n_cycles):
             plan += self._cycle((), c, steps)
             if ml.eval_every_cycle:  # held-out loss right after the cycle's last prolongation
-                plan.append(Phase(PhaseKind.evaluate, (), cycle=c))
+                plan.append(Evaluate(cycle=c))
         rest = total_steps - ml.n_cycles * ml.fine_steps_per_cycle
         if rest > 0:
-            plan.append(Phase(PhaseKind.train, (), rest))
+            plan.append(TrainPhase(steps=rest))
         return plan
 
     def coarse_phase_steps(self) -> Callable[[int], int]:
@@ -164,14 +195,14 @@ class Multilevel(DepthMethod):
         """Cycle `c` at the level of `path`: train that model, then visit each of its coarse models
         (restrict, recurse into, prolong)."""
         ml, level = self.cfg.multilevel, len(path)
-        phases = [self.train_phase(path, c, ml.fine_steps_per_cycle if level == 0 else coarse_steps(level))]
+        phases: list[Phase] = [self.train_phase(path, c, ml.fine_steps_per_cycle if level == 0 else coarse_steps(level))]
         if level + 1 < ml.levels:
             for child in self._children():
                 sub = path + (child,)
                 phases += self.visit(sub, c, self._cycle(sub, c, coarse_steps))
         return phases
 
-    def train_phase(self, path: tuple[int, ...], c: int, steps: int) -> Phase:
+    def train_phase(self, path: tuple[int, ...], c: int, steps: int) -> TrainPhase:
         """The train phase of `path`'s model in cycle `c`. The fine model: fine steps with the fine
         optimizer, LR and batches, a train row after each (the jumps after a prolongation are the
         point). A coarse model: its own optimizer (multilevel.coarse_optim over optim, its state kept or
@@ -179,10 +210,10 @@ class Multilevel(DepthMethod):
         (coarse_schedule), the coarse batch stream, a row every coarse_log_interval steps."""
         cycle = (("cycle", c),)
         if not path:
-            return Phase(PhaseKind.train, (), steps, c, columns=cycle, row_every=1)
+            return TrainPhase(steps=steps, cycle=c, columns=cycle, row_every=1)
         ml = self.cfg.multilevel
         settings, schedule = self._coarse_settings
-        return Phase(PhaseKind.train, path, steps, c, trains=path,
+        return TrainPhase(steps=steps, cycle=c, trains=path,
                      optimizer=OwnOptimizer(path, settings, ml.coarse_optimizer_state == StatePolicy.reset),
                      schedule=schedule, batches=BatchStream.coarse, step_kind=StepKind.coarse,
                      columns=(*cycle, ("coarse_model", path[-1])), row_every=int(ml.coarse_log_interval))
@@ -198,10 +229,10 @@ class Multilevel(DepthMethod):
         """Coarse model `sub` in cycle `c` around its own cycle `inner`: restrict it from its parent,
         measure the diagnostics (multilevel.diagnostics), train, prolong it into its parent (after which,
         into the fine model, fine_momentum_after_prolong=reset clears the fine optimizer's state)."""
-        phases = [Phase(PhaseKind.restrict, sub, cycle=c)]
+        phases: list[Phase] = [Restrict(coarse=sub, cycle=c)]
         if self.cfg.multilevel.diagnostics:
-            phases.append(Phase(PhaseKind.diagnose, sub, cycle=c))
-        return [*phases, *inner, Phase(PhaseKind.prolong, sub, cycle=c, reset_fine_optimizer=self._resets_fine(sub))]
+            phases.append(Diagnose(coarse=sub, cycle=c))
+        return [*phases, *inner, Prolong(coarse=sub, cycle=c, reset_fine_optimizer=self._resets_fine(sub))]
 
     def _resets_fine(self, sub: tuple[int, ...]) -> bool:
         return len(sub) == 1 and self.cfg.multilevel.fine_momentum_after_prolong == StatePolicy.reset
@@ -242,13 +273,13 @@ class ScheduleControl(Multilevel):
     def coarse_phase_steps(self) -> Callable[[int], int]:
         return ControlSteps(self.cfg).next
 
-    def train_phase(self, path: tuple[int, ...], c: int, steps: int) -> Phase:
+    def train_phase(self, path: tuple[int, ...], c: int, steps: int) -> TrainPhase:
         """A coarse phase's stand-in: its optimizer, LR, batches and rows, stepping the fine model; its rows
         name the coarse model it stands in for (`control_for`)."""
         phase = super().train_phase(path, c, steps)
         if not path:
             return phase
-        return replace(phase, trains=(), step_kind=StepKind.control,
+        return replace(phase, trains=(), stands_in_for=path, step_kind=StepKind.control,
                        columns=(("cycle", c), ("control_for", coarse_name(path))))
 
     def visit(self, sub: tuple[int, ...], c: int, inner: list[Phase]) -> list[Phase]:

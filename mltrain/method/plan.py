@@ -5,22 +5,24 @@ single-level training is one train phase of the fine model, multilevel training 
 phases and prolongations (method/multilevel.py), a rival method its stages of sub-path phases
 (method/rivals.py). There is one loop for all of them: training/runner.py executes a plan.
 
-A phase says all that its execution needs, so the runner knows no method by name. A train phase: the
-model it trains (`trains`: the fine one, through `paths` when given, or a coarse model of the
-hierarchy), its optimizer (the fine one, or its own `OwnOptimizer`), its LR (the fine schedule, or
-its own `PhaseSchedule` restarted at every phase), its batch stream, the step kind its steps count as,
-the columns its train rows add and how often it writes one. Every other kind acts between steps
-(restrict, diagnose, prolong, evaluate, grow, or a kind a method adds with its handler); any phase may
-clear the fine optimizer's state when it ends (`reset_fine_optimizer`). A method that needs more
-fields for a kind of its own subclasses Phase (a frozen dataclass too).
+A phase says all that its execution needs, so the runner knows no method by name. Each kind is a
+record of its own, with the fields it needs and no others; every one has what `Phase` has: its kind,
+its cycle, and whether the fine optimizer's state is cleared when it ends (`reset_fine_optimizer`).
+A `TrainPhase`: the model it trains (`trains`: the fine one, through `paths` when given, or a coarse
+model of the hierarchy), its optimizer (the fine one, or its own `OwnOptimizer`), its LR (the fine
+schedule, or its own `PhaseSchedule` restarted at every phase), its batch stream, the step kind its
+steps count as, the columns its train rows add and how often it writes one. Every other kind acts
+between steps: `Evaluate`, `Grow` (here), multilevel's `Restrict`, `Diagnose` and `Prolong` (method/
+multilevel.py), or a kind a method adds with its handler: a Phase subclass (a frozen dataclass too)
+with the fields it needs.
 
-The plan is executed with a position (phase index, step within the phase) kept in TrainState: the
-resumable "schedule position".
+The plan is executed from a position (phase index, step within the phase) that the runner owns
+(training/runner.py `PlanPosition`, in its checkpoint state): the resumable "schedule position".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import Any, Optional
 
 from mltrain.method.kinds import BatchStream, PhaseKind, RunKind, StepKind, coarse_name
@@ -54,52 +56,89 @@ class PhaseSchedule:
 
 @dataclass(frozen=True)
 class Phase:
-    kind: str  # a PhaseKind, or the name of a kind a method adds (with its handler: training/runner.py)
-    path: tuple[int, ...] = ()  # which model: () fine, (a,) coarse model a, (a, b) its coarse model b…
-    steps: int = 0
-    cycle: Optional[int] = None
-    paths: Optional[PathPolicy] = None  # train phases of the fine model: the sub-path each step runs (None: all)
-    growth: Optional[BlockCopies] = None  # grow phases: how the fine model's blocks are copied
-    # -- how a train phase trains (the defaults: the fine model, as single-level training does)
+    """What every entry of a plan has. `kind`: a PhaseKind (each built-in kind is a record of its own:
+    TrainPhase, Evaluate, Grow, and multilevel's), or the name of a kind a method adds, with its handler
+    (training/runner.py `phase_handler`), as a subclass with the fields it needs."""
+
+    kind: str
+    _: KW_ONLY
+    cycle: Optional[int] = None  # the cycle it belongs to (None: outside the cycles)
+    reset_fine_optimizer: bool = False  # when it ends, the fine optimizer's state is cleared
+
+    def where(self) -> tuple[int, ...]:
+        """The model the phase is of, by its path: () the fine one, (a,) coarse model a, (a, b) its coarse
+        model b… (what its text in a checkpoint's plan and a stop line name)."""
+        return ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainPhase(Phase):
+    """Optimizer steps of one model. The defaults: the fine model with the fine optimizer, LR schedule and
+    batches, as single-level training does."""
+
+    kind: str = field(default=PhaseKind.train, init=False)
+    steps: int
     trains: tuple[int, ...] = ()  # the model whose weights step: () the fine one, else that coarse model's path
+    # the coarse model whose place in the plan the phase takes while training another (the schedule
+    # control's fine steps in a coarse phase's place): what the phase's text and a stop line name
+    stands_in_for: Optional[tuple[int, ...]] = None
+    paths: Optional[PathPolicy] = None  # of the fine model: the sub-path each step runs (None: all its blocks)
     optimizer: Optional[OwnOptimizer] = None  # None: the fine optimizer
     schedule: Optional[PhaseSchedule] = None  # None: the fine LR schedule, at the run's fine step
     batches: str = BatchStream.fine  # a BatchStream, or a stream the method's parts add (training/parts.py)
     step_kind: str = StepKind.fine  # a StepKind, or a kind of step a method adds (counted by its name)
     columns: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs every train row of the phase adds
     row_every: int = 0  # a train row every N steps of the phase and at its end; 0: every train.log_interval fine steps
-    # -- what happens when the phase ends
-    reset_fine_optimizer: bool = False  # the fine optimizer's state is cleared
 
-    @property
-    def level(self) -> int:
-        return len(self.path)
+    def where(self) -> tuple[int, ...]:
+        return self.trains if self.stands_in_for is None else self.stands_in_for
 
     @property
     def row_columns(self) -> dict[str, Any]:
         return dict(self.columns)
 
 
-_PHASE_FIELDS = frozenset(f.name for f in fields(Phase))
+@dataclass(frozen=True, kw_only=True)
+class Evaluate(Phase):
+    """The fine model's held-out loss, between steps (its row names the phase's cycle)."""
+
+    kind: str = field(default=PhaseKind.evaluate, init=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grow(Phase):
+    """The fine model's blocks copied into others (progressive stacking), optimizer state carried."""
+
+    kind: str = field(default=PhaseKind.grow, init=False)
+    growth: BlockCopies
+
+
+# The fields the built-in records describe in a phase's text; a method's own kind's other fields are
+# written as `name=value` (another value is another plan).
+_DESCRIBED = frozenset({f.name for record in (Phase, TrainPhase, Evaluate, Grow) for f in fields(record)}
+                       | {"coarse", "path"})  # multilevel's OnCoarse; the one record's field before the kinds
 
 
 def phase_text(p: Phase) -> str:
     """A phase as a checkpoint names it in its plan (training/checkpoint.py): another text is another plan."""
-    where = "fine" if not p.path else "coarse " + ".".join(map(str, p.path))
-    text = f"{p.kind} {where}" + (f" x{p.steps}" if p.kind == PhaseKind.train else "")
+    path = p.where()
+    text = f"{p.kind} " + ("fine" if not path else "coarse " + ".".join(map(str, path)))
+    if isinstance(p, TrainPhase):
+        text += f" x{p.steps}"
     # a rival method's sub-paths and growths: another setting of them is another plan
-    text += "".join(f" {describe(rule)}" for rule in (p.paths, p.growth) if rule is not None)
+    rule = p.paths if isinstance(p, TrainPhase) else p.growth if isinstance(p, Grow) else None
+    text += f" {describe(rule)}" if rule is not None else ""
     # a method's own kind of phase: the fields it adds (another value of them is another plan)
-    text += "".join(f" {f.name}={getattr(p, f.name)}" for f in fields(p) if f.name not in _PHASE_FIELDS)
+    text += "".join(f" {f.name}={getattr(p, f.name)}" for f in fields(p) if f.name not in _DESCRIBED)
     return text + (f" (cycle {p.cycle})" if p.cycle is not None else "")
 
 
 def where_stopped(phase: Optional[Phase], step_in_phase: int) -> str:
     """` (in cycle 3's coarse phase of model A, step 40 of 100)` for a run stopped inside a train phase of a
     model other than the fine one; `` otherwise."""
-    if phase is None or phase.kind != PhaseKind.train or not phase.path or not 0 < step_in_phase < phase.steps:
+    if not isinstance(phase, TrainPhase) or not phase.where() or not 0 < step_in_phase < phase.steps:
         return ""
-    return (f" (in cycle {phase.cycle}'s {phase.step_kind} phase of model {coarse_name(phase.path)}, step "
+    return (f" (in cycle {phase.cycle}'s {phase.step_kind} phase of model {coarse_name(phase.where())}, step "
             f"{step_in_phase} of {phase.steps})")
 
 
@@ -120,11 +159,16 @@ def build_plan(cfg: RunSettings) -> list[Phase]:
     return method_for(cfg).plan(budget_steps(cfg.train))
 
 
+def train_phases(plan: list[Phase]) -> list[TrainPhase]:
+    """The plan's train phases, in order."""
+    return [p for p in plan if isinstance(p, TrainPhase)]
+
+
 def planned_steps(plan: list[Phase]) -> int:
     """Optimizer steps of every level the plan takes."""
-    return sum(p.steps for p in plan)
+    return sum(p.steps for p in train_phases(plan))
 
 
 def fine_steps(plan: list[Phase]) -> int:
     """Fine steps the plan takes: where the fine LR schedule ends and the last evaluation is."""
-    return sum(p.steps for p in plan if p.kind == PhaseKind.train and p.step_kind == StepKind.fine)
+    return sum(p.steps for p in train_phases(plan) if p.step_kind == StepKind.fine)

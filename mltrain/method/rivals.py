@@ -14,9 +14,8 @@ from typing import Any
 
 from mltrain.core.errors import ConfigError
 from mltrain.method.coarsening import scheme_class
-from mltrain.method.kinds import PhaseKind
 from mltrain.method.paths import Stage
-from mltrain.method.plan import Phase
+from mltrain.method.plan import Grow, Phase, TrainPhase
 from mltrain.method.registry import DepthMethod
 
 
@@ -46,9 +45,9 @@ class Rival(DepthMethod):
 
 def stage_phases(stages: list[Stage]) -> list[Phase]:
     """A rival method's stages as fine train phases, each after its growth (if any)."""
-    plan = []
+    plan: list[Phase] = []
     for stage in stages:
         if stage.growth is not None:
-            plan.append(Phase(PhaseKind.grow, growth=stage.growth))
-        plan.append(Phase(PhaseKind.train, (), stage.steps, paths=stage.paths))
+            plan.append(Grow(growth=stage.growth))
+        plan.append(TrainPhase(steps=stage.steps, paths=stage.paths))
     return plan

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from mltrain.method.coarsening import scheme_class
-from mltrain.method.kinds import PhaseKind
-from mltrain.method.plan import Phase
+from mltrain.method.plan import Phase, TrainPhase
 from mltrain.method.registry import NONE, DepthMethod, register_method
 from mltrain.method.settings import RunSettings
 
@@ -21,4 +20,4 @@ class Single(DepthMethod):
         return str(cfg.depth_method) == NONE and not scheme_class(cfg.coarsening.scheme).coarsens
 
     def plan(self, total_steps: int) -> list[Phase]:
-        return [Phase(PhaseKind.train, (), total_steps)]
+        return [TrainPhase(steps=total_steps)]

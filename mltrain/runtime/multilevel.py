@@ -16,8 +16,8 @@ import torch
 
 from mltrain.method.coarsening import build_scheme
 from mltrain.method.kinds import PhaseKind
-from mltrain.method.multilevel import MultilevelRun
-from mltrain.method.plan import Phase
+from mltrain.method.multilevel import MultilevelRun, OnCoarse
+from mltrain.method.plan import train_phases
 from mltrain.runtime.diagnostics import Diagnostics
 from mltrain.training.parts import BuildKit, Parts
 from mltrain.model.views import Hierarchy, ModelView
@@ -48,7 +48,7 @@ class MultilevelParts(Parts):
         """The blocks coarse models own (the `average` scheme), made now for every coarse model the plan
         trains (mltrain/training/distributed.py)."""
         blocks: list[torch.nn.Module] = []
-        for path in dict.fromkeys(p.trains for p in plan if p.kind == PhaseKind.train and p.trains):
+        for path in dict.fromkeys(p.trains for p in train_phases(plan) if p.trains):
             view = self.hierarchy.view(path)
             if view.owns_blocks:
                 blocks += view.blocks
@@ -58,19 +58,19 @@ class MultilevelParts(Parts):
         return {PhaseKind.restrict.value: self._restrict, PhaseKind.diagnose.value: self._diagnose,
                 PhaseKind.prolong.value: self._prolong}
 
-    def _coarse_view(self, phase: Phase) -> ModelView:
+    def _coarse_view(self, phase: OnCoarse) -> ModelView:
         """The coarse model a restrict, diagnose or prolong phase acts on."""
-        return self.hierarchy.view(phase.path, phase.cycle or 0)
+        return self.hierarchy.view(phase.coarse, phase.cycle or 0)
 
-    def _restrict(self, ctx: Any, phase: Phase) -> bool:
+    def _restrict(self, ctx: Any, phase: OnCoarse) -> bool:
         self.hierarchy.restrict(self._coarse_view(phase))
         return True
 
-    def _diagnose(self, ctx: Any, phase: Phase) -> bool:
+    def _diagnose(self, ctx: Any, phase: OnCoarse) -> bool:
         self.diagnostics.log_diagnostics(self._coarse_view(phase), phase.cycle or 0)
         return True
 
-    def _prolong(self, ctx: Any, phase: Phase) -> bool:
+    def _prolong(self, ctx: Any, phase: OnCoarse) -> bool:
         self.hierarchy.prolong(self._coarse_view(phase))
         return True
 

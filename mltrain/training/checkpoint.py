@@ -359,7 +359,7 @@ class CheckpointSaver:
         if trainer.state.optimizer_steps == self.saved_at:  # no step since the last one: it is still a valid
             return self.folder.latest()  # resume point (a restrict or prolong after it is redone)
         with trainer.clock.apart():
-            trainer.check_finite(weights=True)  # never a checkpoint of a state after a bad step (every rank)
+            trainer.check_finite(True, self.runner.position.step_in_phase)  # never a checkpoint of a state after a bad step (every rank)
             self.cadence.mark(trainer.state)
             self.saved_at = trainer.state.optimizer_steps
             if self.tracker is None:  # ranks > 0: rank 0 writes the one checkpoint of the job

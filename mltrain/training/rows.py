@@ -176,26 +176,27 @@ class PendingRow:
         return p
 
 
-def step_name(state: Any, view: Optional[ModelView], kind: str, bad_step: int, now: int) -> str:
-    """Names optimizer step `bad_step` of the current row's steps (`now` is the latest): its fine
-    step, level and phase (no level where the row names no view). A row's steps are all of one kind
-    and, but for fine ones, of one phase."""
+def step_name(state: Any, view: Optional[ModelView], kind: str, bad_step: int, now: int, step_in_phase: int) -> str:
+    """Names optimizer step `bad_step` of the current row's steps (`now` is the latest, step
+    `step_in_phase` of its phase, as the runner's position says): its fine step, level and phase (no
+    level where the row names no view). A row's steps are all of one kind and, but for fine ones, of
+    one phase."""
     back = now - bad_step
     where = f"{kind} phase" if view is None else f"level {view.level}, {kind} phase"
     if view is not None and view.path:
         where += f" of {view.name}"
     if kind == StepKind.fine:
         return f"fine step {state.fine_steps - back} ({where})"
-    return f"{kind} step {state.step_in_phase - back} of the phase after fine step {state.fine_steps} ({where})"
+    return f"{kind} step {step_in_phase - back} of the phase after fine step {state.fine_steps} ({where})"
 
 
-def nonfinite_error(state: Any, kind: str, pending: PendingRow) -> NonFiniteLoss:
+def nonfinite_error(state: Any, kind: str, pending: PendingRow, step_in_phase: int) -> NonFiniteLoss:
     """The error naming the first non-finite step of `pending` (this rank's; under data parallel a
-    rank whose own losses are finite names the row's last step)."""
+    rank whose own losses are finite names the row's last step); `step_in_phase`: the latest step's."""
     now = state.optimizer_steps
     first = pending.first_nonfinite()
     bad = now - pending.steps + (first if first is not None else pending.steps - 1) + 1
-    where = step_name(state, pending.view, kind, bad, now) if pending.view is not None else f"a {kind} step"
+    where = step_name(state, pending.view, kind, bad, now, step_in_phase) if pending.view is not None else f"a {kind} step"
     return NonFiniteLoss(f"non-finite training loss at {where}")
 
 

@@ -6,13 +6,13 @@ A train phase is one loop of `Trainer.train_step` calls, in `PlanRunner.run` its
 to the handler its kind names: the run's parts' own (training/parts.py: a method's build hook makes
 them) or PHASE_HANDLERS (evaluate, grow here). A method that plans a kind of phase of its own gives its
 handler in its parts, or registers it with `@phase_handler("<kind>")` in its own module (this layer
-imports none). The position in the plan (phase index, step within the phase)
-lives in TrainState, so a run stopped anywhere continues from `state_dict()` exactly where it was.
+imports none). The runner owns its position in the plan (`PlanPosition`: the phase index, the steps
+taken of that phase), saved in its `state_dict()`, so a run stopped anywhere continues exactly where it was.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
 import torch
@@ -22,14 +22,37 @@ from mltrain.model.gpt import GPT
 from mltrain.model.views import ModelView, key_path, path_key, path_view
 from mltrain.method.kinds import PhaseKind, RunKind, StepKind
 from mltrain.method.paths import PathPolicy, SubPath
-from mltrain.method.plan import OwnOptimizer, Phase, PhaseSchedule, budget_steps, fine_steps
+from mltrain.method.plan import (Grow, OwnOptimizer, Phase, PhaseSchedule, TrainPhase, budget_steps, fine_steps,
+                                 train_phases)
 from mltrain.method.registry import method_for
 from mltrain.training.evaluation import Evaluator
 from mltrain.training.growth import copy_blocks
 from mltrain.training.optim import LRSchedule, build_optimizer
 from mltrain.training.parts import Parts
 from mltrain.training.run_config import RunConfig
-from mltrain.training.trainer import Trainer, TrainState
+from mltrain.training.trainer import Trainer
+
+
+@dataclass
+class PlanPosition:
+    """Where a runner stands in its plan: the index of the phase it is in and the steps of that phase
+    taken (a train phase's; 0 for any other). The runner's own record: the trainer counts steps and
+    FLOPs, the runner alone moves through the plan."""
+
+    phase_index: int = 0
+    step_in_phase: int = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "PlanPosition":
+        return cls(int(state["phase_index"]), int(state["step_in_phase"]))
+
+
+# The position's entries, which a checkpoint written before the runner owned its position holds among
+# the train state's counters (`train_state`).
+POSITION = ("phase_index", "step_in_phase")
 
 
 @dataclass
@@ -133,6 +156,7 @@ class PlanRunner:
         self._phase_schedules: dict[tuple[PhaseSchedule, int], LRSchedule] = {}  # by spec and phase length
         self.log_every, self.eval_every = int(cfg.train.log_interval), int(cfg.train.eval_interval)
         self.own_optimizers: dict[tuple[int, ...], torch.optim.Optimizer] = {}
+        self.position = PlanPosition()  # where in the plan the run stands: the runner's alone
 
     def _check_plan(self) -> None:
         """ConfigError before any step when a phase names a kind without a handler or a batch stream the
@@ -141,17 +165,20 @@ class PlanRunner:
         if unknown:
             raise ConfigError(f"depth method {self.kind} plans phases of kind {', '.join(unknown)} that have no "
                               "handler (register one with mltrain.training.runner.phase_handler)")
-        missing = sorted({str(p.batches) for p in self.plan if p.kind == PhaseKind.train} - set(self.streams))
+        if any(p.kind == PhaseKind.train and not isinstance(p, TrainPhase) for p in self.plan):
+            raise ConfigError(f"depth method {self.kind} plans a train phase that is no TrainPhase "
+                              "(mltrain.method.plan.TrainPhase: its steps, model, optimizer, LR and batches)")
+        missing = sorted({str(p.batches) for p in train_phases(self.plan)} - set(self.streams))
         if missing:
             raise ConfigError(f"depth method {self.kind} plans train phases on batch stream(s) {', '.join(missing)} "
                               "that its run does not build (training/parts.py Parts.streams)")
 
     # -- which model, optimizer, LR and batches a train phase uses -----------------------------------
-    def view_for(self, phase: Phase) -> ModelView:
+    def view_for(self, phase: TrainPhase) -> ModelView:
         """The view a train phase trains (with sub-paths: the fine model they are drawn from)."""
         return self.parts.view(phase.trains, phase.cycle or 0) if phase.trains else self.fine
 
-    def own_optimizer(self, phase: Phase, view: ModelView, phase_start: bool) -> torch.optim.Optimizer:
+    def own_optimizer(self, phase: TrainPhase, view: ModelView, phase_start: bool) -> torch.optim.Optimizer:
         """The phase's own optimizer; with `reset` its state is cleared at the start of every phase of it
         (not when a phase resumes mid-way)."""
         spec = _own_optimizer_spec(phase)
@@ -162,7 +189,7 @@ class PlanRunner:
             opt.state.clear()
         return opt
 
-    def _new_optimizer(self, phase: Phase, view: ModelView) -> torch.optim.Optimizer:
+    def _new_optimizer(self, phase: TrainPhase, view: ModelView) -> torch.optim.Optimizer:
         """One optimizer per key. It holds every fine parameter (plus the blocks the view owns, if any):
         parameters outside the current view get no gradient and are skipped, so a view whose blocks
         change from phase to phase keeps per-parameter state."""
@@ -188,12 +215,12 @@ class PlanRunner:
             self._phase_schedules[key] = LRSchedule(spec.name, spec.warmup_steps, spec.min_lr, spec.peak_lr, phase_steps)
         return self._phase_schedules[key]
 
-    def training(self, phase: Phase) -> Training:
+    def training(self, phase: TrainPhase) -> Training:
         """What the steps of train phase `phase` use, from where the run stands in it."""
         view, paths = self.view_for(phase), phase.paths
         optimizer = self.fine_optimizer
         if phase.optimizer is not None:
-            optimizer = self.own_optimizer(phase, view, self.trainer.state.step_in_phase == 0)
+            optimizer = self.own_optimizer(phase, view, self.position.step_in_phase == 0)
         schedule = self.fine_schedule if phase.schedule is None else self.phase_schedule(phase.schedule, phase.steps)
         eval_view = view if paths is None else self.path_view(paths.eval_path())
         ahead = None if paths is None else ViewsAhead(paths, self.trainer.model)
@@ -208,29 +235,34 @@ class PlanRunner:
         mid-phase or not. `after_step(kind)` is called after every optimizer step and its rows, at a point
         where `state_dict()` is a valid resume point (where checkpoints are taken). A train phase's steps
         are this loop's own; any other phase is its kind's handler's (given a PhaseContext)."""
-        state = self.trainer.state
-        while state.phase_index < len(self.plan):
+        state, at = self.trainer.state, self.position
+        while at.phase_index < len(self.plan):
             if should_stop():
                 return False
-            phase = self.plan[state.phase_index]
-            if phase.kind == PhaseKind.train:
+            phase = self.plan[at.phase_index]
+            if isinstance(phase, TrainPhase):
                 t, kind = self.training(phase), str(phase.step_kind)  # counted by its plain name
-                while state.step_in_phase < phase.steps:
+                while at.step_in_phase < phase.steps:
                     view = t.view if t.ahead is None else t.ahead.view(state.fine_steps)  # this step's sub-path
-                    lr = t.schedule(state.fine_steps if t.at_fine_step else state.step_in_phase)
+                    lr = t.schedule(state.fine_steps if t.at_fine_step else at.step_in_phase)
                     self.trainer.train_step(view, t.optimizer, lr, t.sampler, kind)
-                    state.step_in_phase += 1
+                    at.step_in_phase += 1
                     self._rows_after_step(phase, view, t, lr)
                     after_step(kind)
-                    if state.step_in_phase < phase.steps and should_stop():
+                    if at.step_in_phase < phase.steps and should_stop():
                         return False
             elif not self.handlers[str(phase.kind)](self.phase_context(should_stop), phase):
                 return False
             if phase.reset_fine_optimizer:
                 self.fine_optimizer.state.clear()
-            state.phase_index += 1
-            state.step_in_phase = 0
+            at.phase_index += 1
+            at.step_in_phase = 0
         return True
+
+    def phase(self) -> Optional[Phase]:
+        """The phase the run stands in (None: the plan has ended)."""
+        i = self.position.phase_index
+        return self.plan[i] if i < len(self.plan) else None
 
     def phase_context(self, should_stop: Callable[[], bool]) -> PhaseContext:
         """What a handler of a phase is given, as the run stands now."""
@@ -238,21 +270,20 @@ class PlanRunner:
         return PhaseContext(t.model, self.fine_optimizer, t.emit, t.counters, t.state.fine_steps, int(self.cfg.seed),
                             lambda **columns: self.evaluator.log_eval(self.fine, **columns), should_stop)
 
-    def _rows_after_step(self, phase: Phase, view: ModelView, t: Training, lr: float) -> None:
+    def _rows_after_step(self, phase: TrainPhase, view: ModelView, t: Training, lr: float) -> None:
         """The phase's train row when one is due: every `row_every` steps of the phase and at its end; with
         row_every 0, for fine steps every train.log_interval fine steps of the run and at the last (for
         other steps every train.log_interval steps of the phase and at its end). After a fine step, a
         held-out evaluation every train.eval_interval fine steps and at the last (on `t.eval_view`: a
         sub-path method's whole model)."""
-        state, kind = self.trainer.state, str(phase.step_kind)
-        n, fine = state.fine_steps, kind == StepKind.fine
+        kind, k = str(phase.step_kind), self.position.step_in_phase
+        n, fine = self.trainer.state.fine_steps, kind == StepKind.fine
         if phase.row_every or not fine:
-            k = state.step_in_phase
             due = k % (phase.row_every or self.log_every) == 0 or k == phase.steps
         else:
             due = n % self.log_every == 0 or n == self.last_fine_step
         if due:
-            self.trainer.log_train(kind, view, lr, **t.columns)
+            self.trainer.log_train(kind, view, lr, k, **t.columns)
         if fine and (n % self.eval_every == 0 or n == self.last_fine_step):
             self.evaluator.log_eval(t.eval_view)
 
@@ -262,22 +293,19 @@ class PlanRunner:
 
     # -- resumable state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything needed to continue exactly where this runner is: weights, every optimizer, the
-        parts' own state (training/parts.py), counters and plan position, batch stream positions, clock,
-        RNG states."""
-        t, clock = self.trainer, self.trainer.clock.state_dict()
+        """Everything needed to continue exactly where this runner is: weights, every optimizer, the plan
+        position and the batch streams' positions (the runner's own), and each owner's share, one flat
+        mapping: the trainer's (counters, clock, rows not yet written), the evaluator's and the parts'
+        (training/parts.py); the RNG states."""
         return {
-            "model": t.model.state_dict(),
+            "model": self.trainer.model.state_dict(),
             "fine_optimizer": self.fine_optimizer.state_dict(),
             "own_optimizers": {path_key(p): opt.state_dict() for p, opt in self.own_optimizers.items()},
-            **self.parts.state_dict(),
-            **self.evaluator.state_dict(),
-            "train_state": t.state.state_dict(),
+            "position": self.position.state_dict(),
             "samplers": {name: stream.state_dict() for name, stream in self.streams.items()},
-            "elapsed_s": clock["elapsed_s"],  # so time_s and train_time_s go on from where they stopped
-            "apart_s": clock["apart_s"],
-            "last_loss": dict(t.last_loss),
-            "pending_rows": t.pending_state(),
+            **self.trainer.state_dict(),
+            **self.evaluator.state_dict(),
+            **self.parts.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -288,32 +316,33 @@ class PlanRunner:
         t.model.load_state_dict(state["model"])
         self.fine_optimizer.load_state_dict(state["fine_optimizer"])
         self.parts.load_state_dict({**{k: v for k, v in state["train_state"].items() if k in MEASURED}, **state})
-        first: dict[tuple[int, ...], Phase] = {}  # each own optimizer's first phase in the plan: the view it is made for
-        for p in self.plan:
+        first: dict[tuple[int, ...], TrainPhase] = {}  # each own optimizer's first phase: the view it is made for
+        for p in train_phases(self.plan):
             if p.optimizer is not None:
                 first.setdefault(p.optimizer.key, p)
         for key, opt_state in state["own_optimizers"].items():
             phase = first[key_path(key)]
             self._new_optimizer(phase, self.view_for(phase)).load_state_dict(opt_state)
         counters = dict(state["train_state"])
-        # a file written before the measurers kept their own counters has them among the train state's
+        # a file written before the measurers kept their own counters (or the runner its position) has
+        # them among the train state's
         measured = {key: counters.pop(key) for key in MEASURED if key in counters}
-        t.state = TrainState.from_state(counters)
+        earlier = {key: counters.pop(key) for key in POSITION if key in counters}
+        at = PlanPosition.from_state(state.get("position", earlier))
+        self.position.phase_index, self.position.step_in_phase = at.phase_index, at.step_in_phase
+        t.load_state_dict({**state, "train_state": counters})
         self.evaluator.load_state_dict({**measured, **state})
         for name, stream in self.streams.items():
             stream.load_state_dict(state["samplers"][name])
-        t.clock.restart(elapsed=state["elapsed_s"], apart=state.get("apart_s", 0.0))
-        t.last_loss = dict(state["last_loss"])
-        t.load_pending_state(state.get("pending_rows", {}))
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"]:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
 
 
-def _own_optimizer_spec(phase: Phase) -> OwnOptimizer:
+def _own_optimizer_spec(phase: TrainPhase) -> OwnOptimizer:
     """The own optimizer a phase names (ConfigError for one that names none: it trains with the fine one)."""
     if phase.optimizer is None:
-        raise ConfigError(f"a {phase.kind} phase on {phase.path} has no optimizer of its own")
+        raise ConfigError(f"a {phase.kind} phase on {phase.trains} has no optimizer of its own")
     return phase.optimizer
 
 
@@ -326,7 +355,7 @@ def _evaluate(ctx: PhaseContext, phase: Phase) -> bool:
 
 @phase_handler(PhaseKind.grow)
 def _grow(ctx: PhaseContext, phase: Phase) -> bool:
-    if phase.growth is None:
-        raise ConfigError(f"a grow phase at cycle {phase.cycle} says no block copies (Phase.growth)")
+    if not isinstance(phase, Grow):
+        raise ConfigError(f"a grow phase at cycle {phase.cycle} is no Grow record: it says no block copies")
     copy_blocks(ctx.model, ctx.fine_optimizer, phase.growth)
     return True

@@ -7,7 +7,7 @@ metrics read in that one function, top to bottom. Apart from the step: held-out 
 (training/evaluation.py), the gradient diagnostics (training/diagnostics.py), the bookkeeping of train
 rows and non-finite losses (training/rows.py), and the opt-in step that skips a non-finite one
 (train.on_nonfinite=skip, training/skipping.py). Everything that must survive a resume lives in
-`TrainState` (counters and the plan position), in the rows not yet written (`pending_state`), in the
+`TrainState` (the counters; the plan position is the runner's), in the rows not yet written (`pending_state`), in the
 `Clock` and in the samplers' own state.
 """
 
@@ -53,8 +53,6 @@ class TrainState:
     # The same sum with a step of an n-block view costed at n / n_layer of a fine step (blocks only, as
     # the paper may have counted). Equal to `flops` for fine steps.
     flops_blocks: float = 0.0
-    phase_index: int = 0  # position in the plan
-    step_in_phase: int = 0
     skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss (train.on_nonfinite=skip)
 
     @property
@@ -120,8 +118,9 @@ class Clock:
 
 
 class Trainer:
-    """The step, and the train rows it feeds. `emit(row)` receives every metrics row (the tracker's
-    `log`); evaluation and diagnostics emit through it too."""
+    """The step, and the train rows it feeds. `emit(row)` receives every metrics row (the run's RowSink,
+    into which the tracker writes: run.py); evaluation and diagnostics emit through it too. It is given
+    at construction and never rebound (a read-only property)."""
 
     def __init__(
         self,
@@ -134,7 +133,7 @@ class Trainer:
         world: distributed.World = distributed.World(),
         compiled: bool = False,
     ):
-        self.model, self.cfg, self.device, self.dtype, self.emit = model, train_cfg, device, dtype, emit
+        self.model, self.cfg, self.device, self.dtype, self._emit = model, train_cfg, device, dtype, emit
         self._device_type = device.type
         # The step's settings, read once into plain values the step uses.
         self.grad_accum, self.grad_clip = int(train_cfg.grad_accum), float(train_cfg.grad_clip)
@@ -163,6 +162,11 @@ class Trainer:
         self.bar = tqdm(disable=None if show else True, unit="step", dynamic_ncols=True)
         if train_cfg.on_nonfinite == "skip":  # chosen once: the common step has no test for it
             self.train_step = SkipNonFinite(self)  # type: ignore[method-assign]
+
+    @property
+    def emit(self) -> Callable[[dict], None]:
+        """Where every metrics row goes: the callable the trainer was built with."""
+        return self._emit
 
     def attach_replica(self, ddp: Any, call: Optional[Callable[..., Any]] = None) -> None:
         """Train through `ddp`, the one DistributedDataParallel wrapper (called as `call`, its compiled
@@ -333,9 +337,10 @@ class Trainer:
         return flops
 
     # -- train rows ---------------------------------------------------------------------------------
-    def log_train(self, kind: str, view: ModelView, lr: float, **extra: Any) -> float:
+    def log_train(self, kind: str, view: ModelView, lr: float, step_in_phase: int = 0, **extra: Any) -> float:
         """Write one train row: the mean loss and row metrics of the `kind` steps since its last row (one
-        host sync). A row in which a graph was compiled says so (`compiled_in_row`) and has no MFU."""
+        host sync). A row in which a graph was compiled says so (`compiled_in_row`) and has no MFU.
+        `step_in_phase`: the latest step's in its phase (the runner's position), to name a bad one."""
         pending = self._pending.pop(kind)
         if pending.steps == 0:  # no step: a row kept by an older checkpoint whose steps were all skipped
             return math.nan
@@ -352,7 +357,7 @@ class Trainer:
             values = torch.cat([t.reshape(1).float() for t in reduced] + ([] if flags is None else [flags])).tolist()
             loss, applied = values[0], values[1 + len(on_device):]
             means.update(zip(on_device, values[1:1 + len(on_device)]))
-            if flags is not None and not self._say_skipped(kind, pending, applied):
+            if flags is not None and not self._say_skipped(kind, pending, applied, step_in_phase):
                 return math.nan
         tokens, dt = pending.tokens, max(self.clock.train_time() - pending.t_start, 1e-9)
         self.last_loss[str(kind)] = loss
@@ -366,12 +371,12 @@ class Trainer:
                 row["mfu"] = pending.flops / dt / self.peak_flops
         self.emit(row)
         if not math.isfinite(loss):  # the row is written (it shows the NaN), then the run stops
-            raise nonfinite_error(self.state, kind, pending)  # skip mode never gets here with a bad step
+            raise nonfinite_error(self.state, kind, pending, step_in_phase)  # skip mode never gets here with a bad step
         if not self.bar.disable:
             self.bar.set_postfix_str(f"{view.name} loss {loss:.3f} {tokens / dt:,.0f} tok/s", refresh=False)
         return loss
 
-    def _say_skipped(self, kind: str, pending: PendingRow, applied: list[float]) -> bool:
+    def _say_skipped(self, kind: str, pending: PendingRow, applied: list[float], step_in_phase: int) -> bool:
         """Count and name the steps of a row that the device skipped; False when none of them applied."""
         folded = pending.folded > 0  # applied[0] then counts the folded steps
         n_applied = int(round(sum(applied)))
@@ -382,23 +387,41 @@ class Trainer:
             if flag < 0.5:
                 bad = now - pending.steps + first + i + 1
                 log.warning("non-finite loss at %s: step skipped (train.on_nonfinite=skip)",
-                            step_name(self.state, pending.view, kind, bad, now))
+                            step_name(self.state, pending.view, kind, bad, now, step_in_phase))
         if folded and pending.folded - applied[0] > 0.5:
             log.warning("%d earlier step(s) of the row ending at %s were skipped too (train.on_nonfinite=skip)",
-                        int(round(pending.folded - applied[0])), step_name(self.state, pending.view, kind, now, now))
+                        int(round(pending.folded - applied[0])), step_name(self.state, pending.view, kind, now, now, step_in_phase))
         return n_applied > 0
 
-    def check_finite(self, weights: bool = False) -> None:
+    def check_finite(self, weights: bool = False, step_in_phase: int = 0) -> None:
         """Raise NonFiniteLoss if a training loss so far (with `weights`: or a weight) is not finite. One
-        host sync; called before every checkpoint, so no checkpoint holds a state after a bad step."""
+        host sync; called before every checkpoint, so no checkpoint holds a state after a bad step.
+        `step_in_phase`: the latest step's in its phase (the runner's position), to name a bad one."""
         bad = [(kind, p) for kind, p in self._pending.items() if p.steps and p.first_nonfinite() is not None]
         if not distributed.all_ranks_agree(torch.tensor(not bad)):
             kind, p = bad[0] if bad else next((k, p) for k, p in self._pending.items() if p.steps)
-            raise nonfinite_error(self.state, kind, p)
+            raise nonfinite_error(self.state, kind, p, step_in_phase)
         if weights:
             finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
             if not bool(finite):
                 raise NonFiniteLoss(f"non-finite weights after fine step {self.state.fine_steps}")
+
+    # -- resumable state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The trainer's share of a checkpoint (entries of the runner's one mapping): its counters, the
+        clock (so time_s and train_time_s go on from where they stopped), the last losses and the rows
+        not yet written."""
+        clock = self.clock.state_dict()
+        return {"train_state": self.state.state_dict(), "elapsed_s": clock["elapsed_s"], "apart_s": clock["apart_s"],
+                "last_loss": dict(self.last_loss), "pending_rows": self.pending_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Back to what `state_dict()` saved (`train_state`: the counters alone; training/runner.py reads
+        a file's older layouts into it)."""
+        self.state = TrainState.from_state(state["train_state"])
+        self.clock.restart(elapsed=state["elapsed_s"], apart=state.get("apart_s", 0.0))
+        self.last_loss = dict(state["last_loss"])
+        self.load_pending_state(state.get("pending_rows", {}))
 
     def pending_state(self) -> dict:
         """The per-step losses, step and token counts of rows not yet written (their start times are not

@@ -100,7 +100,7 @@ def test_schedule_control_matches_coarse_flops_of_gpt22m():
 
 def test_schedule_control_matches_the_coarse_flops_of_the_whole_run_not_per_phase():
     cfg = OmegaConf.merge(make("experiment=schedule_control", "scale=paper"), {"model": {"vocab_size": 50257}})
-    steps = [p.steps for p in build_plan(cfg) if p.kind == "train" and p.path]
+    steps = [p.steps for p in build_plan(cfg) if p.kind == "train" and p.stands_in_for]
     assert len(steps) == 35 * 2 and set(steps) <= {76, 77}
     exact = 35 * 2 * 100 * control_ratio(cfg, 1)  # 5,384.9 fine steps' worth of coarse FLOPs
     assert sum(steps) == round(exact) and abs(sum(steps) - exact) <= 0.5  # 70 x 77 would be 5,390

@@ -57,7 +57,7 @@ def test_multilevel_compiles_the_fine_model_one_coarse_graph_and_evaluation_once
     runner, state = s.runner, s.trainer.state
     first_eval = next(i for i, p in enumerate(runner.plan) if p.kind == "evaluate")
     s.evaluator.log_eval(runner.fine)
-    assert not runner.run(should_stop=lambda: state.phase_index > first_eval)  # cycle 0, all its phases
+    assert not runner.run(should_stop=lambda: runner.position.phase_index > first_eval)  # cycle 0, all its phases
     # The fine model (train and eval mode) and one graph for both coarse models: A and B run 2 blocks
     # each, and dynamo guards on how many blocks run, not on which.
     assert graphs() == (3, 3)

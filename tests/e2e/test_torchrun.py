@@ -153,8 +153,9 @@ def mid_coarse_checkpoint(run_dir: Path) -> Path:
     import torch
 
     for path in sorted((run_dir / "checkpoints").glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[2])):
-        state = torch.load(path, weights_only=True)["runner"]["train_state"]
-        if state["steps"].get("coarse", 0) > 0 and state["step_in_phase"] > 0 and state["steps"].get("fine", 0) < 16:
+        runner = torch.load(path, weights_only=True)["runner"]
+        state, at = runner["train_state"], runner["position"]
+        if state["steps"].get("coarse", 0) > 0 and at["step_in_phase"] > 0 and state["steps"].get("fine", 0) < 16:
             return path
     raise AssertionError(f"no checkpoint inside a coarse phase in {run_dir}")
 

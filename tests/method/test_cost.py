@@ -8,7 +8,7 @@ from helpers import ML, compose_config
 
 from mltrain.core.flops import train_flops_per_token
 from mltrain.method.cost import plan_cost
-from mltrain.method.plan import build_plan
+from mltrain.method.plan import TrainPhase, build_plan, train_phases
 
 VOCAB = 256  # the bytes tokenizer's
 
@@ -37,7 +37,7 @@ def test_the_schedule_control_costs_its_stand_in_fine_steps_at_the_coarse_batch(
     cfg = compose_config(*ML, "multilevel.control=schedule", "multilevel.coarse_batch_size=8", "data.tokenizer=bytes")
     cost = plan_cost(cfg, VOCAB)
     plan = build_plan(_resolved(cfg))
-    stand_in = sum(p.steps for p in plan if p.path)
+    stand_in = sum(p.steps for p in plan if isinstance(p, TrainPhase) and p.stands_in_for)
     assert stand_in > 0 and cost.train == pytest.approx(24 * per_step(cfg, 4, 4) + stand_in * per_step(cfg, 4, 8))
     assert cost.measure == pytest.approx(6 * 2 * per_step(cfg, 4, 4) / 3)  # 6 evaluations, no diagnostics
 
@@ -46,7 +46,7 @@ def test_the_schedule_control_costs_its_stand_in_fine_steps_at_the_coarse_batch(
 def test_a_rivals_stages_cost_the_blocks_they_run(rival):
     cfg = compose_config(f"experiment={rival}", "data.tokenizer=bytes")
     cost = plan_cost(cfg, VOCAB)
-    blocks = sum(len(p.paths.path(i).blocks) if p.paths else 4 for p in build_plan(_resolved(cfg))
+    blocks = sum(len(p.paths.path(i).blocks) if p.paths else 4 for p in train_phases(build_plan(_resolved(cfg)))
                  for i in range(p.steps))  # every step asked (the cost model asks at most 64 per phase)
     assert cost.train == pytest.approx(sum(per_step(cfg, 1, 4) - per_step(cfg, 0, 4) for _ in range(blocks))
                                        + 24 * per_step(cfg, 0, 4))

@@ -14,7 +14,7 @@ from mltrain.config import Config
 from mltrain.core.errors import ConfigError
 from mltrain.method.cost import plan_cost
 from mltrain.method.multilevel import resolve_coarse_optim
-from mltrain.method.plan import OwnOptimizer, budget_steps, build_plan, run_kind
+from mltrain.method.plan import OwnOptimizer, budget_steps, build_plan, run_kind, train_phases
 from mltrain.method.registry import method_class, method_for, method_names
 from mltrain.optim_settings import OptimConfig, OptimName
 from mltrain.training.optim import build_optimizer
@@ -109,7 +109,7 @@ def test_the_coarse_optimizer_is_typed_settings_inheriting_the_fine_ones():
 
 def test_a_coarse_phase_builds_its_optimizer_from_its_typed_settings():
     cfg = compose_config(*ML, "multilevel.coarse_optim.lr=0.05", "multilevel.coarse_optim.momentum=0.5")
-    own = next(p.optimizer for p in build_plan(cfg) if p.optimizer is not None)
+    own = next(p.optimizer for p in train_phases(build_plan(cfg)) if p.optimizer is not None)
     assert isinstance(own, OwnOptimizer) and isinstance(own.settings, OptimConfig)
     opt = build_optimizer(torch.nn.Linear(2, 2).parameters(), own.settings, torch.device("cpu"))
     assert isinstance(opt, torch.optim.SGD)

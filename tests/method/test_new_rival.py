@@ -18,8 +18,8 @@ from mltrain.config import register_configs, validate
 from mltrain.core.errors import ConfigError
 from mltrain.method import registry
 from mltrain.method.coarsening import scheme_class
-from mltrain.method.kinds import PhaseKind, RunKind
-from mltrain.method.plan import Phase, build_plan, run_kind
+from mltrain.method.kinds import RunKind
+from mltrain.method.plan import Phase, TrainPhase, build_plan, run_kind
 from mltrain.method.registry import DepthMethod, register_method
 from mltrain.run import build, run
 from mltrain.training import runner as runner_module
@@ -53,9 +53,9 @@ class ShrinkAndPerturb(DepthMethod):
 
     def plan(self, total_steps: int) -> list[Phase]:
         half = total_steps // 2
-        return [Phase(PhaseKind.train, (), half),
+        return [TrainPhase(steps=half),
                 ShrinkPerturb(KIND, shrink=self.SHRINK, noise=self.NOISE, reset_fine_optimizer=True),
-                Phase(PhaseKind.train, (), total_steps - half, columns=(("shrunk", True),))]
+                TrainPhase(steps=total_steps - half, columns=(("shrunk", True),))]
 
 
 def shrink_and_perturb(ctx, phase: ShrinkPerturb) -> bool:
@@ -89,7 +89,7 @@ def test_the_preset_chooses_the_new_rival_and_its_plan_has_the_new_phase():
     validate(typed(cfg))
     assert run_kind(cfg) is RunKind.shrink_perturb and cfg.preset == "shrink_perturb"
     plan = build_plan(cfg)
-    assert [(str(p.kind), p.steps) for p in plan] == [("train", 12), (KIND, 0), ("train", 12)]
+    assert [(str(p.kind), getattr(p, "steps", 0)) for p in plan] == [("train", 12), (KIND, 0), ("train", 12)]
     assert plan[1] == ShrinkPerturb(KIND, shrink=0.5, noise=0.001, reset_fine_optimizer=True)
     with pytest.raises(ConfigError, match="needs 2 fine steps or more"):
         validate(typed(compose_config(SEARCHPATH, "experiment=shrink_perturb", "train.max_steps=1")))

@@ -13,8 +13,7 @@ from helpers import compose_config, typed
 
 from mltrain.config import register_configs
 from mltrain.method import registry
-from mltrain.method.kinds import PhaseKind
-from mltrain.method.plan import Phase
+from mltrain.method.plan import Phase, TrainPhase
 from mltrain.method.registry import DepthMethod, register_method
 from mltrain.run import build
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
@@ -39,8 +38,7 @@ class WarmStart(DepthMethod):
     parts = f"{__name__}:WarmParts"
 
     def plan(self, total_steps: int) -> list[Phase]:
-        return [Phase(PhaseKind.train, (), 3, batches=WARM, step_kind=WARM),
-                Phase(PhaseKind.train, (), total_steps)]
+        return [TrainPhase(steps=3, batches=WARM, step_kind=WARM), TrainPhase(steps=total_steps)]
 
     def summary_fields(self, state, fine_step_flops: float) -> dict:
         return {"warm_steps": state.steps.get(WARM, 0), "warm_flops": state.kind_flops.get(WARM, 0.0)}
@@ -87,4 +85,14 @@ def test_a_phase_on_a_stream_the_run_does_not_build_is_refused_before_any_step(m
 
     monkeypatch.setattr(WarmStart, "parts", None)
     with pytest.raises(ConfigError, match="batch stream"):
+        build(typed(compose_config("depth_method=warm_start")), lambda row: None)
+
+
+def test_a_train_phase_that_is_no_train_record_is_refused_before_any_step(monkeypatch):
+    """A train phase is a TrainPhase (its steps, model, optimizer, LR, batches): the bare Phase record of
+    kind `train` says none of that, and the run stops at build with one line."""
+    from mltrain.core.errors import ConfigError
+
+    monkeypatch.setattr(WarmStart, "plan", lambda self, total_steps: [Phase("train"), TrainPhase(steps=total_steps)])
+    with pytest.raises(ConfigError, match="no TrainPhase"):
         build(typed(compose_config("depth_method=warm_start")), lambda row: None)

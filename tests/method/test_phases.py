@@ -20,7 +20,7 @@ def test_a_coarse_phase_has_its_own_optimizer_schedule_batches_and_rows():
     fine, coarse = plan[0], plan[3]
     assert kinds(plan[:5]) == ["train", "restrict", "diagnose", "train", "prolong"]
     assert (fine.trains, fine.optimizer, fine.schedule, fine.row_columns, fine.row_every) == ((), None, None, {"cycle": 0}, 1)
-    assert coarse.trains == coarse.path == (0,) and coarse.step_kind == StepKind.coarse
+    assert coarse.trains == coarse.where() == (0,) and coarse.stands_in_for is None and coarse.step_kind == StepKind.coarse
     assert coarse.batches == BatchStream.coarse and coarse.row_every == 2
     assert coarse.row_columns == {"cycle": 0, "coarse_model": 0}  # its rows name the coarse model it trains
     assert coarse.optimizer.key == (0,) and coarse.optimizer.reset and coarse.optimizer.settings.lr == 0.05
@@ -39,8 +39,9 @@ def test_the_schedule_control_plans_stand_in_fine_steps_and_no_coarse_model():
     plan = build_plan(compose_config(*ML, "multilevel.control=schedule", "multilevel.fine_momentum_after_prolong=reset",
                                      "model.vocab_size=256"))
     assert set(kinds(plan)) == {"train", "evaluate"}
-    stand_ins = [p for p in plan if p.kind == PhaseKind.train and p.path]
+    stand_ins = [p for p in plan if p.kind == PhaseKind.train and p.where()]
     assert len(stand_ins) == 3 * 2 and {p.trains for p in stand_ins} == {()}
+    assert [p.stands_in_for for p in stand_ins[:2]] == [(0,), (1,)]  # the coarse model whose place it takes
     assert {p.step_kind for p in stand_ins} == {StepKind.control} and {p.batches for p in stand_ins} == {BatchStream.coarse}
     assert [p.row_columns["control_for"] for p in stand_ins[:2]] == ["A", "B"]
     assert all(p.reset_fine_optimizer for p in stand_ins) and {p.optimizer.key for p in stand_ins} == {(0,), (1,)}
@@ -48,9 +49,9 @@ def test_the_schedule_control_plans_stand_in_fine_steps_and_no_coarse_model():
 
 def test_the_fine_optimizer_is_cleared_after_the_phase_that_says_so():
     session = build(typed(compose_config(*ML, "multilevel.fine_momentum_after_prolong=reset")), lambda row: None)
-    runner, state = session.runner, session.trainer.state
+    runner, at = session.runner, session.runner.position
     first_prolong = next(i for i, p in enumerate(runner.plan) if p.kind == PhaseKind.prolong)
-    assert not runner.run(should_stop=lambda: state.phase_index >= first_prolong)
+    assert not runner.run(should_stop=lambda: at.phase_index >= first_prolong)
     assert len(runner.fine_optimizer.state) > 0  # the cycle's fine step gave it momentum
-    assert not runner.run(should_stop=lambda: state.phase_index > first_prolong)
+    assert not runner.run(should_stop=lambda: at.phase_index > first_prolong)
     assert len(runner.fine_optimizer.state) == 0 and len(runner.own_optimizers[(0,)].state) > 0

@@ -21,8 +21,7 @@ from mltrain.method import plugins, registry
 PLUGIN = textwrap.dedent('''
     from dataclasses import dataclass
 
-    from mltrain.method.kinds import PhaseKind
-    from mltrain.method.plan import Phase
+    from mltrain.method.plan import TrainPhase
     from mltrain.method.registry import DepthMethod, register_method
 
 
@@ -37,7 +36,7 @@ PLUGIN = textwrap.dedent('''
         Config = PluggedConfig
 
         def plan(self, total_steps):
-            return [Phase(PhaseKind.train, (), total_steps)]
+            return [TrainPhase(steps=total_steps)]
 ''')
 
 

@@ -7,7 +7,7 @@ import torch
 from helpers import typed
 from mltrain.core.errors import CoarseningError
 from mltrain.method.coarsening import Groups, Scheme, register_scheme, scheme_names
-from mltrain.method.plan import build_plan
+from mltrain.method.plan import build_plan, train_phases
 from mltrain.run import build
 
 
@@ -42,7 +42,7 @@ def test_registered_scheme_is_known_to_validation(make_config):
 def test_plan_trains_every_coarse_model_of_the_new_scheme(make_config):
     cfg = make_config(*EXTRA)
     cfg.model.vocab_size = 256
-    trained = [p.path for p in build_plan(cfg) if p.kind == "train" and p.path]
+    trained = [p.trains for p in train_phases(build_plan(cfg)) if p.trains]
     assert trained == [(0,), (1,), (2,)] * 2
 
 

@@ -73,10 +73,10 @@ def test_compile_once_per_model_on_cuda():
     torch._dynamo.reset()
     counters.clear()
     session = build(typed(_cfg("device=cuda", "train.compile=true")), lambda row: None)
-    runner, state = session.runner, session.trainer.state
+    runner = session.runner
     first_eval = next(i for i, p in enumerate(runner.plan) if p.kind == "evaluate")
     session.evaluator.log_eval(runner.fine)
-    assert not runner.run(should_stop=lambda: state.phase_index > first_eval)
+    assert not runner.run(should_stop=lambda: runner.position.phase_index > first_eval)
     after_first_cycle = counters["frames"]["ok"]
     assert after_first_cycle == 3  # fine (train, eval) and one graph for both 2-block coarse models
     assert runner.run()

@@ -1,6 +1,7 @@
 """Checkpoints written before the counters became one mapping by step kind (and before a method's own
-objects moved into its parts) still resume exactly: a file of that layout — a `<kind>_steps` field per
-step kind and `coarse_flops` in the train state, the own optimizers under `coarse_optimizers`, every run's
+objects moved into its parts, and the runner its plan position) still resume exactly: a file of that
+layout — a `<kind>_steps` field per step kind, `coarse_flops` and the plan position (`phase_index`,
+`step_in_phase`) in the train state, the own optimizers under `coarse_optimizers`, every run's
 `coarse_storage`, `diag_index` and `coarse` stream, and the scheme keys every method recorded — loads into
 today's runner and the run ends with the weights of an uninterrupted one."""
 
@@ -12,6 +13,7 @@ from helpers import compose_config, typed
 
 from mltrain.run import build
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
+from mltrain.training.runner import PlanPosition
 from mltrain.training.trainer import TrainState
 
 ML = ["coarsening=evenodd", "multilevel.n_cycles=2", "multilevel.coarse_steps=4", "multilevel.coarse_log_interval=2"]
@@ -27,6 +29,7 @@ def earlier_layout(payload: dict, kinds: tuple[str, ...] = ("fine", "coarse", "c
     state["coarse_flops"] = kind_flops.get("coarse", 0.0)
     state["eval_flops"] = runner.pop("eval_flops")  # the measurers' counters were train state then
     state["diag_flops"] = runner.pop("diag_flops", 0.0)
+    state.update(runner.pop("position"))  # the plan position was the train state's then
     runner["train_state"] = state
     runner["coarse_optimizers"] = runner.pop("own_optimizers")
     runner.setdefault("coarse_storage", {})
@@ -41,10 +44,9 @@ def earlier_layout(payload: dict, kinds: tuple[str, ...] = ("fine", "coarse", "c
 
 def test_the_earlier_train_state_reads_into_the_mappings():
     s = TrainState.from_state({"fine_steps": 7, "coarse_steps": 4, "control_steps": 0, "tokens": 10, "flops": 5.0,
-                               "coarse_flops": 2.0, "flops_blocks": 4.0,
-                               "phase_index": 3, "step_in_phase": 2, "skipped_steps": 0})
+                               "coarse_flops": 2.0, "flops_blocks": 4.0, "skipped_steps": 0})
     assert s.steps == {"fine": 7, "coarse": 4, "control": 0} and s.kind_flops == {"coarse": 2.0}
-    assert (s.fine_steps, s.optimizer_steps, s.phase_index, s.step_in_phase) == (7, 11, 3, 2)
+    assert (s.fine_steps, s.optimizer_steps) == (7, 11)
     assert TrainState.from_state(s.state_dict()) == s
     with pytest.raises(KeyError, match="unknown train state entry"):
         TrainState.from_state({"fine_steps": 1, "cycle": 2})
@@ -62,9 +64,24 @@ def test_an_earlier_checkpoint_resumes_exactly(tmp_path, overrides, stop):
     resumed = build(cfg(), lambda row: None)
     load_checkpoint(path, resumed.runner)
     assert resumed.trainer.state.optimizer_steps == stop and resumed.evaluator.flops == first.evaluator.flops
+    assert resumed.runner.position == first.runner.position != PlanPosition()  # read from the train state
     assert resumed.runner.parts.measured_flops() == first.runner.parts.measured_flops()
     assert resumed.runner.run()
     counted = lambda state: {kind: n for kind, n in state.steps.items() if n}  # noqa: E731 (the earlier zeros)
     assert counted(resumed.trainer.state) == counted(whole.trainer.state)
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_the_runner_owns_its_position(tmp_path):
+    """Today's checkpoint keeps the plan position as the runner's own entry, not among the trainer's
+    counters; the trainer's state has no position at all."""
+    session = build(typed(compose_config(*ML)), lambda row: None)
+    runner = session.runner
+    assert not runner.run(should_stop=lambda: session.trainer.state.optimizer_steps >= 6)
+    saved = runner.state_dict()
+    at = saved["position"]  # the fine step, coarse model A's 4, then B's first: step 1 of B's phase
+    phase = runner.plan[at["phase_index"]]
+    assert (phase.kind, phase.trains, at["step_in_phase"]) == ("train", (1,), 1)
+    assert not {"phase_index", "step_in_phase"} & set(saved["train_state"])
+    assert not hasattr(session.trainer.state, "phase_index")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers import compose_config, typed
 
-from mltrain.run import build
+from mltrain.run import Session, build
 from mltrain.training.checkpoint import load_checkpoint, save_checkpoint
 from mltrain.training.rows import ROW_METRICS, row_metric
 
@@ -24,10 +24,11 @@ def metrics():
     del ROW_METRICS["train/loss_x2"], ROW_METRICS["lr_seen"]
 
 
-def train_rows(session) -> list[dict]:
+def built() -> tuple[Session, list[dict]]:
+    """A session whose every metrics row goes into the list returned with it (given to `build`: a
+    trainer's `emit` is set once, when it is built)."""
     rows: list[dict] = []
-    session.trainer.emit = rows.append
-    return rows
+    return build(typed(compose_config(*ARGS)), rows.append), rows
 
 
 def without_times(rows: list[dict]) -> list[dict]:
@@ -35,8 +36,7 @@ def without_times(rows: list[dict]) -> list[dict]:
 
 
 def test_every_train_row_carries_each_row_metric_as_its_mean_over_the_steps(metrics):
-    session = build(typed(compose_config(*ARGS)), lambda row: None)
-    rows = train_rows(session)
+    session, rows = built()
     assert session.runner.run()
     written = [row for row in rows if "train/loss" in row]
     assert {row["phase"] for row in written} == {"fine", "coarse"}
@@ -49,19 +49,25 @@ def test_every_train_row_carries_each_row_metric_as_its_mean_over_the_steps(metr
 
 
 def test_a_checkpoint_mid_row_keeps_the_metrics_sums_and_the_resumed_rows_are_the_same(metrics, tmp_path):
-    whole = build(typed(compose_config(*ARGS)), lambda row: None)
-    expected = train_rows(whole)
+    whole, expected = built()
     assert whole.runner.run()
 
-    first = build(typed(compose_config(*ARGS)), lambda row: None)
-    before = train_rows(first)
+    first, before = built()
     # stopped between rows: fine step 10 of 12 (log_interval 4), two steps of the last row pending
     assert not first.runner.run(should_stop=lambda: first.trainer.state.fine_steps >= 10)
     assert first.trainer.pending_state()["fine"]["sums"]["train/loss_x2"].numel() == 1
     save_checkpoint(tmp_path / "ckpt.pt", first.runner)
-    resumed = build(typed(compose_config(*ARGS)), lambda row: None)
+    resumed, after = built()
     load_checkpoint(tmp_path / "ckpt.pt", resumed.runner)
-    after = train_rows(resumed)
     assert resumed.runner.run()
     assert without_times(before + after) == without_times(expected)
     assert all("train/loss_x2" in row and "lr_seen" in row for row in without_times(after))
+
+
+def test_a_trainers_emit_is_the_one_it_was_built_with():
+    """Rows go where `build` was told from the trainer's construction on; nothing rebinds it later."""
+    session, rows = built()
+    with pytest.raises(AttributeError):
+        session.trainer.emit = print  # type: ignore[misc]
+    session.evaluator.log_eval(session.runner.fine)
+    assert [row["val/loss"] for row in rows] == [session.trainer.last_loss["val"]]
