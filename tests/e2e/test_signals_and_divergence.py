@@ -17,6 +17,13 @@ LONG = [*SMALL, "train.max_steps=1500", "train.log_interval=7", "train.eval_inte
         "train.checkpoint_interval=0"]
 
 
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """LONG run to its end once: the reference both a resumed run (SIGTERM) and a requeued job (submitit)
+    must equal."""
+    return uninterrupted_run(LONG, tmp_path_factory.mktemp("uninterrupted"))
+
+
 def train_rows_at_least(run_dir, n):
     def ready() -> bool:
         path = run_dir / "metrics.jsonl"
@@ -41,9 +48,7 @@ def test_a_signal_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(t
     assert load(ckpt)["runner"]["train_state"]["steps"]["fine"] == s["fine_steps"]  # a whole step, not half of one
 
 
-def test_sigterm_then_the_printed_command_resumes_to_the_same_end_as_an_uninterrupted_run(tmp_path):
-    whole = uninterrupted_run(LONG, tmp_path)
-
+def test_sigterm_then_the_printed_command_resumes_to_the_same_end_as_an_uninterrupted_run(tmp_path, whole):
     run_dir = tmp_path / "run"
     p = start([*LONG, f"hydra.run.dir={run_dir}"], tmp_path)
     wait_until(p, train_rows_at_least(run_dir, 3))
@@ -72,15 +77,12 @@ def test_a_diverging_run_through_the_cli_ends_with_one_line_and_status_diverged(
     assert summary(run_dir)["status"] == "diverged"
 
 
-def test_a_submitit_job_signalled_as_on_preemption_checkpoints_is_requeued_and_resumes_by_itself(tmp_path):
+def test_a_submitit_job_signalled_as_on_preemption_checkpoints_is_requeued_and_resumes_by_itself(tmp_path, whole):
     """SLURM's part played locally: submitit's local executor runs the job (with its own SIGUSR2 handler,
-    as on SLURM) and requeues it as SLURM would; SLURM_RESTART_COUNT is set as in a requeued SLURM job."""
-    args = [*SMALL, "train.max_steps=1500", "train.log_interval=10", "train.eval_interval=500"]
-    whole = tmp_path / "whole"
-    assert cli([*args, f"hydra.run.dir={whole}"], tmp_path).returncode == 0
-
+    as on SLURM) and requeues it as SLURM would; SLURM_RESTART_COUNT is set as in a requeued SLURM job.
+    The job is LONG, the SIGTERM test's run: the same uninterrupted run is the reference of both."""
     sweep = tmp_path / "sweep"
-    p = start(["-m", "hydra/launcher=submitit_local", *args, f"hydra.sweep.dir={sweep}"], tmp_path,
+    p = start(["-m", "hydra/launcher=submitit_local", *LONG, f"hydra.sweep.dir={sweep}"], tmp_path,
               env={"SLURM_RESTART_COUNT": "1"})
     job_dir = lambda: next(sweep.glob("*train.max_steps=1500*"), None)  # noqa: E731
     wait_until(p, lambda: job_dir() is not None and train_rows_at_least(job_dir(), 3)())

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import TOOL_SMOKE, made_smoke_study, refused, run_main, smoke_run, tool
+from helpers import TOOL_SMOKE, made_once, made_smoke_study, refused, run_main, smoke_run, tool
 
 from mltrain.tools.study import progress, stages, window
 
@@ -125,8 +125,8 @@ def test_a_record_made_with_another_corpus_or_torch_is_refused_unless_accepted(s
     assert json.loads((root / "environment.json").read_text())["accepted_changes"]["torch"][0] == "0.0.1"
 
 
-def test_a_run_resumed_where_torch_differs_is_refused_unless_the_change_is_accepted(tmp_path):
-    run = smoke_run(tmp_path)
+def test_a_run_resumed_where_torch_differs_is_refused_unless_the_change_is_accepted(tmp_path, tmp_path_factory):
+    run = made_once(tmp_path_factory, "smoke_run", smoke_run) / "run"  # the suite's finished smoke run, a copy
     summary = json.loads((run / "summary.json").read_text())
     assert summary["environment"]["torch"] and summary["environment"]["code"]
     summary.update(status="interrupted")  # stopped at its last checkpoint, on a machine with another torch

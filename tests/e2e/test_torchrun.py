@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from helpers import read_rows, typed
+from helpers import made_once, read_rows, typed
 
 from mltrain.config import register_configs
 from mltrain.run import run
@@ -27,6 +27,7 @@ TINY = ["model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_siz
         "train.max_steps=16", "train.eval_interval=8", "train.eval_tokens=256", "train.log_interval=2",
         "train.progress=false", "schedule.warmup_steps=2", "optim.lr=0.05", "device=cpu"]
 ML = ["multilevel.n_cycles=2", "multilevel.coarse_steps=3", "multilevel.coarse_log_interval=1"]
+CHECKPOINTS = ["train.checkpoint_interval=1", "train.keep_checkpoints=1000"]  # a checkpoint at every step, all kept
 
 
 def one_process(tmp_path: Path, overrides: list[str]):
@@ -91,12 +92,15 @@ def assert_same_training(a, b):
     assert sum_b["final_val_loss"] == pytest.approx(sum_a["final_val_loss"], abs=TOL)
 
 
+# No plain "single" case: single-level training under 2 ranks is "single odd held-out"'s, and the held-out set
+# the ranks split evenly (TINY's 16 sequences) is every other case's.
 @pytest.mark.parametrize("name,extra", [
-    ("single", []),
-    # a held-out set the ranks split unevenly (13 sequences), in forward passes of 2 (the last one padded)
+    # single-level training; a held-out set the ranks split unevenly (13 sequences), in forward passes of 2
+    # (the last one padded)
     ("single odd held-out", ["train.eval_tokens=208", "train.eval_batch_size=3"]),
-    # grad_accum=2: the first micro-batch of each rank runs under no_sync, the second reduces
-    ("evenodd", ["coarsening=evenodd", *ML, "train.grad_accum=2"]),
+    # grad_accum=2: the first micro-batch of each rank runs under no_sync, the second reduces; a checkpoint
+    # at every step: the two-process run is the one the resume test below stops (RESUME, made once)
+    ("evenodd", ["coarsening=evenodd", *ML, "train.grad_accum=2", *CHECKPOINTS]),
     # coarse blocks with storage of their own, created before the DDP wrapper; Euler steps of size k
     ("average", ["coarsening=average", "coarsening.step_scale=stride", *ML]),
     # a rival method's random sub-paths: every rank must draw the same blocks at every step
@@ -106,17 +110,20 @@ def assert_same_training(a, b):
     # compiled with per-step 1/p as a tensor, a different set of blocks idle at every step
     ("layer_drop compiled", ["experiment=layer_drop", "layer_drop.gamma=0.3", "train.compile=true"]),
 ])
-def test_two_processes_train_like_one_with_the_same_global_batch(tmp_path, monkeypatch, name, extra):
+def test_two_processes_train_like_one_with_the_same_global_batch(tmp_path, monkeypatch, request, name, extra):
     monkeypatch.setenv("MLTRAIN_COMPILE_BACKEND", "aot_eager")  # the same graphs, compiled in seconds
     overrides = [*TINY, *extra]
     single = one_process(tmp_path / "one", overrides)
 
-    proc = torchrun(tmp_path, overrides)  # no hydra.run.dir: both ranks must agree on the default one
+    if overrides == RESUME:  # made once, for the resume test too
+        where, proc = request.getfixturevalue("two_processes_resumable")
+    else:
+        where, proc = tmp_path, torchrun(tmp_path, overrides)  # no hydra.run.dir: both ranks must agree on the default one
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert TEARDOWN not in proc.stderr  # each rank ended with os._exit once its run had ended
-    run_dirs = [p.parent for p in (tmp_path / "outputs").rglob("summary.json")]
+    run_dirs = [p.parent for p in (where / "outputs").rglob("summary.json")]
     assert len(run_dirs) == 1, run_dirs  # one run dir for the two ranks
-    assert len(list((tmp_path / "outputs").glob("*/*"))) == 1
+    assert len(list((where / "outputs").glob("*/*"))) == 1
     two = read_run(run_dirs[0])
     assert two[1]["world_size"] == 2 and single[1]["world_size"] == 1
     assert_same_training(single, two)
@@ -139,7 +146,21 @@ def test_a_global_batch_the_ranks_cannot_split_is_one_error_line(tmp_path):
 # plan position, sampler positions: global batch indices, independent of the ranks), and a run resumed
 # with `train.resume=true` in any number of processes ends where the uninterrupted run ends.
 
-RESUME = [*TINY, "coarsening=evenodd", *ML, "train.checkpoint_interval=1", "train.keep_checkpoints=1000"]
+RESUME = [*TINY, "coarsening=evenodd", *ML, "train.grad_accum=2", *CHECKPOINTS]
+
+
+@pytest.fixture(scope="module")
+def two_processes_resumable(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """RESUME trained by 2 torchrun processes into the default run dir, once for the suite (helpers.made_once):
+    (this test process's copy of the folder it ran in, the launcher's status and stderr). The "evenodd" case
+    above checks it trains like one process; the resume test stops it."""
+    def make(folder: Path) -> None:
+        proc = torchrun(folder, RESUME)
+        (folder / "launcher.json").write_text(json.dumps({"returncode": proc.returncode, "stderr": proc.stderr}))
+
+    where = made_once(tmp_path_factory, "two_processes_resumable", make)
+    launcher = json.loads((where / "launcher.json").read_text())
+    return where, subprocess.CompletedProcess([], launcher["returncode"], "", launcher["stderr"])
 
 
 def mltrain_cli(cwd: Path, overrides: list[str]) -> subprocess.CompletedProcess:
@@ -190,10 +211,11 @@ def assert_close_weights(a: dict, b: dict) -> None:
         assert torch.allclose(tensor, b[name], rtol=0, atol=TOL), name
 
 
-def test_a_checkpoint_written_by_two_processes_resumes_in_one_and_back(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    proc = torchrun(tmp_path, [*RESUME, f"hydra.run.dir={two}"])
+def test_a_checkpoint_written_by_two_processes_resumes_in_one_and_back(tmp_path, two_processes_resumable):
+    where, proc = two_processes_resumable  # the "evenodd" case's two-process run
     assert proc.returncode == 0, proc.stderr[-4000:]
+    (two,) = [p.parent for p in (where / "outputs").rglob("summary.json")]
+    one = tmp_path / "one"
     proc = mltrain_cli(tmp_path, [*RESUME, f"hydra.run.dir={one}"])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert_close_weights(final_weights(one), final_weights(two))  # the equivalence, at the end

@@ -1,5 +1,6 @@
 """Hydra multirun through the real CLI: the basic launcher and the joblib one, and the job dir names."""
 
+import shutil
 import subprocess
 import sys
 
@@ -8,23 +9,32 @@ import pytest
 from helpers import SMOKE, multirun, sweep_summaries
 
 
-def test_sweep_over_seed_and_delta_names_each_job_dir_after_its_overrides(tmp_path):
-    sweep = multirun(tmp_path, "seed=0,1", "multilevel.delta=0.1,0.5", "coarsening=evenodd")
-    runs = sweep_summaries(sweep)
-    assert set(runs) == {f"coarsening=evenodd,multilevel.delta={d},scale=smoke,seed={s}"
-                         for d in (0.1, 0.5) for s in (0, 1)}
+JOBS = {f"coarsening=evenodd,multilevel.delta={d},scale=smoke,seed={s}" for d in (0.1, 0.5) for s in (0, 1)}
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    """A finished sweep of 4 jobs over seed and delta (JOBS), made once for this file."""
+    return multirun(tmp_path_factory.mktemp("seed_and_delta"), "seed=0,1", "multilevel.delta=0.1,0.5",
+                    "coarsening=evenodd")
+
+
+def test_sweep_over_seed_and_delta_names_each_job_dir_after_its_overrides(finished_sweep):
+    runs = sweep_summaries(finished_sweep)
+    assert set(runs) == JOBS
     for name, s in runs.items():
         assert s["run_kind"] == "multilevel" and f"seed={s['seed']}" in name and f"delta={s['delta']}" in name
         # seeds of one configuration share a label (the W&B group); deltas do not
         assert s["label"] == f"coarsening=evenodd,multilevel.delta={s['delta']},scale=smoke"
 
 
-def test_refuses_a_sweep_dir_that_holds_runs(tmp_path):
-    sweep = multirun(tmp_path, "seed=0")
+def test_refuses_a_sweep_dir_that_holds_runs(tmp_path, finished_sweep):
+    sweep = tmp_path / "sweep"
+    shutil.copytree(finished_sweep, sweep)  # the other test's sweep, finished: a copy of it
     proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "seed=1", f"hydra.sweep.dir={sweep}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "holds earlier runs" in proc.stderr
-    assert set(sweep_summaries(sweep)) == {"scale=smoke,seed=0"}
+    assert set(sweep_summaries(sweep)) == JOBS
 
 
 def test_long_override_lists_get_a_short_unique_job_dir():
