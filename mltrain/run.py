@@ -287,16 +287,19 @@ def run(cfg: Config, run_dir: Optional[str | Path] = None, checked: Optional[Che
                                     cfg.train.checkpoint_interval, session.fine_step_flops)
             # The plan from where the run stands to its end, checkpointed on its cadence; a signal stops it
             # after the current step (with a checkpoint), a non-finite loss (train.on_nonfinite=stop) too.
-            with _training(session, outcome, checkpoints):
-                stop = _stop_rule(outcome.signals, trainer.state, cfg.train.stop_check_interval)
-                completed = runner.run(should_stop=stop, after_step=saver.after_step)
-                path = saver.save()  # at the end, or where the signal stopped the run
-                if not completed:
-                    outcome.interrupted(runner, path, run_dir)
-            summary = summarize(session, outcome, record, origin)
-            summary["environment"] = environment.ended(where)
-            if tracker is not None:
-                write_results(session, tracker, summary, run_dir)
+            # The signals stay caught until the results are written: one that comes after the last step
+            # (the final checkpoint, the summary) is honoured by `conclude`, not lost, nor a half-written run.
+            with outcome.signals:
+                with _training(session, outcome, checkpoints):
+                    stop = _stop_rule(outcome.signals, trainer.state, cfg.train.stop_check_interval)
+                    completed = runner.run(should_stop=stop, after_step=saver.after_step)
+                    path = saver.save()  # at the end, or where the signal stopped the run
+                    if not completed:
+                        outcome.interrupted(runner, path, run_dir)
+                summary = summarize(session, outcome, record, origin)
+                summary["environment"] = environment.ended(where)
+                if tracker is not None:
+                    write_results(session, tracker, summary, run_dir)
         return conclude(session, outcome, summary, run_dir)
 
 
@@ -330,13 +333,12 @@ class Outcome:
 
 @contextlib.contextmanager
 def _training(session: Session, outcome: Outcome, checkpoints: CheckpointFolder) -> Iterator[None]:
-    """While the plan trains: the model in training mode and the stop signals caught; a non-finite loss
-    (train.on_nonfinite=stop) ends the block with `outcome` diverged, naming the last good checkpoint;
-    the progress bar is closed however it ends."""
+    """While the plan trains: the model in training mode; a non-finite loss (train.on_nonfinite=stop) ends
+    the block with `outcome` diverged, naming the last good checkpoint; the progress bar is closed however
+    it ends."""
     session.model.train()
     try:
-        with outcome.signals:
-            yield
+        yield
     except NonFiniteLoss as err:
         last = checkpoints.latest()
         outcome.status = "diverged"
@@ -525,7 +527,10 @@ def write_results(session: Session, tracker: Tracker, summary: dict, run_dir: Pa
 
 
 def conclude(session: Session, outcome: Outcome, summary: dict, run_dir: Path) -> Optional[float]:
-    """Raise for a run that did not finish; otherwise the `done:` line, and the final held-out loss."""
+    """Raise for a run that did not finish; otherwise the `done:` line, and the final held-out loss. A
+    finished run that got a stop signal after its last step still stops what runs it (RunInterrupted: a
+    sweep starts no further job), its results written and nothing to resume; the signal is not handed on
+    (a scheduler's requeue would only restart a finished job)."""
     if outcome.status == "interrupted":
         raise RunInterrupted(outcome.stop_line or "interrupted", outcome.signals.exit_code, outcome.signals.hand_on)
     if outcome.status == "diverged":
@@ -539,6 +544,9 @@ def conclude(session: Session, outcome: Outcome, summary: dict, run_dir: Path) -
         s.flops, s.flops / session.fine_step_flops, _num(summary["final_train_loss"]), _num(val),
         outcome.initial_val, summary["tokens_per_s"], summary["wall_time_s"], run_dir,
     )
+    if outcome.signals.requested():
+        raise RunInterrupted(f"stopped by {outcome.signals.name} as the run ended: it finished (every step done, "
+                             f"its results written); nothing to resume", outcome.signals.exit_code)
     return val
 
 

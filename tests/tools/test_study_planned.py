@@ -200,3 +200,23 @@ def test_halving_budgets_are_planned_later_but_checked_up_front_and_bad_halving_
     for bad in ("frontier.halving_keep=0", "frontier.halving_from=-1"):
         with pytest.raises(ConfigError, match="halving"):
             study(tmp_path, bad)
+
+
+def test_the_progress_counts_from_the_start_exactly_the_evaluation_runs_it_planned(tmp_path):
+    """Stage 2's standard runs (what the progress line counts from the start) are evaluation_run_count's
+    runs; the control's schedule evaluated where it won a budget is an addition the progress grows by, as
+    the runner-ups are (study-depth-v3 counted it from the start and printed "[212/211] ... -1 runs left")."""
+    from types import SimpleNamespace
+
+    from mltrain.tools.study.plan import evaluation_run_count
+    from mltrain.tools.study.stages import _standard
+
+    cfg = study(tmp_path)
+    layout = Layout(tmp_path / "study", {RUNG: STEPS})
+    base, _ = planned.frontier_budgets(cfg)
+    runs, choices = simulate(cfg, layout, every_rule, [setting_text(BUDGET, b) for b in base])
+    assert choices[frontier_arm(cfg)].control_by_budget  # the control's schedule won budgets: the extra runs exist
+    evaluation = [r for r in runs if r.sweep.stage == EVAL]
+    standard = _standard(SimpleNamespace(cfg=cfg), RUNG, evaluation)
+    assert len(standard) == evaluation_run_count(cfg, RUNG)
+    assert not any(r.sweep.dir.name.endswith("@frontier") for r in standard)

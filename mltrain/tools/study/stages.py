@@ -285,9 +285,11 @@ def _grow(study: Study, runs: list[Run]) -> None:
 
 
 def _standard(study: Study, scale: str, runs: list[Run]) -> list[Run]:
-    """The evaluation runs the progress counts from the start: no runner-up, no bracketing budget."""
+    """The evaluation runs the progress counts from the start (plan.evaluation_run_count): no runner-up, no
+    bracketing budget, not the control's schedule where it won a budget (those join as `_grow` finds them)."""
     base = set(_base_budgets(study.cfg))
-    return [r for r in runs if not r.sweep.dir.name.endswith(RUNNER_UP) and (BUDGET not in r.setting or r.setting[BUDGET] in base)]
+    return [r for r in runs if not r.sweep.dir.name.endswith((RUNNER_UP, AT_FRONTIER))
+            and (BUDGET not in r.setting or r.setting[BUDGET] in base)]
 
 
 def _scale(study: Study, scale: str) -> ladder.ScaleResult:
