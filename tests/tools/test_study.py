@@ -544,6 +544,38 @@ def test_a_choice_on_the_grid_edge_plans_one_more_value_beyond_it(tmp_path):
     assert tuning.edge_value(["0.03", "0.1", "0.3"], ["0.03", "0.1", "0.3"], "0.1", 3) is None
 
 
+def test_the_frontiers_warmup_chosen_at_an_end_of_the_lengths_tried_gets_one_beyond_no_longer_than_the_run(tmp_path):
+    """The frontier's warm-up is tuned as a grid key is: a length chosen at the end of the fractions' lengths
+    gets the next one at their ratio (here x4.5), capped at the run's steps at that budget; a length chosen
+    inside, or at a halved budget (which follows the budget below), gets none."""
+    from mltrain.tools.study import tuning
+
+    cfg = wide_study(tmp_path, "frontier.warmup_fractions=[0.1,0.45]", "frontier.lr_neighbours=false")
+    layout = Layout(tmp_path / "study", {"d16": 100})
+    single = tuning_sweeps(cfg, layout, "d16")[0]
+    assert dict(single.swept)["schedule.warmup_steps"] == ("10", "45")
+    for run in single.runs():  # LR 0.3 best at every budget, inside nothing: the LR grid's own edge runs too
+        finish(run, 2.0 + abs(float(run.setting["optim.lr"]) - 0.3) + 0.1 * (run.setting["schedule.warmup_steps"] == "10"))
+    top = {b: {"optim.lr": "0.3", "schedule.warmup_steps": "45"} for b in ("0.5", "1.0", "2.0")}
+    more = tuning.more_sweeps(cfg, layout, "d16", 100, [single], {"single": Choice({}, top)})
+    warm = sorted((r.setting["train.budget"], r.setting["schedule.warmup_steps"]) for s in more for r in s.runs()
+                  if r.setting["schedule.warmup_steps"] != "45")
+    assert warm == [("0.5", "50"), ("1.0", "100"), ("2.0", "200")]  # 45 x 4.5 = 202, no longer than the run
+    for run in (r for s in more for r in s.runs()):
+        finish(run, 2.4)  # beyond loses: the lengths bracket the choice now
+    assert not any(r.setting.get("schedule.warmup_steps") not in ("10", "45") for s in
+                   tuning.more_sweeps(cfg, layout, "d16", 100, [single, *more], {"single": Choice({}, top)}) for r in s.runs())
+    bottom = {"0.5": {"optim.lr": "0.3", "schedule.warmup_steps": "10"}}
+    below = tuning._warmup_edge(cfg, {**bottom["0.5"], "train.budget": "0.5"}, ["10", "45"], ["10", "45"], 100)
+    assert below == "2"  # 10 / 4.5
+    inside = wide_study(tmp_path, "frontier.warmup_fractions=[0.1,0.3,0.45]")
+    assert tuning._warmup_edge(inside, {"optim.lr": "0.3", "schedule.warmup_steps": "30", "train.budget": "1.0"},
+                               ["10", "30", "45"], ["10", "30", "45"], 100) is None
+    halved = wide_study(tmp_path, "frontier.warmup_fractions=[0.1,0.45]", "frontier.halving_from=0.5")
+    assert tuning._warmup_edge(halved, {"optim.lr": "0.3", "schedule.warmup_steps": "45", "train.budget": "1.0"},
+                               ["10", "45"], ["45"], 100) is None
+
+
 def test_a_near_tie_runs_the_extra_selection_seeds_and_evaluates_the_runner_up(tmp_path):
     from mltrain.tools.study import tuning
 

@@ -5,7 +5,8 @@
                   above frontier.halving_from), the two x sqrt(3) neighbours of each budget's chosen LR,
                   the control's schedule at each budget, the chosen settings on the evaluation seeds
     at most       ... and every adaptive rule of tuning.py firing once per choice: an edge extension per
-                  numeric tuned key (up to grid_extensions), a two-way near tie on the extra selection
+                  numeric tuned key (up to grid_extensions; the frontier's warm-up one of them at a budget
+                  that runs every warm-up length), a two-way near tie on the extra selection
                   seeds, the runner-up on the evaluation seeds, the control's schedule on the evaluation
                   seeds where it beat a budget's own choice, and bracketing: the frontier's budgets 3,
                   4, ... up to frontier.max_budget, each with all of the above
@@ -103,7 +104,8 @@ def frontier_budgets(study: StudyConfig) -> tuple[list[float], list[float]]:
 def _adaptive(scale: str, arm: str, budget: float, study: StudyConfig, frontier: bool, bracketing: bool) -> list[Item]:
     """The runs the tuning rules add to one choice when each fires once."""
     cfg, sel, extra = study.arms[arm], len(study.selection_seeds), len(study.extra_selection_seeds)
-    items = [Item(scale, arm, budget, study.grid_extensions * _numeric_keys(cfg) * sel, "edge", bracketing)]
+    keys = _numeric_keys(cfg) + int(frontier and _warmups(study, budget) >= 2)  # the frontier's warm-up has an edge too
+    items = [Item(scale, arm, budget, study.grid_extensions * keys * sel, "edge", bracketing)]
     if frontier and study.frontier.lr_neighbours:
         items.append(Item(scale, arm, budget, 2 * sel, "neighbours", bracketing))
     if extra and (study.frontier.ties or not frontier):

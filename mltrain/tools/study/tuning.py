@@ -1,7 +1,9 @@
 """Where one pass over an arm's grid leaves its choice in doubt, the study tunes on (selection seeds only):
 
 * edge: a chosen value at the end of the values tried gets one more value beyond it, at the grid's own
-  ratio at that end (`grid_extensions` per side); the choice is then made again;
+  ratio at that end (`grid_extensions` per side); the choice is then made again. The frontier's warm-up
+  too, at each budget that runs every warm-up length (not a halved one): beyond the lengths of
+  `frontier.warmup_fractions`, at their ratio, no longer than the run at that budget;
 * neighbours: each budget's chosen frontier LR, where it is a grid value, gets its x sqrt(3) and
   / sqrt(3) neighbours (`frontier.lr_neighbours`);
 * ties: the settings within `tie_nats` of the best on the selection seeds also run on the
@@ -26,7 +28,7 @@ from typing import Any, Iterable, Optional
 
 from mltrain.tools.study.rungs import SettingLosses
 from mltrain.tools.study.plan import (BUDGET, FINE_LR, TUNE, WARMUP, Choice, Layout, Run, Sweep, control_sweeps,
-                                      halved, halving_sweep, setting_sweep, setting_text)
+                                      halved, halving_sweep, setting_sweep, setting_text, warmup_values)
 from mltrain.tools.study.progress import ended, run_status
 from mltrain.tools.study.schema import StudyConfig, frontier_arm
 
@@ -162,7 +164,7 @@ def more_sweeps(study: StudyConfig, layout: Layout, scale: str, max_steps: Optio
         found = _halving(study, layout, scale, max_steps, budgets or [], runs, table) if arm == frontier else []
         for pick in picks:
             same = [r.setting for r in runs if r.setting.get(BUDGET) == pick.get(BUDGET)]
-            wider = _wider(study, arm, arm == frontier, pick, same, table)
+            wider = _wider(study, arm, arm == frontier, pick, same, table, max_steps)
             found += [setting_sweep(study, layout, scale, TUNE, arm, setting, seeds, max_steps) for setting, seeds in wider]
             if arm == frontier and not wider:  # the budget's choice is settled: the control's schedule at it
                 found += control_sweeps(study, layout, scale, max_steps, {pick[BUDGET]: pick},
@@ -197,12 +199,15 @@ def _halving(study: StudyConfig, layout: Layout, scale: str, max_steps: Optional
     return out
 
 
-def _wider(study: StudyConfig, arm: str, is_frontier: bool, pick: dict, same: list[dict], table: Losses) -> list:
-    """(setting, seeds) to run for one chosen setting: its edges, its LR neighbours, its near ties."""
+def _wider(study: StudyConfig, arm: str, is_frontier: bool, pick: dict, same: list[dict], table: Losses,
+           steps: Optional[int] = None) -> list:
+    """(setting, seeds) to run for one chosen setting: its edges (the frontier's warm-up's too), its LR
+    neighbours, its near ties."""
     cfg, out = study.arms[arm], []
     first = list(study.selection_seeds)
+    warmups = warmup_values(study, steps) if is_frontier and steps else []
     for key, values in cfg.grid.items():
-        if key == BUDGET or key not in pick:
+        if key == BUDGET or key not in pick or (key == WARMUP and warmups):  # the fractions' lengths ran instead
             continue
         grid = [setting_text(key, v) for v in values]
         tried = list(dict.fromkeys(s[key] for s in same if key in s))
@@ -211,6 +216,8 @@ def _wider(study: StudyConfig, arm: str, is_frontier: bool, pick: dict, same: li
         if is_frontier and key == LR and study.frontier.lr_neighbours:
             more += neighbours(grid, tried, pick[key], study.grid_extensions)
         out += [({**pick, key: setting_text(key, x)}, first) for x in more]
+    edge = _warmup_edge(study, pick, warmups, [s[WARMUP] for s in same if WARMUP in s], steps)
+    out += [({**pick, WARMUP: edge}, first)] if edge is not None else []
     extra = list(study.extra_selection_seeds)
     if extra and not out and (study.frontier.ties or not is_frontier):  # ties once the grid brackets the choice
         for setting in tied(table, {tuple(sorted(s.items())) for s in same}, first, study.tie_nats):
@@ -218,6 +225,20 @@ def _wider(study: StudyConfig, arm: str, is_frontier: bool, pick: dict, same: li
             if missing:
                 out.append((dict(setting), missing))
     return out
+
+
+def _warmup_edge(study: StudyConfig, pick: dict, warmups: list[str], tried: list[str],
+                 steps: Optional[int]) -> Optional[str]:
+    """The frontier's warm-up length beyond the end of those tried where its choice at a budget sits there
+    (at a budget that runs every length: a halved budget's follow the budget below), at the fractions'
+    own ratio, no longer than the run at that budget; None when inside, or no new length is left."""
+    if len(warmups) < 2 or not steps or WARMUP not in pick or BUDGET not in pick or halved(study, pick[BUDGET]):
+        return None
+    x = edge_value(warmups, list(dict.fromkeys(tried)), pick[WARMUP], study.grid_extensions)
+    if x is None:
+        return None
+    x = min(x, float(max(1, round(float(pick[BUDGET]) * steps))))  # a warm-up as long as the whole run at most
+    return None if _tried(x, [n for t in tried if (n := _number(t)) is not None]) else setting_text(WARMUP, int(x))
 
 
 def settings_table(table: Losses, seeds: list[int]) -> list[SettingLosses]:
