@@ -216,8 +216,8 @@ def _wider(study: StudyConfig, arm: str, is_frontier: bool, pick: dict, same: li
         if is_frontier and key == LR and study.frontier.lr_neighbours:
             more += neighbours(grid, tried, pick[key], study.grid_extensions)
         out += [({**pick, key: setting_text(key, x)}, first) for x in more]
-    edge = _warmup_edge(study, pick, warmups, [s[WARMUP] for s in same if WARMUP in s], steps)
-    out += [({**pick, WARMUP: edge}, first)] if edge is not None else []
+    beyond = _warmup_edge(study, pick, warmups, [s[WARMUP] for s in same if WARMUP in s], steps)
+    out += [({**pick, WARMUP: beyond}, first)] if beyond is not None else []
     extra = list(study.extra_selection_seeds)
     if extra and not out and (study.frontier.ties or not is_frontier):  # ties once the grid brackets the choice
         for setting in tied(table, {tuple(sorted(s.items())) for s in same}, first, study.tie_nats):
