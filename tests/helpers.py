@@ -189,9 +189,10 @@ def summary(run_dir: Path) -> dict:
 
 
 def uninterrupted_run(args: list[str], tmp_path: Path) -> Path:
-    """`mltrain args` run to the end in tmp_path/whole, the reference a stopped-and-resumed run must equal."""
+    """`mltrain args` run to the end in tmp_path/whole (in this process: cli_here), the reference a
+    stopped-and-resumed run must equal."""
     whole = tmp_path / "whole"
-    proc = cli([*args, f"hydra.run.dir={whole}"], tmp_path)
+    proc = cli_here([*args, f"hydra.run.dir={whole}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return whole
 
@@ -868,7 +869,8 @@ def _as_a_fresh_process(env: dict, cwd: Path, argv: list[str]) -> Iterator[tuple
             warnings._showwarnmsg_impl = _print_warning  # type: ignore[attr-defined]  (pytest records them)
             os.environ.clear()
             os.environ.update(env)
-            torch.set_num_threads(int(env.get("OMP_NUM_THREADS") or saved[5]))
+            threads = env.get("OMP_NUM_THREADS", "").strip()
+            torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else saved[5])
             os.chdir(cwd)
             sys.argv = argv
             sys.stdout, sys.stderr = out, err

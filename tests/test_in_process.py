@@ -35,7 +35,7 @@ def test_what_a_process_end_discards_is_put_back(tmp_path, monkeypatch):
         logging.raiseExceptions = False
         print("to stdout")
         print("to stderr", file=sys.stderr)
-        warnings.warn("a warning, as a process prints it", UserWarning)
+        warnings.warn("a warning, as a process prints it", UserWarning, stacklevel=1)
         sys.exit(3)
 
     monkeypatch.setattr(mltrain.console, "train_main", main)
