@@ -314,15 +314,6 @@ def saved_run(tmp_path: Path, name: str = "run", tokenizer: str = "bytes", **ove
     return run_dir, model
 
 
-def multirun(tmp_path, *args):
-    sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, *args, f"hydra.sweep.dir={sweep}"],
-                          cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return sweep
-
-
 def sweep_summaries(sweep):
     return {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/summary.json")}
 
@@ -720,7 +711,7 @@ def judge(proc: subprocess.CompletedProcess, needle: str = "", code: int = 2,
 
 
 # ---------------------------------------------------------------------------------------------
-# The tools run in the test's own process (the twins of cli, tool, run_tool and multirun): the same
+# The tools run in the test's own process (the twins of cli, tool and run_tool, and multirun_here): the same
 # entry point the console script runs, without the ~3 s a fresh process pays for torch and dynamo.
 
 ENTRY_POINTS = {"mltrain": "train_main", "mltrain-prepare": "prepare_main", "mltrain-compare": "compare_main",
@@ -806,8 +797,11 @@ def in_process(name: str, args: list[str] | tuple[str, ...], cwd: Path, env: dic
     SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGCHLD and SIGPIPE, torch's default dtype, deterministic
     algorithms, grad mode, float32 matmul precision, TF32 and cuDNN flags, the warning filters it added,
     sys.path, sys.excepthook, the registered depth methods, coarsening schemes and plugins, the threads
-    alive (not a library's daemon thread) and the child processes. A test that needs a process of its
-    own keeps one (docs/testing.md says which)."""
+    alive (not a library's daemon thread) and the child processes. Left as they are: the caches of pure
+    functions (functools.lru_cache: the code's digest, the machine id, the CPU, the shipped corpora, the
+    study's plans; compare's type hints), and what only a joblib worker or a tokenizing pool worker sets
+    (mltrain.training.devices' GPU claim, mltrain.data.tokenizers' worker tokenizer). A test that needs
+    a process of its own keeps one (docs/testing.md says which)."""
     import importlib
     import traceback
     import warnings
@@ -977,8 +971,9 @@ def run_tool_here(name: str, *args: str, cwd: Path, env: dict | None = None,
 
 
 def multirun_here(tmp_path, *args):
-    """`multirun(tmp_path, *args)` in this process (`in_process`): for Hydra's basic launcher only (the
-    joblib one starts processes that outlive no test, but they are processes)."""
+    """`python -m mltrain.cli -m <SMOKE> <args>` into tmp_path/sweep, which it returns, in this process
+    (`in_process`; was `multirun`, a process of its own): for Hydra's basic launcher only (the joblib
+    one starts a process per worker; tests/e2e/test_parallel_sweeps.py starts it as a user does)."""
     sweep = tmp_path / "sweep"
     proc = in_process("mltrain", ["-m", *SMOKE, *args, f"hydra.sweep.dir={sweep}"], tmp_path,
                       {**os.environ, "PYTHONUNBUFFERED": "1"}, argv0=str(REPO / "mltrain" / "cli.py"),
