@@ -712,7 +712,7 @@ def judge(proc: subprocess.CompletedProcess, needle: str = "", code: int = 2,
 
 # ---------------------------------------------------------------------------------------------
 # The tools run in the test's own process (the twins of cli, tool and run_tool, and multirun_here): the same
-# entry point the console script runs, without the ~3 s a fresh process pays for torch and dynamo.
+# entry point the console script runs, without paying a fresh process's imports (torch, dynamo, Hydra).
 
 ENTRY_POINTS = {"mltrain": "train_main", "mltrain-prepare": "prepare_main", "mltrain-compare": "compare_main",
                 "mltrain-sample": "sample_main", "mltrain-export": "export_main", "mltrain-study": "study_main"}
@@ -779,6 +779,8 @@ def in_process(name: str, args: list[str] | tuple[str, ...], cwd: Path, env: dic
     or `entry` "module:function"), with sys.argv set, the working directory `cwd`, the environment
     exactly `env`, stdout and stderr captured, SystemExit turned into the return code (an exception
     that escapes: its traceback on stderr and 1, as Python does): the same fields as subprocess.run's.
+    The twins below take their process twin's `timeout` so that a call site changes one name; nothing
+    in this process can enforce it.
 
     The run starts as a fresh process would, and what a process's end discards is put back afterwards
     (`_as_a_fresh_process`): the working directory, sys.argv, os.environ (our code sets MLTRAIN_PLUGINS,
@@ -938,10 +940,9 @@ def _product_caches_emptied() -> Iterator[None]:
 def _put_back_loggers(saved: dict[str, tuple]) -> None:
     import logging
 
-    now = _loggers()
     kept = {h for entry in saved.values() for h in entry[1]}
-    for name, (level, handlers, propagate, disabled) in now.items():
-        for handler in handlers:
+    for name, now in _loggers().items():
+        for handler in now[1]:
             if handler not in kept:
                 handler.close()  # Hydra's log file: closed, as at a process's end
         lg = logging.getLogger(name or None)
