@@ -4,6 +4,7 @@ run dirs and weights, and a stand-in for mltrain-compare's tuned verdict."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
@@ -18,7 +19,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import pytest
@@ -188,9 +189,10 @@ def summary(run_dir: Path) -> dict:
 
 
 def uninterrupted_run(args: list[str], tmp_path: Path) -> Path:
-    """`mltrain args` run to the end in tmp_path/whole, the reference a stopped-and-resumed run must equal."""
+    """`mltrain args` run to the end in tmp_path/whole (in this process: cli_here), the reference a
+    stopped-and-resumed run must equal."""
     whole = tmp_path / "whole"
-    proc = cli([*args, f"hydra.run.dir={whole}"], tmp_path)
+    proc = cli_here([*args, f"hydra.run.dir={whole}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return whole
 
@@ -310,15 +312,6 @@ def saved_run(tmp_path: Path, name: str = "run", tokenizer: str = "bytes", **ove
     run_dir = tmp_path / name
     save_weights(run_dir, model, tokenizer)
     return run_dir, model
-
-
-def multirun(tmp_path, *args):
-    sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, *args, f"hydra.sweep.dir={sweep}"],
-                          cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return sweep
 
 
 def sweep_summaries(sweep):
@@ -611,8 +604,8 @@ def made_smoke_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, in
 
 
 def smoke_run(root: Path, name: str = "run") -> Path:
-    """A finished smoke run in root/<name>, made by the installed mltrain."""
-    proc = tool("mltrain", *TOOL_SMOKE, f"hydra.run.dir={root / name}", cwd=root)
+    """A finished smoke run in root/<name>, made by mltrain's console entry point in this process (tool_here)."""
+    proc = tool_here("mltrain", *TOOL_SMOKE, f"hydra.run.dir={root / name}", cwd=root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return root / name
 
@@ -715,3 +708,276 @@ def judge(proc: subprocess.CompletedProcess, needle: str = "", code: int = 2,
     assert len(lines) == 1, proc.stderr[-3000:]
     assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The tools run in the test's own process (the twins of cli, tool and run_tool, and multirun_here): the same
+# entry point the console script runs, without paying a fresh process's imports (torch, dynamo, Hydra).
+
+ENTRY_POINTS = {"mltrain": "train_main", "mltrain-prepare": "prepare_main", "mltrain-compare": "compare_main",
+                "mltrain-sample": "sample_main", "mltrain-export": "export_main", "mltrain-study": "study_main"}
+WATCHED_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGALRM", "SIGCHLD", "SIGPIPE")
+
+
+def _product_caches() -> dict[str, dict | list]:
+    """The module-level state our code keeps for a process's life, by name, but mltrain.cli._checked (the
+    config RunGuard checked for the task): emptied for an in-process run (a fresh process starts with
+    them empty) and put back after it."""
+    from mltrain import run as run_module
+    from mltrain.data import loader
+    from mltrain.runs import rundir, sweep
+
+    return {"mltrain.runs.rundir._chosen": rundir._chosen, "mltrain.run._SWEPT": run_module._SWEPT,
+            "mltrain.runs.sweep._failures": sweep._failures, "mltrain.data.loader._INSTALLED_LOADED": loader._INSTALLED_LOADED}
+
+
+def _loggers() -> dict[str, tuple]:
+    """Every logger (the root one included): its level, handlers, propagate and disabled flags."""
+    import logging
+
+    found = {"": logging.getLogger()}
+    found.update((name, lg) for name, lg in logging.Logger.manager.loggerDict.items() if isinstance(lg, logging.Logger))
+    return {name: (lg.level, tuple(lg.handlers), lg.propagate, lg.disabled) for name, lg in found.items()}
+
+
+def _checked_state(known_modules: Iterable[str]) -> dict[str, object]:
+    """What an in-process run must leave as it found it by itself (a library user calling it twice would
+    see it too): every failure names its key. `known_modules`: those imported before the run."""
+    import multiprocessing
+    import threading
+    import warnings
+
+    from mltrain.config import register_configs as _register  # noqa: F401  (the registries below are loaded)
+    from mltrain.method import coarsening, plugins, registry
+
+    state: dict[str, object] = {f"signal handler {name}": signal.getsignal(getattr(signal, name)) for name in WATCHED_SIGNALS}
+    state.update({
+        "torch.get_default_dtype()": torch.get_default_dtype(),
+        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
+        "torch.is_grad_enabled()": torch.is_grad_enabled(),
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+        "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "torch.backends.cudnn (allow_tf32, deterministic, benchmark)": (
+            torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark),
+        # (a warning filter for a class of a module imported since is that library's own, made at its import)
+        "warnings.filters": [f for f in warnings.filters if getattr(f[2], "__module__", "builtins") in known_modules],
+        "sys.path": list(sys.path),
+        "sys.excepthook": sys.excepthook,
+        "the depth methods registered (mltrain.method.registry._METHODS)": dict(registry._METHODS),
+        "the coarsening schemes registered (mltrain.method.coarsening._SCHEMES)": dict(coarsening._SCHEMES),
+        "the plugins loaded (mltrain.method.plugins._LOADED)": list(plugins._LOADED),
+        # (a library's daemon thread, tqdm's monitor, ends by itself; ours are named mltrain-...)
+        "threads alive": sorted(t.name for t in threading.enumerate() if not t.daemon or t.name.startswith("mltrain")),
+        "child processes alive": sorted(p.pid for p in multiprocessing.active_children()),
+    })
+    return state
+
+
+def in_process(name: str, args: list[str] | tuple[str, ...], cwd: Path, env: dict, argv0: str = "",
+               entry: str = "") -> subprocess.CompletedProcess:
+    """`name <args>` run in this process as its console script runs it (mltrain/console.py's entry point,
+    or `entry` "module:function"), with sys.argv set, the working directory `cwd`, the environment
+    exactly `env`, stdout and stderr captured, SystemExit turned into the return code (an exception
+    that escapes: its traceback on stderr and 1, as Python does): the same fields as subprocess.run's.
+    The twins below take their process twin's `timeout` so that a call site changes one name; nothing
+    in this process can enforce it.
+
+    The run starts as a fresh process would, and what a process's end discards is put back afterwards
+    (`_as_a_fresh_process`): the working directory, sys.argv, os.environ (our code sets MLTRAIN_PLUGINS,
+    the sweep's pid, CUDA_VISIBLE_DEVICES, the ranks' start time), sys.stdout/sys.stderr, torch's thread
+    count (from OMP_NUM_THREADS, as a fresh process sets it), the warnings (Python's default filters and
+    printer, so that a warning is on stderr as a process prints it, not in pytest's record), Hydra's
+    singletons (GlobalHydra, HydraConfig, JobRuntime, the ConfigStore: their attributes) and OmegaConf's
+    resolvers, logging (every logger's level, handlers, propagate and disabled flags, the handlers Hydra
+    added closed: its log files; logging.raiseExceptions), the run-dir claims (mltrain.runs.rundir._held:
+    released, as a process's end drops its flocks), the atexit handlers our code registers (run at the
+    end, as at a process's exit: the empty folders of a refused run removed), and the module-level state
+    our code keeps for a process's life (`_product_caches`: emptied for the run, then put back).
+
+    What the run must put back by itself (a library user calling it twice would meet it too) is checked,
+    and a difference fails the test naming it (`_checked_state`): the handlers of SIGINT, SIGTERM,
+    SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGCHLD and SIGPIPE, torch's default dtype, deterministic
+    algorithms, grad mode, float32 matmul precision, TF32 and cuDNN flags, the warning filters it added,
+    sys.path, sys.excepthook, the registered depth methods, coarsening schemes and plugins, the threads
+    alive (not a library's daemon thread) and the child processes. Left as they are: the caches of pure
+    functions (functools.lru_cache: the code's digest, the machine id, the CPU, the shipped corpora, the
+    study's plans; compare's type hints), and what only a joblib worker or a tokenizing pool worker sets
+    (mltrain.training.devices' GPU claim, mltrain.data.tokenizers' worker tokenizer). A test that needs
+    a process of its own keeps one (docs/testing.md says which)."""
+    import importlib
+    import traceback
+    import warnings
+
+    import mltrain.console  # noqa: F401  (imported before the state is taken: imports are no leak)
+    import mltrain.run  # noqa: F401
+
+    module, _, function = (entry or f"mltrain.console:{ENTRY_POINTS[name]}").partition(":")
+    main = getattr(importlib.import_module(module), function)
+    known_modules = {*sys.modules, "builtins"}
+    checked = _checked_state(known_modules)
+    code: int | str | None = 0
+    with _as_a_fresh_process(env, cwd, [argv0 or name, *args]) as (out, err):
+        filters = _checked_state(known_modules)["warnings.filters"]
+        try:
+            main()
+        except SystemExit as end:
+            code = end.code
+        except BaseException:  # noqa: BLE001 - as Python's own top level: the traceback, status 1
+            traceback.print_exc()
+            code = 1
+        if code is not None and not isinstance(code, int):
+            print(code, file=err)
+            code = 1
+        added = _checked_state(known_modules)["warnings.filters"] != filters
+    left = _checked_state(known_modules)
+    changed = {key: f"{checked[key]!r} -> {left[key]!r}"[:600] for key in checked if left[key] != checked[key]}
+    if added:
+        changed["warnings.filters"] = f"{filters!r} -> {warnings.filters!r}"[:600]
+    assert not changed, f"`{name} {' '.join(args)}` run in this process left these changed: {changed}"
+    return subprocess.CompletedProcess([argv0 or name, *args], code or 0, out.getvalue(), err.getvalue())
+
+
+# Python's own warning filters at start-up (no -W, no PYTHONWARNINGS), last one first.
+PYTHON_WARNINGS = (("ignore", ResourceWarning, ""), ("ignore", ImportWarning, ""),
+                   ("ignore", PendingDeprecationWarning, ""), ("ignore", DeprecationWarning, ""),
+                   ("default", DeprecationWarning, "__main__"))
+
+
+@contextlib.contextmanager
+def _as_a_fresh_process(env: dict, cwd: Path, argv: list[str]) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """In the block: what a fresh process `argv` in `cwd` with `env` starts with; after it, this process
+    as it was (see in_process). Yields the block's (stdout, stderr)."""
+    import atexit
+    import logging
+    import warnings
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = (os.getcwd(), sys.argv, dict(os.environ), sys.stdout, sys.stderr, torch.get_num_threads(),
+             logging.raiseExceptions, _loggers())
+    exits: list[tuple] = []
+    register = atexit.register
+    with _hydra_put_back(), _product_caches_emptied(), warnings.catch_warnings():
+        try:
+            warnings.resetwarnings()
+            for action, category, module in PYTHON_WARNINGS:
+                warnings.filterwarnings(action, category=category, module=module)
+            warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
+            warnings._showwarnmsg_impl = _print_warning  # type: ignore[attr-defined]  (pytest records them)
+            os.environ.clear()
+            os.environ.update(env)
+            threads = env.get("OMP_NUM_THREADS", "").strip()
+            torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else saved[5])
+            os.chdir(cwd)
+            sys.argv = argv
+            sys.stdout, sys.stderr = out, err
+            atexit.register = lambda f, *a, **k: exits.append((f, a, k)) or f  # type: ignore[assignment]
+            yield out, err
+        finally:
+            atexit.register = register  # type: ignore[assignment]
+            for f, a, k in exits:
+                f(*a, **k)
+            os.chdir(saved[0])
+            sys.argv, sys.stdout, sys.stderr = saved[1], saved[3], saved[4]
+            os.environ.clear()
+            os.environ.update(saved[2])
+            torch.set_num_threads(saved[5])
+            logging.raiseExceptions = saved[6]
+            _put_back_loggers(saved[7])
+
+
+def _print_warning(message) -> None:
+    """A warning as Python prints it (warnings._showwarnmsg_impl): on the stderr of the moment."""
+    import warnings
+
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(warnings._formatwarnmsg(message))  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _hydra_put_back() -> Iterator[None]:
+    """Hydra's singletons (their attributes) and OmegaConf's resolvers as they were, after the block."""
+    from hydra.core.singleton import Singleton
+    from omegaconf.basecontainer import BaseContainer
+
+    instances = {cls: (inst, dict(vars(inst))) for cls, inst in Singleton._instances.items()}
+    resolvers = dict(BaseContainer._resolvers)
+    try:
+        yield
+    finally:
+        Singleton._instances.clear()
+        for cls, (inst, attributes) in instances.items():
+            Singleton._instances[cls] = inst
+            vars(inst).clear()
+            vars(inst).update(attributes)
+        BaseContainer._resolvers = resolvers
+
+
+@contextlib.contextmanager
+def _product_caches_emptied() -> Iterator[None]:
+    """Our module-level state (`_product_caches`) empty in the block, as in a fresh process; the run-dir
+    claims made in it released (a process's end drops its flocks); then all of it as it was."""
+    from mltrain import cli as cli_module
+    from mltrain.runs import rundir
+
+    caches = _product_caches()
+    saved = {key: copy.copy(cache) for key, cache in caches.items()}
+    held, checked = dict(rundir._held), cli_module._checked
+    for cache in caches.values():
+        cache.clear()
+    cli_module._checked = None
+    try:
+        yield
+    finally:
+        for key in set(rundir._held) - set(held):
+            rundir._held.pop(key)[0].close()
+        for key, cache in caches.items():
+            cache.clear()
+            cache.update(saved[key]) if isinstance(cache, dict) else cache.extend(saved[key])  # type: ignore[union-attr]
+        cli_module._checked = checked
+
+
+def _put_back_loggers(saved: dict[str, tuple]) -> None:
+    import logging
+
+    kept = {h for entry in saved.values() for h in entry[1]}
+    for name, now in _loggers().items():
+        for handler in now[1]:
+            if handler not in kept:
+                handler.close()  # Hydra's log file: closed, as at a process's end
+        lg = logging.getLogger(name or None)
+        level, handlers, propagate, disabled = saved.get(name, (logging.NOTSET, (), True, False))
+        lg.setLevel(level)
+        lg.handlers[:] = list(handlers)
+        lg.propagate, lg.disabled = propagate, disabled
+
+
+def cli_here(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`cli(args, cwd)` in this process (`in_process`): `python -m mltrain.cli` as the entry point."""
+    return in_process("mltrain", args, cwd, ENV, argv0=str(REPO / "mltrain" / "cli.py"), entry="mltrain.cli:train_main")
+
+
+def tool_here(name: str, *args: str, cwd: Path, env: Optional[dict] = None,
+              timeout: float = 600) -> subprocess.CompletedProcess:
+    """`tool(name, *args, cwd=..., env=...)` in this process (`in_process`; no `before`: a fault injected
+    into the process needs one of its own)."""
+    return in_process(name, args, cwd, {**ENV, **(env or {})}, argv0=str(TOOL_BIN / name))
+
+
+def run_tool_here(name: str, *args: str, cwd: Path, env: dict | None = None,
+                  timeout: int = 300) -> subprocess.CompletedProcess:
+    """`run_tool(name, *args, cwd=..., env=...)` without limits, in this process (`in_process`)."""
+    entry = "mltrain.cli:train_main" if name == "mltrain" else f"mltrain.console:{ENTRY_POINTS[name]}"
+    return in_process(name, args, cwd, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, entry=entry)
+
+
+def multirun_here(tmp_path, *args):
+    """`python -m mltrain.cli -m <SMOKE> <args>` into tmp_path/sweep, which it returns, in this process
+    (`in_process`; was `multirun`, a process of its own): for Hydra's basic launcher only (the joblib
+    one starts a process per worker; tests/e2e/test_parallel_sweeps.py starts it as a user does)."""
+    sweep = tmp_path / "sweep"
+    proc = in_process("mltrain", ["-m", *SMOKE, *args, f"hydra.sweep.dir={sweep}"], tmp_path,
+                      {**os.environ, "PYTHONUNBUFFERED": "1"}, argv0=str(REPO / "mltrain" / "cli.py"),
+                      entry="mltrain.cli:train_main")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep

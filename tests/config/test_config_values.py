@@ -7,7 +7,7 @@ import re
 import typing
 
 import pytest
-from helpers import compose_config, SMOKE, one_error, run_tool, typed
+from helpers import SMOKE, compose_config, one_error, run_tool_here, typed
 
 from mltrain.config import Config, validate
 from mltrain.core.errors import ConfigError
@@ -32,7 +32,7 @@ def test_a_key_outside_the_schema_is_refused_with_or_without_plus(override, name
 
 def test_a_key_outside_the_schema_stops_the_cli_before_anything_is_written(tmp_path):
     out = tmp_path / "out"
-    line = one_error(run_tool("mltrain", *SMOKE, "+train.max_step=3", f"hydra.run.dir={out}", cwd=tmp_path))
+    line = one_error(run_tool_here("mltrain", *SMOKE, "+train.max_step=3", f"hydra.run.dir={out}", cwd=tmp_path))
     assert "train.max_step is not an mltrain key (did you mean train.max_steps?" in line
     assert not out.exists()
 
@@ -92,6 +92,6 @@ def test_ranges_name_the_key(overrides, named):
 
 def test_a_nan_value_stops_the_cli_with_its_key_before_anything_is_built(tmp_path):
     out = tmp_path / "out"
-    line = one_error(run_tool("mltrain", *SMOKE, "optim=adamw", "optim.eps=nan", f"hydra.run.dir={out}", cwd=tmp_path))
+    line = one_error(run_tool_here("mltrain", *SMOKE, "optim=adamw", "optim.eps=nan", f"hydra.run.dir={out}", cwd=tmp_path))
     assert line == "mltrain: error: optim.eps=nan must be a finite number"
     assert not out.exists()

@@ -12,7 +12,7 @@ import pytest
 
 from mltrain.core.errors import StorageError
 from mltrain.core import guarded
-from helpers import VICTIM, fake_runs, made_once, refused, smoke_run, tool, tree, victim
+from helpers import VICTIM, fake_runs, made_once, refused, smoke_run, tool_here, tree, victim
 
 # ---------------------------------------------------------------------------------------------
 # The writer itself
@@ -80,7 +80,7 @@ def test_a_study_with_a_link_where_it_writes_is_refused_in_one_line(tmp_path, pl
     else:  # a folder of the study (a scale, its verdict, a run's folder) that leads outside
         link.symlink_to(target.parent, target_is_directory=True)
     before = tree(tmp_path / "outside")
-    proc = tool("mltrain-study", "study=smoke", f"dir={study}", "~ladder.d32", cwd=tmp_path)
+    proc = tool_here("mltrain-study", "study=smoke", f"dir={study}", "~ladder.d32", cwd=tmp_path)
     refused(proc, "symbolic link")
     assert tree(tmp_path / "outside") == before
     assert not (study / ".mltrain.lock").exists()  # refused before the study claimed its folder
@@ -98,7 +98,7 @@ def test_compare_refuses_each_of_its_files_as_a_link_and_writes_none(tmp_path, n
     out.mkdir()
     (out / name).symlink_to(target)
     before = tree(tmp_path / "outside")
-    proc = tool("mltrain-compare", str(runs), "--out", str(out), cwd=tmp_path)
+    proc = tool_here("mltrain-compare", str(runs), "--out", str(out), cwd=tmp_path)
     refused(proc, name)
     assert tree(tmp_path / "outside") == before
     assert [p.name for p in out.iterdir()] == [name]  # none of the three written
@@ -116,7 +116,7 @@ def test_export_never_writes_through_a_link_in_its_folder(finished_run, tmp_path
     out.mkdir()
     (out / "model.safetensors").symlink_to(tmp_path / "outside" / "new.bin" if dangling else target)
     before = tree(tmp_path / "outside")
-    proc = tool("mltrain-export", str(finished_run), str(out), cwd=tmp_path)
+    proc = tool_here("mltrain-export", str(finished_run), str(out), cwd=tmp_path)
     refused(proc, "model.safetensors")
     assert tree(tmp_path / "outside") == before and not (out / "config.json").exists()
 
@@ -129,8 +129,8 @@ def test_prepare_refuses_a_linked_log_folder_before_hydra_writes_into_it(tmp_pat
     out.mkdir()
     (out / ".prepare_logs").symlink_to(tmp_path / "outside", target_is_directory=True)
     before = tree(tmp_path / "outside")
-    proc = tool("mltrain-prepare", f"prepare.data_files={docs}", f"prepare.out_dir={out}", "prepare.tokenizer=bytes",
-                "prepare.progress=false", "prepare.workers=1", cwd=tmp_path)
+    proc = tool_here("mltrain-prepare", f"prepare.data_files={docs}", f"prepare.out_dir={out}", "prepare.tokenizer=bytes",
+                     "prepare.progress=false", "prepare.workers=1", cwd=tmp_path)
     refused(proc, ".prepare_logs")
     assert tree(tmp_path / "outside") == before
     assert not any(p.suffix == ".bin" for p in out.iterdir())

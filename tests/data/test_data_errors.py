@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import compose_config, SMOKE, one_error, run_tool
+from helpers import SMOKE, compose_config, one_error, run_tool, run_tool_here
 
 from mltrain.data import load_tokens, shards
 from mltrain.core.errors import DataError
@@ -17,8 +17,8 @@ from mltrain.core.errors import DataError
 def test_an_unwritable_token_cache_is_one_line(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    line = one_error(run_tool("mltrain", *SMOKE, f"data.cache_dir={blocker}/cache", f"hydra.run.dir={tmp_path / 'run'}",
-                         cwd=tmp_path))
+    line = one_error(run_tool_here("mltrain", *SMOKE, f"data.cache_dir={blocker}/cache", f"hydra.run.dir={tmp_path / 'run'}",
+                              cwd=tmp_path))
     assert "token cache" in line and str(blocker) in line
 
 
@@ -40,7 +40,7 @@ def test_a_binary_data_path_is_refused_naming_the_file(tmp_path, kind):
     else:  # uint16 ids below 256: every other byte is NUL, which is valid UTF-8
         shards.write_shard(path, rng.integers(32, 127, 25_000))
     out = tmp_path / "out"
-    line = one_error(run_tool("mltrain", *SMOKE, "data=text", f"data.path={path}", f"hydra.run.dir={out}", cwd=tmp_path))
+    line = one_error(run_tool_here("mltrain", *SMOKE, "data=text", f"data.path={path}", f"hydra.run.dir={out}", cwd=tmp_path))
     assert f"{path} is not UTF-8 text" in line and "data.allow_binary=true" in line
     assert not (out / "metrics.jsonl").exists()
 

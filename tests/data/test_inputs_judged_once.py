@@ -20,7 +20,7 @@ from mltrain.data.config import DataConfig
 from mltrain.data.loader import load_tokens
 from mltrain.data.sampler import BatchSampler
 from mltrain.core.errors import DataError
-from helpers import TOOL_SMOKE, edited_copy, made_once, refused, smoke_run, tool
+from helpers import TOOL_SMOKE, edited_copy, made_once, refused, smoke_run, tool, tool_here
 
 TINY = ["model.n_layer=2", "model.n_embd=16", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
         "train.max_steps=2", "train.eval_tokens=64", "train.progress=false", "device=cpu"]
@@ -49,11 +49,11 @@ def rewrite_in_place(path: Path, position: int, token: int) -> None:
 def test_a_shard_rewritten_in_place_with_its_old_mtime_is_refused_before_training(tmp_path):
     train = shard_folder(tmp_path / "shards")
     data = ["data=shards", f"data.dir={tmp_path / 'shards'}", "data.tokenizer=bytes"]
-    first = tool("mltrain", *TINY, *data, f"hydra.run.dir={tmp_path / 'first'}", cwd=tmp_path)
+    first = tool_here("mltrain", *TINY, *data, f"hydra.run.dir={tmp_path / 'first'}", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     assert (tmp_path / "shards" / shards.SIDECAR).exists()  # the scan is remembered
     rewrite_in_place(train, 1234, 300)
-    line = refused(tool("mltrain", *TINY, *data, f"hydra.run.dir={tmp_path / 'second'}", cwd=tmp_path), str(train))
+    line = refused(tool_here("mltrain", *TINY, *data, f"hydra.run.dir={tmp_path / 'second'}", cwd=tmp_path), str(train))
     assert "token id 300" in line and "1,234" in line and "data.tokenizer" in line
     assert not (tmp_path / "second" / "metrics.jsonl").exists()  # before training
 
@@ -113,8 +113,8 @@ def test_a_text_file_rewritten_in_place_with_its_old_mtime_is_read_again(tmp_pat
 
 
 def prepare(tmp_path: Path, data: Path, *extra: str):
-    return tool("mltrain-prepare", f"prepare.data_files={data}", f"prepare.out_dir={tmp_path / 'out'}",
-                f"prepare.cache_dir={tmp_path / 'hf'}", *PREPARE, *extra, cwd=tmp_path)
+    return tool_here("mltrain-prepare", f"prepare.data_files={data}", f"prepare.out_dir={tmp_path / 'out'}",
+                     f"prepare.cache_dir={tmp_path / 'hf'}", *PREPARE, *extra, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("content, says", [(b"", "is empty (0 bytes)"), (b"\n\n\n", "holds no documents")])
@@ -131,8 +131,8 @@ def test_prepare_and_data_text_refuse_the_same_undecodable_file(tmp_path):
     line = refused(prepare(tmp_path, data), str(data))
     assert "is not UTF-8 text" in line and "prepare.allow_binary=true" in line
     assert not list((tmp_path / "out").glob("*.bin"))
-    line = refused(tool("mltrain", *TOOL_SMOKE, "data=text", f"data.path={data}", f"hydra.run.dir={tmp_path / 'run'}",
-                        cwd=tmp_path), str(data))
+    line = refused(tool_here("mltrain", *TOOL_SMOKE, "data=text", f"data.path={data}", f"hydra.run.dir={tmp_path / 'run'}",
+                             cwd=tmp_path), str(data))
     assert "is not UTF-8 text" in line and "data.allow_binary=true" in line
     taken = prepare(tmp_path, data, "prepare.allow_binary=true")
     assert taken.returncode == 0 and "taking it anyway (prepare.allow_binary=true)" in taken.stderr
@@ -143,8 +143,8 @@ def test_a_few_undecodable_bytes_are_taken_with_one_warning_by_both(tmp_path):
     data.write_bytes(b"caf\xe9 au lait. " * 5 + b"plain text to tokenize here. " * 800)
     said = [line for line in prepare(tmp_path, data).stderr.splitlines() if "could not be decoded" in line]
     assert len(said) == 1 and "5 characters" in said[0] and str(data) in said[0]
-    run = tool("mltrain", *TOOL_SMOKE, "train.max_steps=2", "data=text", f"data.path={data}",
-               f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    run = tool_here("mltrain", *TOOL_SMOKE, "train.max_steps=2", "data=text", f"data.path={data}",
+                    f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert run.returncode == 0 and sum("could not be decoded" in line for line in run.stderr.splitlines()) == 1
 
 

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
+from helpers import in_process
 from mltrain.config import DataConfig
 from mltrain.data import DataError, load_tokens
 from mltrain.data import embedded, prepare, shards
@@ -214,20 +212,20 @@ def test_prepare_if_missing_starts_the_preparation(tmp_path, gpt2_cache, offline
 def test_hydra_entry_point_keeps_cwd_clean(local_files, tmp_path, gpt2_cache):
     cwd, out = tmp_path / "cwd", tmp_path / "out"
     cwd.mkdir()
-    cmd = [
-        sys.executable, "-c", "from mltrain.data.prepare import hydra_main; hydra_main()",
+    args = [
         f"prepare.data_files={local_files['jsonl']}", f"prepare.out_dir={out}", f"prepare.shard_tokens={SHARD}",
         f"prepare.val_tokens={VAL}", "prepare.workers=1", "prepare.progress=false", f"prepare.cache_dir={tmp_path / 'hf'}",
     ]  # fmt: skip
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    entry = "mltrain.data.prepare:hydra_main"  # run in this process (helpers.in_process)
+    done = in_process("mltrain-prepare", args, cwd, dict(os.environ), argv0="-c", entry=entry)
     assert done.returncode == 0, done.stderr[-2000:]
     assert list(cwd.iterdir()) == []
     assert len(shard_files(out)) >= 4
     logs = list(out.glob(".prepare_logs/*/.hydra/config.yaml"))
     assert len(logs) == 1 and "shard_tokens: 4000" in logs[0].read_text()
 
-    bad = subprocess.run([*cmd[:3], "prepare.shard_tokens=0", f"prepare.out_dir={out}"], cwd=cwd,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    bad = in_process("mltrain-prepare", ["prepare.shard_tokens=0", f"prepare.out_dir={out}"], cwd, dict(os.environ),
+                     argv0="-c", entry=entry)
     assert bad.returncode == 2 and "prepare.shard_tokens=0 must be > 0" in bad.stdout + bad.stderr
 
 

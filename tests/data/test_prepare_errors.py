@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import json
 
-from helpers import PREPARE, jsonl_file, one_error, run_tool
+from helpers import PREPARE, jsonl_file, one_error, run_tool, run_tool_here
 
 
 def test_a_malformed_jsonl_line_given_to_prepare_is_one_line(tmp_path):
     data = jsonl_file(tmp_path / "docs.jsonl", [json.dumps({"text": "good " * 50})] * 20 + ['{"text": "broken'])
     out = tmp_path / "out"
-    proc = run_tool("mltrain-prepare", f"prepare.data_files={data}", f"prepare.out_dir={out}", "prepare.workers=1",
-               f"prepare.cache_dir={tmp_path / 'hf'}", *PREPARE, cwd=tmp_path)
+    proc = run_tool_here("mltrain-prepare", f"prepare.data_files={data}", f"prepare.out_dir={out}", "prepare.workers=1",
+                    f"prepare.cache_dir={tmp_path / 'hf'}", *PREPARE, cwd=tmp_path)
     line = one_error(proc, "mltrain-prepare")
     assert "prepare.data_files=" in line and "docs.jsonl" in line
 
 
 def test_prepare_errors_go_to_stderr_like_mltrain(tmp_path):
-    proc = run_tool("mltrain-prepare", f"prepare.data_files={tmp_path / 'none.jsonl'}", f"prepare.out_dir={tmp_path / 'o'}",
-               *PREPARE, cwd=tmp_path)
+    proc = run_tool_here("mltrain-prepare", f"prepare.data_files={tmp_path / 'none.jsonl'}", f"prepare.out_dir={tmp_path / 'o'}",
+                    *PREPARE, cwd=tmp_path)
     line = one_error(proc, "mltrain-prepare")
     assert "matches no files" in line and proc.stdout == ""
 
@@ -27,7 +27,7 @@ def test_prepare_errors_go_to_stderr_like_mltrain(tmp_path):
 def test_prepare_into_an_unwritable_out_dir_is_one_line(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    line = one_error(run_tool("mltrain-prepare", f"prepare.out_dir={blocker}/out", *PREPARE, cwd=tmp_path), "mltrain-prepare")
+    line = one_error(run_tool_here("mltrain-prepare", f"prepare.out_dir={blocker}/out", *PREPARE, cwd=tmp_path), "mltrain-prepare")
     assert f"prepare.out_dir={blocker}/out" in line
 
 

@@ -138,7 +138,7 @@ def long_runs_commands() -> list[list[str]]:
 def test_readme_long_runs_commands_stop_on_ctrl_c_and_resume_to_the_end(tmp_path):
     import signal
 
-    from helpers import cli, kill, one_line, start, stderr_of, summary, wait_until
+    from helpers import cli_here, kill, one_line, start, stderr_of, summary, wait_until
 
     first, resume, sweep = long_runs_commands()
     assert resume == [*first, "train.resume=true"] and sweep[0] == "-m" and "train.resume=true" in sweep
@@ -148,7 +148,7 @@ def test_readme_long_runs_commands_stop_on_ctrl_c_and_resume_to_the_end(tmp_path
     assert kill(p, signal.SIGINT) == 130
     line = one_line(stderr_of(p), "resume with:")
     assert line.endswith(f"mltrain {' '.join(first[:-1])} train.resume=true hydra.run.dir={run_dir.resolve()}")
-    proc = cli(resume, tmp_path)  # the README's resume line, as written
+    proc = cli_here(resume, tmp_path)  # the README's resume line, as written
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert summary(run_dir)["status"] == "finished" and summary(run_dir)["fine_steps"] == 2000
 

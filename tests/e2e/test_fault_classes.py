@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import (ENV, NO_ROOM, PREPARE, TOOL_BIN, TOOL_SMOKE, fake_runs, from_a_terminal, jsonl_file, judge,
-                     judged_lines, made_once, output_of, saved_run, tool, unwritable_dir, victim)
+                     judged_lines, made_once, output_of, saved_run, tool, tool_here, unwritable_dir, victim)
 
 from mltrain.data import shards
 from mltrain.runs.rundir import LOCK_FILE
@@ -230,6 +230,10 @@ def no_room(limits: dict) -> str:
 
 
 def mltrain(tmp: Path, *args: str, env: Optional[dict] = None, before: str = "") -> subprocess.CompletedProcess:
+    """`mltrain <TOOL_SMOKE> <args>`: in this process (helpers.tool_here), but with an environment (the
+    ranks' variables, W&B's) or a fault injected first (`before`), which need a process of their own."""
+    if env is None and not before:
+        return tool_here("mltrain", *TOOL_SMOKE, *args, cwd=tmp)
     return tool("mltrain", *TOOL_SMOKE, *args, cwd=tmp, env=env, before=before)
 
 
@@ -331,7 +335,10 @@ def test_refused_in_one_line_before_anything(tmp_path, cls, case, setup, needle,
     kept = {tmp_path / "outside": output_of(tmp_path / "outside")} if (tmp_path / "outside").exists() else {}
     if (tmp_path / "runs").exists():
         kept[tmp_path / "runs"] = output_of(tmp_path / "runs")
-    proc = tool(command[0], *command[1:], cwd=tmp_path, before=no_room(limits) if limits else "")
+    if limits:  # resource limits: a process of its own
+        proc = tool(command[0], *command[1:], cwd=tmp_path, before=no_room(limits))
+    else:
+        proc = tool_here(command[0], *command[1:], cwd=tmp_path)
     judge(proc, needle, kept=kept)
     assert not (tmp_path / "run" / "metrics.jsonl").exists() and not list(tmp_path.glob("sweep/*/.hydra"))
     assert not (tmp_path / "study" / LOCK_FILE).exists()  # a study refused before it claimed its folder
@@ -344,8 +351,8 @@ def test_distributed_faults_a_rank_alone_is_one_line(tmp_path, case, env, needle
 
 
 def test_numbers_without_common_sense_a_paper_scale_sweep_on_a_cpu_fails_its_job_in_one_line(tmp_path):
-    proc = tool("mltrain", "-m", "scale=paper", "data=embedded", "data.tokenizer=bytes", "device=cpu",
-                "train.progress=false", "seed=0", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    proc = tool_here("mltrain", "-m", "scale=paper", "data=embedded", "data.tokenizer=bytes", "device=cpu",
+                     "train.progress=false", "seed=0", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     judge(proc, "train.allow_long", code=1)
 
 
@@ -511,8 +518,8 @@ def test_data_that_is_not_text_a_shard_folder_without_a_validation_shard_says_wh
 
 
 def test_secrets_a_sweeps_env_set_token_is_recorded_nowhere(tmp_path):
-    proc = tool("mltrain", "-m", *TOOL_SMOKE, "seed=0,1", f"+hydra.job.env_set.HF_TOKEN={SECRET}",
-                f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    proc = tool_here("mltrain", "-m", *TOOL_SMOKE, "seed=0,1", f"+hydra.job.env_set.HF_TOKEN={SECRET}",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     judge(proc, code=0)
     assert SECRET not in proc.stdout + proc.stderr
     assert len(list((tmp_path / "sweep").glob("*/summary.json"))) == 2

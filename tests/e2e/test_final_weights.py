@@ -2,13 +2,11 @@
 exit 2 with one line."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from helpers import typed
+from helpers import run_tool_here, typed
 from mltrain.model.gpt import GPT
 from mltrain.run import run
 from mltrain.runs.weights import INFO_FILE, load_weights
@@ -42,8 +40,6 @@ def test_every_finished_run_writes_its_weights_and_they_reproduce_its_val_loss(t
 def test_console_scripts_exit_2_with_one_line(tmp_path):
     for prog, args in (("mltrain-sample", [str(tmp_path / "nope")]),
                        ("mltrain-export", [str(tmp_path / "nope"), "out"])):
-        entry = prog.replace("mltrain-", "") + "_main"
-        code = f"import sys; from mltrain.console import {entry}; sys.argv = [{prog!r}, *{args!r}]; {entry}()"
-        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        proc = run_tool_here(prog, *args, cwd=tmp_path)  # mltrain.console's entry point, in this process
         assert proc.returncode == 2
         assert proc.stderr.strip().splitlines() == [f"{prog}: error: {tmp_path / 'nope'}: no such run directory"]

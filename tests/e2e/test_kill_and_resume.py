@@ -4,7 +4,7 @@ unfinished jobs, starts the rest and skips the finished ones."""
 
 import signal
 
-from helpers import (SMALL, assert_same_weights, checkpoints, cli, final_state, kill, name_position, one_line,
+from helpers import (SMALL, assert_same_weights, checkpoints, cli_here, final_state, kill, name_position, one_line,
                      plan_position, rows, snapshot, start, stderr_of, summary, uninterrupted_run, wait_until,
                      without_time, compose_config)
 
@@ -49,7 +49,7 @@ def test_killed_in_a_coarse_phase_and_in_the_fine_tail_then_resumed_equals_an_un
     assert phase == "train fine x198" and 0 < step < 198, (phase, step)
     assert "resuming" in stderr_of(p)
 
-    proc = cli([*args, "train.resume=true"], tmp_path)
+    proc = cli_here([*args, "train.resume=true"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_same_weights(final_state(whole), final_state(run_dir))  # bit-identical
     assert without_time(rows(run_dir)) == without_time(rows(whole))  # no row duplicated or missing
@@ -72,7 +72,7 @@ def test_resume_refuses_another_config_leaves_a_finished_run_alone_and_changes_n
     kill(p)
     before = snapshot(run_dir)
 
-    proc = cli([*args, "seed=1", "multilevel.delta=0.5", "train.resume=true"], tmp_path)
+    proc = cli_here([*args, "seed=1", "multilevel.delta=0.5", "train.resume=true"], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = one_line(proc.stderr, "another config")
     assert "multilevel.delta (0.25 there, 0.5 here)" in line and "seed (0 there, 1 here)" in line
@@ -83,7 +83,7 @@ def test_resume_refuses_another_config_leaves_a_finished_run_alone_and_changes_n
     other, _ = session("coarsening=evenodd")
     save_checkpoint(run_dir / "checkpoints" / "step-999999-99999999.pt", other.runner)
     before = snapshot(run_dir)
-    proc = cli([*args, "train.resume=true"], tmp_path)
+    proc = cli_here([*args, "train.resume=true"], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     one_line(proc.stderr, "step-999999-99999999.pt is from another model (model.n_layer=4 there, 2 here)")
     logs = lambda snap: {k: v for k, v in snap.items() if not k.endswith(".log")}  # noqa: E731
@@ -91,7 +91,7 @@ def test_resume_refuses_another_config_leaves_a_finished_run_alone_and_changes_n
     (run_dir / "checkpoints" / "step-999999-99999999.pt").unlink()
 
     # bookkeeping keys may differ: the run continues to its end
-    proc = cli([*args, "train.resume=true", "train.checkpoint_interval=50", "logger.mode=disabled"], tmp_path)
+    proc = cli_here([*args, "train.resume=true", "train.checkpoint_interval=50", "logger.mode=disabled"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert summary(run_dir)["status"] == "finished" and summary(run_dir)["fine_steps"] == 300
     steps = [r["step"] for r in rows(run_dir) if r.get("phase") == "fine" and r["step"] > 2]
@@ -100,7 +100,7 @@ def test_resume_refuses_another_config_leaves_a_finished_run_alone_and_changes_n
 
     # a finished run: one line, status 0, untouched
     before = snapshot(run_dir)
-    proc = cli([*args, "train.resume=true"], tmp_path)
+    proc = cli_here([*args, "train.resume=true"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one_line(proc.stderr, "holds a finished run (300 fine steps): nothing to resume, left untouched")
     assert snapshot(run_dir) == before
@@ -125,7 +125,7 @@ def test_a_sweep_resumes_its_unfinished_job_starts_the_rest_and_skips_the_finish
     done = snapshot(job(0))
     hydra_1 = snapshot(job(1) / ".hydra")
 
-    proc = cli([*args, "train.resume=true"], tmp_path)
+    proc = cli_here([*args, "train.resume=true"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one_line(proc.stderr, f"{job(0)} holds a finished run (400 fine steps): nothing to resume, left untouched")
     assert snapshot(job(0)) == done  # not a byte, not a timestamp
@@ -137,7 +137,7 @@ def test_a_sweep_resumes_its_unfinished_job_starts_the_rest_and_skips_the_finish
 
     # all finished: a second resume changes nothing at all
     everything = snapshot(sweep)
-    proc = cli([*args, "train.resume=true"], tmp_path)
+    proc = cli_here([*args, "train.resume=true"], tmp_path)
     assert proc.returncode == 0 and proc.stderr.count("left untouched") == 3
     after = snapshot(sweep)
     assert {k: v for k, v in after.items() if k != "multirun.yaml"} == {

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 import torch
-from helpers import (SMALL, checkpoints, cli, final_state, kill, load, name_position, one_line, processes_running,
-                     rows, start, stderr_of, summary, uninterrupted_run, wait_until, without_time)
+from helpers import (SMALL, checkpoints, cli_here, final_state, kill, load, name_position, one_line,
+                     processes_running, rows, start, stderr_of, summary, uninterrupted_run, wait_until, without_time)
 
 
 # Long enough to be stopped half-way; checkpoints only at the end or on a signal.
@@ -58,7 +58,7 @@ def test_sigterm_then_the_printed_command_resumes_to_the_same_end_as_an_uninterr
     assert command[0] == "mltrain" and "train.resume=true" in command and f"hydra.run.dir={run_dir}" in command
     assert summary(run_dir)["status"] == "interrupted"
 
-    proc = cli(command[1:], tmp_path)  # the same arguments, via `python -m mltrain.cli`
+    proc = cli_here(command[1:], tmp_path)  # the same arguments, via `python -m mltrain.cli`
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert summary(run_dir)["status"] == "finished"
     # stopped between two rows: the part-filled row's loss sum travelled in the checkpoint
@@ -69,8 +69,8 @@ def test_sigterm_then_the_printed_command_resumes_to_the_same_end_as_an_uninterr
 
 def test_a_diverging_run_through_the_cli_ends_with_one_line_and_status_diverged(tmp_path):
     run_dir = tmp_path / "run"
-    proc = cli([*SMALL, "optim.lr=1e12", "train.grad_clip=0", "train.max_steps=200", "train.log_interval=1",
-                f"hydra.run.dir={run_dir}"], tmp_path)
+    proc = cli_here([*SMALL, "optim.lr=1e12", "train.grad_clip=0", "train.max_steps=200", "train.log_interval=1",
+                     f"hydra.run.dir={run_dir}"], tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     line = one_line(proc.stderr, "non-finite training loss at fine step")
     assert "(level 0, fine phase)" in line and "train.on_nonfinite=stop" in line

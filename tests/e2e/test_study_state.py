@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import made_once, made_smoke_study, refused, tool
+from helpers import made_once, made_smoke_study, refused, tool, tool_here
 
 ONE_RUNG = ["study=smoke", "~ladder.d32"]
 
@@ -28,7 +28,7 @@ def finished_study(tmp_path_factory) -> Path:
         smoke, code, _ = made_smoke_study(tmp_path_factory)
         assert code == 0
         shutil.copytree(smoke / "d16", folder / "study" / "d16", ignore=shutil.ignore_patterns(".mltrain.lock"))
-        proc = tool("mltrain-study", *ONE_RUNG, f"dir={folder / 'study'}", cwd=folder)
+        proc = tool_here("mltrain-study", *ONE_RUNG, f"dir={folder / 'study'}", cwd=folder)
         assert proc.returncode == 0 and "0 sweep(s) launched" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     return made_once(tmp_path_factory, "one_rung_study", make) / "study"  # once for the whole suite
@@ -46,7 +46,7 @@ def values(path: Path, key: str = "optim.lr") -> set[str]:
 
 
 def status(root: Path) -> str:
-    proc = tool("mltrain-study", *ONE_RUNG, f"dir={root}", "--status", cwd=root.parent)
+    proc = tool_here("mltrain-study", *ONE_RUNG, f"dir={root}", "--status", cwd=root.parent)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return proc.stdout
 
@@ -56,7 +56,7 @@ def test_a_changed_grid_chooses_and_judges_only_on_the_runs_it_asks_for(finished
     root = copy_of(finished_study, tmp_path)
     grids = ["arms.multilevel.grid={optim.lr:[0.3,0.1]}",
              "arms.single.grid={optim.lr:[0.3,0.1],train.budget:[0.5,1.0,2.0]}"]
-    proc = tool("mltrain-study", *ONE_RUNG, f"dir={root}", *grids, cwd=tmp_path)
+    proc = tool_here("mltrain-study", *ONE_RUNG, f"dir={root}", *grids, cwd=tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-3000:]
     said = [line for line in proc.stdout.splitlines() if "not asked for by this config" in line]
     assert len(said) == 1 and "optim.lr=0.03" in said[0]
@@ -78,7 +78,7 @@ def test_status_does_not_believe_a_hand_edited_selection_and_the_next_run_choose
     assert "choose again" in row and "selection.json does not follow" in row
     single = next(line for line in out.splitlines() if " eval " in line and "single" in line)
     assert "6/6 finished" in single  # the record of an arm nobody edited is still believed
-    proc = tool("mltrain-study", *ONE_RUNG, f"dir={root}", cwd=tmp_path)
+    proc = tool_here("mltrain-study", *ONE_RUNG, f"dir={root}", cwd=tmp_path)
     assert proc.returncode == 0 and "0 sweep(s) launched" in proc.stdout
     assert json.loads(selection.read_text())["arms"]["multilevel"]["setting"]["optim.lr"] == chosen
     assert "choose again" not in status(root)
@@ -135,4 +135,4 @@ def test_a_disk_that_fills_while_the_study_writes_its_plot_is_one_line(finished_
     assert "disk" in line and "ladder.json and ladder.md were written" in line
     assert (root / "ladder.json").read_bytes() == before and (root / "ladder.md").exists()
     assert not (root / "ladder.png").exists() and not list(root.glob(".ladder.png.*"))  # nothing half-written
-    assert tool("mltrain-study", *ONE_RUNG, f"dir={root}", cwd=tmp_path).returncode == 0
+    assert tool_here("mltrain-study", *ONE_RUNG, f"dir={root}", cwd=tmp_path).returncode == 0

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import TOOL_SMOKE, made_once, made_smoke_study, refused, run_main, smoke_run, tool
+from helpers import TOOL_SMOKE, made_once, made_smoke_study, refused, run_main, smoke_run, tool_here
 
 from mltrain.tools.study import progress, stages, window
 
@@ -134,10 +134,10 @@ def test_a_run_resumed_where_torch_differs_is_refused_unless_the_change_is_accep
     (run / "summary.json").write_text(json.dumps(summary))
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".mltrain.lock"}
     resume = [*TOOL_SMOKE, "train.resume=true", f"hydra.run.dir={run}"]
-    line = refused(tool("mltrain", *resume, cwd=tmp_path), f"{run} holds a run made with torch 0.0.1; here it is ")
+    line = refused(tool_here("mltrain", *resume, cwd=tmp_path), f"{run} holds a run made with torch 0.0.1; here it is ")
     assert "MLTRAIN_ALLOW_ENV_CHANGE=torch" in line
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".mltrain.lock"} == before
-    proc = tool("mltrain", *resume, cwd=tmp_path, env={"MLTRAIN_ALLOW_ENV_CHANGE": "torch"})
+    proc = tool_here("mltrain", *resume, cwd=tmp_path, env={"MLTRAIN_ALLOW_ENV_CHANGE": "torch"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
@@ -146,7 +146,7 @@ def test_a_window_that_ends_before_the_first_run_ends_stops_the_installed_study_
     """As a person runs it: the installed mltrain-study, a one-second window (over while the study checks
     its settings, or while its first run trains): exit 0, the one line, and what it says is on disk."""
     root = tmp_path / "study"
-    proc = tool("mltrain-study", *ONE_RUNG, f"dir={root}", "--for", "1s", cwd=tmp_path)
+    proc = tool_here("mltrain-study", *ONE_RUNG, f"dir={root}", "--for", "1s", cwd=tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
     m = re.fullmatch(r"mltrain-study: the time window \(--for 1s\) ended: (\d+)/16 runs done, .* FLOPs done, .*; "
                      r"continue with: (.+)", proc.stdout.strip().splitlines()[-1])

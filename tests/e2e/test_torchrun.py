@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from helpers import made_once, read_rows, typed
+from helpers import made_once, read_rows, run_tool_here, typed
 
 from mltrain.config import register_configs
 from mltrain.run import run
@@ -164,9 +164,8 @@ def two_processes_resumable(tmp_path_factory) -> tuple[Path, subprocess.Complete
 
 
 def mltrain_cli(cwd: Path, overrides: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "mltrain.cli", *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+    """One process's run, `python -m mltrain.cli overrides`, in this one (helpers.run_tool_here): no rank."""
+    return run_tool_here("mltrain", *overrides, cwd=cwd, env={"OMP_NUM_THREADS": "1"})
 
 
 def mid_coarse_checkpoint(run_dir: Path) -> Path:

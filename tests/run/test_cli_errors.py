@@ -6,7 +6,7 @@ model is built), a full disk at the end (what is kept is said)."""
 from __future__ import annotations
 
 import pytest
-from helpers import NO_ROOM, SMOKE, TOOL_SMOKE, one_error, run_tool, tool, tree, unwritable_dir
+from helpers import NO_ROOM, SMOKE, TOOL_SMOKE, one_error, run_tool, run_tool_here, tool_here, tree, unwritable_dir
 
 from mltrain.runs.files import read_metrics
 
@@ -26,7 +26,7 @@ ONE_LINE = {"HYDRA_FULL_ERROR": "0"}  # whatever the shell running the tests set
 
 @pytest.mark.parametrize("override", BAD_OVERRIDES)
 def test_a_config_hydra_cannot_compose_is_one_line_naming_the_override(tmp_path, override):
-    proc = tool("mltrain", *TOOL_SMOKE, override, cwd=tmp_path, env=ONE_LINE)
+    proc = tool_here("mltrain", *TOOL_SMOKE, override, cwd=tmp_path, env=ONE_LINE)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert lines == [f"mltrain: error: {override}: {BAD_OVERRIDES[override]}"], proc.stderr[-3000:]
@@ -35,7 +35,7 @@ def test_a_config_hydra_cannot_compose_is_one_line_naming_the_override(tmp_path,
 
 
 def test_a_bad_point_of_a_sweep_is_one_line_naming_it(tmp_path):
-    proc = tool("mltrain", "-m", *TOOL_SMOKE, "optim.name=sgd,lion", cwd=tmp_path, env=ONE_LINE)
+    proc = tool_here("mltrain", "-m", *TOOL_SMOKE, "optim.name=sgd,lion", cwd=tmp_path, env=ONE_LINE)
     line = one_error(proc)
     assert line == ("mltrain: error: sweep point #1 (optim.name=lion): optim.name=lion: invalid value 'lion', "
                     "expected one of [sgd, adamw]; no job was started"), line
@@ -43,7 +43,7 @@ def test_a_bad_point_of_a_sweep_is_one_line_naming_it(tmp_path):
 
 
 def test_hydra_full_error_gives_hydras_full_report(tmp_path):
-    proc = tool("mltrain", *TOOL_SMOKE, "optim.name=lion", cwd=tmp_path, env={"HYDRA_FULL_ERROR": "1"})
+    proc = tool_here("mltrain", *TOOL_SMOKE, "optim.name=lion", cwd=tmp_path, env={"HYDRA_FULL_ERROR": "1"})
     assert proc.returncode == 1 and "Traceback" in proc.stderr, proc.stderr[-3000:]
     assert "ConfigCompositionException: Error merging override optim.name=lion" in proc.stderr
     assert tree(tmp_path) == {}
@@ -51,7 +51,7 @@ def test_hydra_full_error_gives_hydras_full_report(tmp_path):
 
 def test_an_unwritable_working_dir_is_one_line(tmp_path):
     ro = unwritable_dir(tmp_path)
-    line = one_error(run_tool("mltrain", *SMOKE, cwd=ro))
+    line = one_error(run_tool_here("mltrain", *SMOKE, cwd=ro))
     assert "cannot create hydra.run.dir=outputs/" in line
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import SMOKE, multirun, sweep_summaries
+from helpers import SMOKE, multirun_here, run_tool_here, sweep_summaries
 
 
 JOBS = {f"coarsening=evenodd,multilevel.delta={d},scale=smoke,seed={s}" for d in (0.1, 0.5) for s in (0, 1)}
@@ -15,8 +15,8 @@ JOBS = {f"coarsening=evenodd,multilevel.delta={d},scale=smoke,seed={s}" for d in
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory):
     """A finished sweep of 4 jobs over seed and delta (JOBS), made once for this file."""
-    return multirun(tmp_path_factory.mktemp("seed_and_delta"), "seed=0,1", "multilevel.delta=0.1,0.5",
-                    "coarsening=evenodd")
+    return multirun_here(tmp_path_factory.mktemp("seed_and_delta"), "seed=0,1", "multilevel.delta=0.1,0.5",
+                         "coarsening=evenodd")
 
 
 def test_sweep_over_seed_and_delta_names_each_job_dir_after_its_overrides(finished_sweep):
@@ -31,8 +31,7 @@ def test_sweep_over_seed_and_delta_names_each_job_dir_after_its_overrides(finish
 def test_refuses_a_sweep_dir_that_holds_runs(tmp_path, finished_sweep):
     sweep = tmp_path / "sweep"
     shutil.copytree(finished_sweep, sweep)  # the other test's sweep, finished: a copy of it
-    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "seed=1", f"hydra.sweep.dir={sweep}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_tool_here("mltrain", "-m", *SMOKE, "seed=1", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 2 and "holds earlier runs" in proc.stderr
     assert set(sweep_summaries(sweep)) == JOBS
 
@@ -64,9 +63,8 @@ def test_sweep_values_that_are_paths_never_put_job_dirs_outside_the_sweep_dir(tm
     (work / "x").mkdir(parents=True)
     sweep = work / "sweep"
     before = {p for p in tmp_path.rglob("*")}
-    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "data=text",
-                           f"data.path=x/../../../escape.txt,{corpus}", "hydra.sweep.dir=sweep"],
-                          cwd=work, capture_output=True, text=True, timeout=600)
+    proc = run_tool_here("mltrain", "-m", *SMOKE, "data=text", f"data.path=x/../../../escape.txt,{corpus}",
+                         "hydra.sweep.dir=sweep", cwd=work)
     assert proc.returncode == 0, proc.stderr[-2000:]
     made = {p for p in tmp_path.rglob("*")} - before
     assert made and all(p == sweep or sweep in p.parents for p in made), sorted(map(str, made - {sweep}))
@@ -77,8 +75,8 @@ def test_sweep_values_that_are_paths_never_put_job_dirs_outside_the_sweep_dir(tm
 def test_a_failing_job_is_reported_once_and_the_sweep_goes_on(tmp_path):
     # a context longer than the data: found when the job loads its data, not by checking the config
     sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "model.block_size=100000000,16",
-                           f"hydra.sweep.dir={sweep}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = run_tool_here("mltrain", "-m", *SMOKE, "model.block_size=100000000,16", f"hydra.sweep.dir={sweep}",
+                         cwd=tmp_path)
     assert proc.returncode == 1
     out = proc.stderr + proc.stdout
     assert "failed: the train split has" in out and "fewer than block_size + 1 = 100000001" in out
@@ -88,9 +86,8 @@ def test_a_failing_job_is_reported_once_and_the_sweep_goes_on(tmp_path):
 
 def test_a_bad_value_of_a_later_sweep_point_stops_the_sweep_before_its_first_job(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "-m", *SMOKE, "coarsening=evenodd",
-                           "multilevel.delta=0.5,2.0", f"hydra.sweep.dir={sweep}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = run_tool_here("mltrain", "-m", *SMOKE, "coarsening=evenodd", "multilevel.delta=0.5,2.0",
+                         f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "mltrain: error: sweep point #1 (multilevel.delta=2.0): multilevel.delta=2.0 must be in [0, 1]; "

@@ -2,12 +2,9 @@
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
-from helpers import ML, TINY
+from helpers import ML, TINY, run_tool_here
 
 from mltrain.core.errors import ConfigError
 
@@ -72,9 +69,8 @@ def test_existing_run_dir_is_refused_and_untouched(tmp_path, train_run):
 
 
 def _cli(args, cwd):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "mltrain.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    """`python -m mltrain.cli args` in cwd, run in this process (helpers.run_tool_here)."""
+    return run_tool_here("mltrain", *args, cwd=cwd)
 
 
 def test_mltrain_runs_from_outside_the_repository(tmp_path):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import SMOKE, file_tree, make_earlier_run, one_error, run_tool, unwritable_dir
+from helpers import SMOKE, file_tree, make_earlier_run, one_error, run_tool_here, unwritable_dir
 
 from mltrain.core.errors import ConfigError
 from mltrain.runs import rundir
@@ -23,7 +23,7 @@ def test_a_run_dir_in_use_by_a_live_run_is_refused_and_untouched(tmp_path):
     with open(run_dir / rundir.LOCK_FILE, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # what a live run holds for its whole life
         before = file_tree(run_dir)
-        proc = run_tool("mltrain", *SMOKE, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        proc = run_tool_here("mltrain", *SMOKE, f"hydra.run.dir={run_dir}", cwd=tmp_path)
         line = one_error(proc)
     assert "is in use by another mltrain run" in line and str(run_dir) in line
     assert file_tree(run_dir) == before
@@ -43,7 +43,7 @@ def test_rerunning_a_sweep_over_killed_jobs_leaves_their_hydra_files_alone(tmp_p
     make_earlier_run(sweep / "scale=smoke,seed=0")  # killed: .hydra/, log, rows, no summary.json
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     before = file_tree(sweep)
-    proc = run_tool("mltrain", "-m", *SMOKE, "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    proc = run_tool_here("mltrain", "-m", *SMOKE, "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     line = one_error(proc)
     assert "holds earlier runs" in line
     assert file_tree(sweep) == before
@@ -54,7 +54,7 @@ def test_a_sweep_dir_in_use_by_a_live_sweep_is_refused(tmp_path):
     sweep.mkdir()
     with open(sweep / rundir.LOCK_FILE, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = run_tool("mltrain", "-m", *SMOKE, "seed=0", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+        proc = run_tool_here("mltrain", "-m", *SMOKE, "seed=0", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
         line = one_error(proc)
     assert "hydra.sweep.dir" in line and "in use" in line
     assert [p.name for p in sweep.iterdir()] == [rundir.LOCK_FILE]
@@ -90,9 +90,9 @@ def test_a_lock_file_left_by_a_killed_run_does_not_block(tmp_path):
 def test_an_unwritable_run_dir_is_one_line(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder\n")
-    line = one_error(run_tool("mltrain", *SMOKE, f"hydra.run.dir={blocker}/run", cwd=tmp_path))
+    line = one_error(run_tool_here("mltrain", *SMOKE, f"hydra.run.dir={blocker}/run", cwd=tmp_path))
     assert f"cannot create hydra.run.dir={blocker}/run" in line
     assert blocker.read_text() == "not a folder\n"
     ro = unwritable_dir(tmp_path)
-    line = one_error(run_tool("mltrain", *SMOKE, f"hydra.run.dir={ro}/run", cwd=tmp_path))
+    line = one_error(run_tool_here("mltrain", *SMOKE, f"hydra.run.dir={ro}/run", cwd=tmp_path))
     assert f"cannot create hydra.run.dir={ro}/run" in line

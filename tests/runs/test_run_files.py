@@ -4,11 +4,9 @@ config the run records is the config it was given)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from helpers import ENV, ML, compose_config, typed
+from helpers import ML, cli_here, compose_config, typed
 
 from mltrain import run as run_module
 from mltrain.run import run
@@ -49,9 +47,8 @@ def test_a_budget_is_recorded_as_given_and_trains_its_fraction(tmp_path, monkeyp
 
 def test_the_hydra_record_of_a_budget_run_is_the_config_it_was_given(tmp_path):
     run_dir = tmp_path / "half"
-    proc = subprocess.run([sys.executable, "-m", "mltrain.cli", "scale=smoke", "train.max_steps=6", "train.budget=0.5",
-                           "train.progress=false", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    proc = cli_here(["scale=smoke", "train.max_steps=6", "train.budget=0.5", "train.progress=false",
+                     f"hydra.run.dir={run_dir}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     from omegaconf import OmegaConf
 

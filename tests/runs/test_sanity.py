@@ -12,7 +12,7 @@ import pytest
 
 from mltrain.core.errors import ConfigError
 from mltrain.runs import sanity
-from helpers import refused, tool, typed
+from helpers import refused, tool_here, typed
 
 
 def study_main(*argv: str, capsys) -> tuple[int, str, str]:
@@ -63,7 +63,7 @@ def test_a_study_number_or_key_without_sense_is_one_line_before_anything(overrid
 def test_the_installed_study_refuses_infinity_and_a_thread_count_of_zero(tmp_path):
     for args, says in ((["tokens_per_param=inf"], "tokens_per_param=inf"),
                        (["launcher.env.OMP_NUM_THREADS=0"], "OMP_NUM_THREADS='0'")):
-        refused(tool("mltrain-study", "study=smoke", f"dir={tmp_path / 'study'}", *args, cwd=tmp_path), says)
+        refused(tool_here("mltrain-study", "study=smoke", f"dir={tmp_path / 'study'}", *args, cwd=tmp_path), says)
         assert not (tmp_path / "study").exists()
 
 
@@ -102,7 +102,7 @@ PAPER_ON_CPU = ["scale=paper", "data=embedded", "data.tokenizer=bytes", "device=
 
 
 def test_a_paper_scale_run_on_a_cpu_is_refused_with_its_estimate_before_its_first_step(tmp_path):
-    line = refused(tool("mltrain", *PAPER_ON_CPU, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path), "this run needs")
+    line = refused(tool_here("mltrain", *PAPER_ON_CPU, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path), "this run needs")
     assert "at least" in line and "days" in line and "train.allow_long=true" in line
     assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoints").exists()
 
@@ -152,9 +152,9 @@ HUGE_COARSE = ["coarsening=evenodd", "multilevel.n_cycles=2", "multilevel.coarse
 
 def test_a_multilevel_run_with_a_huge_coarse_phase_is_refused_with_an_estimate_that_counts_it(tmp_path):
     run = tmp_path / "run"
-    line = refused(tool("mltrain", "data=embedded", "data.tokenizer=bytes", "device=cpu", "train.progress=false",
-                        "model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16",
-                        "train.max_steps=24", *HUGE_COARSE, f"hydra.run.dir={run}", cwd=tmp_path), "this run needs")
+    line = refused(tool_here("mltrain", "data=embedded", "data.tokenizer=bytes", "device=cpu", "train.progress=false",
+                             "model.n_layer=4", "model.n_embd=32", "model.n_head=2", "model.block_size=16",
+                             "train.max_steps=24", *HUGE_COARSE, f"hydra.run.dir={run}", cwd=tmp_path), "this run needs")
     assert "in 400,000,024 steps" in line and "days" in line and "train.allow_long=true" in line, line
     assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
 
@@ -162,6 +162,6 @@ def test_a_multilevel_run_with_a_huge_coarse_phase_is_refused_with_an_estimate_t
 def test_a_studys_estimate_counts_an_arms_coarse_phases(tmp_path):
     study = tmp_path / "study"
     overrides = "arms.multilevel.overrides=[" + ",".join(f"'{o}'" for o in HUGE_COARSE[1:]) + "]"
-    line = refused(tool("mltrain-study", "study=smoke", f"dir={study}", overrides, cwd=tmp_path), "study smoke plans")
+    line = refused(tool_here("mltrain-study", "study=smoke", f"dir={study}", overrides, cwd=tmp_path), "study smoke plans")
     assert "add allow_long=true" in line and " h now; at most " in line, line
     assert not study.exists()

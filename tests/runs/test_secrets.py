@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from omegaconf import OmegaConf
-from helpers import SMOKE, file_tree, run_tool
+from helpers import SMOKE, file_tree, run_tool_here
 
 from mltrain.runs import provenance
 
@@ -77,7 +77,7 @@ def test_secrets_are_redacted_in_commands_trees_and_yaml_files(tmp_path):
 ], ids=["wandb-key", "github-pat", "token-shaped-value"])
 def test_a_run_records_no_secret_anywhere(tmp_path, name, secret):
     run_dir = tmp_path / "run"
-    proc = run_tool("mltrain", *SMOKE, f"+hydra.job.env_set.{name}={secret}", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    proc = run_tool_here("mltrain", *SMOKE, f"+hydra.job.env_set.{name}={secret}", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert secret not in proc.stdout + proc.stderr
     assert [p for p, data in file_tree(run_dir).items() if secret.encode() in data] == []

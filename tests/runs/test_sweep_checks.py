@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
-from helpers import SMOKE, one_error, run_tool
+from helpers import SMOKE, one_error, run_tool_here
 
 from mltrain.core.errors import ConfigError
 from mltrain.runs import sweep
@@ -13,8 +13,8 @@ from mltrain.runs import sweep
 
 def test_sweep_points_that_would_share_a_job_dir_are_refused_before_hydra_writes(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    line = one_error(run_tool("mltrain", "-m", *SMOKE, "train.checkpoint_interval=5,6", f"hydra.sweep.dir={sweep_dir}",
-                         cwd=tmp_path))
+    line = one_error(run_tool_here("mltrain", "-m", *SMOKE, "train.checkpoint_interval=5,6", f"hydra.sweep.dir={sweep_dir}",
+                              cwd=tmp_path))
     assert "would share the job dir" in line and "train.checkpoint_interval" in line
     assert not sweep_dir.exists()
 
@@ -34,6 +34,6 @@ def test_parallel_jobs_are_bounded_by_the_cpus(n_jobs):
 
 def test_a_bad_n_jobs_leaves_the_sweep_dir_free(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    line = one_error(run_tool("mltrain", "-m", *SMOKE, "hydra/launcher=local", "hydra.launcher.n_jobs=0", "seed=0,1",
-                         f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path))
+    line = one_error(run_tool_here("mltrain", "-m", *SMOKE, "hydra/launcher=local", "hydra.launcher.n_jobs=0", "seed=0,1",
+                              f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path))
     assert "hydra.launcher.n_jobs=0" in line and not sweep_dir.exists()

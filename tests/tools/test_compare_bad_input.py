@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import linear_run, fake_run_dir, file_tree, one_error, run_tool, unwritable_dir
+from helpers import fake_run_dir, file_tree, linear_run, one_error, run_tool_here, unwritable_dir
 
 from mltrain.tools.compare import main
 
@@ -129,9 +129,9 @@ def test_compare_into_a_read_only_out_is_one_line(tmp_path):
     before = file_tree(runs)
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    line = one_error(run_tool("mltrain-compare", str(runs), "--out", f"{blocker}/report", cwd=tmp_path), "mltrain-compare")
+    line = one_error(run_tool_here("mltrain-compare", str(runs), "--out", f"{blocker}/report", cwd=tmp_path), "mltrain-compare")
     assert str(blocker) in line
     ro = unwritable_dir(tmp_path)
-    line = one_error(run_tool("mltrain-compare", str(runs), "--out", f"{ro}/report", cwd=tmp_path), "mltrain-compare")
+    line = one_error(run_tool_here("mltrain-compare", str(runs), "--out", f"{ro}/report", cwd=tmp_path), "mltrain-compare")
     assert str(ro) in line
     assert file_tree(runs) == before

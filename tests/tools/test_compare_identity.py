@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import shutil
 
-from helpers import DATA, linear_run, tool
+from helpers import DATA, linear_run, tool_here
 
 OTHER_DATA = {**DATA, "description": "text notes.txt, bytes: 5,000 train / 500 val tokens"}
 
 
 def compare(tmp_path, runs, *extra):
     out = tmp_path / "report"
-    proc = tool("mltrain-compare", str(runs), "--smooth", "1", "--out", str(out), *extra, cwd=tmp_path)
+    proc = tool_here("mltrain-compare", str(runs), "--smooth", "1", "--out", str(out), *extra, cwd=tmp_path)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     return proc, out
 
@@ -80,8 +80,8 @@ def test_a_stray_run_on_other_data_is_named_and_the_three_that_agree_are_compare
 
 def test_runs_that_differ_only_in_batch_size_are_compared_with_none_left_out(tmp_path):
     sweep = tmp_path / "runs"
-    proc = tool("mltrain", "-m", "scale=smoke", "train.batch_size=2,4", "train.progress=false", "device=cpu",
-                f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    proc = tool_here("mltrain", "-m", "scale=smoke", "train.batch_size=2,4", "train.progress=false", "device=cpu",
+                     f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     held = [json.loads(p.read_text())["held_out"] for p in sorted(sweep.rglob("summary.json"))]
     assert len(held) == 2 and held[0] == held[1]  # one held-out set, whatever the batch

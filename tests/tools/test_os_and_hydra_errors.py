@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from helpers import PREPARE, TOOL_SMOKE, refused, tool, tree
+from helpers import PREPARE, TOOL_SMOKE, refused, tool, tool_here, tree
 
 LONG = "n" * 300  # one path component longer than any Linux file system allows (255 bytes)
 
@@ -18,27 +18,27 @@ LONG = "n" * 300  # one path component longer than any Linux file system allows 
 def test_a_run_dir_whose_name_is_too_long_is_one_line(tmp_path, where):
     args = ["-m", *TOOL_SMOKE, "seed=1,2", f"hydra.sweep.dir={tmp_path / LONG}"] if where == "sweep" else [
         *TOOL_SMOKE, f"hydra.run.dir={tmp_path / LONG}"]
-    line = refused(tool("mltrain", *args, cwd=tmp_path), "File name too long")
+    line = refused(tool_here("mltrain", *args, cwd=tmp_path), "File name too long")
     assert f"hydra.{where}.dir" in line and "shorter" in line
     assert tree(tmp_path) == {}
 
 
 @pytest.mark.parametrize("override", ["logger.run_name=Ωmega", "data.path=/tmp/données/x.txt"])
 def test_an_unquoted_non_ascii_value_is_one_line_that_says_how_to_quote_it(tmp_path, override):
-    line = refused(tool("mltrain", *TOOL_SMOKE, override, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path),
+    line = refused(tool_here("mltrain", *TOOL_SMOKE, override, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path),
                    f"cannot parse override {override!r}")
     key, value = override.split("=", 1)
     hint = line.rsplit(" ", 1)[1]
     assert hint == f"'{key}=\"{value}\"'", line
     assert not (tmp_path / "run").exists()
-    composed = tool("mltrain", *TOOL_SMOKE, hint.strip("'"), "--cfg", "job", cwd=tmp_path)  # the hint works
+    composed = tool_here("mltrain", *TOOL_SMOKE, hint.strip("'"), "--cfg", "job", cwd=tmp_path)  # the hint works
     assert composed.returncode == 0 and value in composed.stdout, composed.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name, args", [("mltrain-prepare", [*PREPARE, "prepare.out_dir=données"]),
                                         ("mltrain-study", ["study=smoke", "name=研究", "dir=study"])])
 def test_prepare_and_study_say_the_same_of_their_own_overrides(tmp_path, name, args):
-    line = refused(tool(name, *args, cwd=tmp_path), "quote a value with spaces, non-ASCII letters")
+    line = refused(tool_here(name, *args, cwd=tmp_path), "quote a value with spaces, non-ASCII letters")
     key, value = args[-2 if name == "mltrain-study" else -1].split("=", 1)
     assert line.endswith(f"'{key}=\"{value}\"'"), line
     assert tree(tmp_path) == {}
@@ -63,8 +63,8 @@ def test_a_full_disk_while_hydra_writes_its_config_is_one_line(tmp_path):
 def test_a_jsonl_text_field_that_is_not_a_string_names_the_file_and_line(tmp_path, bad, says):
     data = tmp_path / "docs.jsonl"
     data.write_text('{"text": "a first document"}\n{"text": "a second"}\n{"text": "a third"}\n{"text": ' + bad + '}\n')
-    line = refused(tool("mltrain-prepare", *PREPARE, f"prepare.data_files={data}", f"prepare.out_dir={tmp_path / 'out'}",
-                        cwd=tmp_path), f"{data}, line 4: prepare.text_field='text' {says}")
+    line = refused(tool_here("mltrain-prepare", *PREPARE, f"prepare.data_files={data}", f"prepare.out_dir={tmp_path / 'out'}",
+                             cwd=tmp_path), f"{data}, line 4: prepare.text_field='text' {says}")
     assert "not a string" in line
 
 
@@ -94,5 +94,5 @@ def test_the_other_tools_say_a_name_too_long_in_one_line(tmp_path, name, args):
 
     fake_runs(tmp_path)
     before = tree(tmp_path)
-    refused(tool(name, *args, cwd=tmp_path), "File name too long")
+    refused(tool_here(name, *args, cwd=tmp_path), "File name too long")
     assert tree(tmp_path) == before

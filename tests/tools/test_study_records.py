@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import refused, run_main, tool, tree
+from helpers import refused, run_main, tool, tool_here, tree
 
 
 def one_line(capsys, *argv: str) -> str:
@@ -22,7 +22,7 @@ def one_line(capsys, *argv: str) -> str:
 def test_a_study_name_that_is_not_one_folder_name_is_refused_before_anything(tmp_path, capsys, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
-    line = refused(tool("mltrain-study", "study=smoke", "name='../escaped'", cwd=work), "name '../escaped'")
+    line = refused(tool_here("mltrain-study", "study=smoke", "name='../escaped'", cwd=work), "name '../escaped'")
     assert "nothing was written" in line
     monkeypatch.chdir(work)
     for name in ("a/b", "..", "x y"):
@@ -32,7 +32,7 @@ def test_a_study_name_that_is_not_one_folder_name_is_refused_before_anything(tmp
 
 def test_an_unknown_launcher_or_launcher_key_is_refused_before_the_folder_is_claimed(tmp_path, capsys):
     study = tmp_path / "study"
-    refused(tool("mltrain-study", "study=smoke", f"dir={study}", "launcher.name=nosuch", cwd=tmp_path),
+    refused(tool_here("mltrain-study", "study=smoke", f"dir={study}", "launcher.name=nosuch", cwd=tmp_path),
             "launcher.name='nosuch' is not a Hydra launcher here (hydra/launcher: basic")
     for args, says in ((["launcher.name=basic", "launcher.n_jobs=2"], "Could not override 'hydra.launcher.n_jobs'"),
                        (["launcher.name=local", "launcher.n_jobs=1", "launcher.overrides=['hydra.launcher.partition=gpu']"],
@@ -66,7 +66,7 @@ def test_status_refuses_a_file_an_empty_folder_and_another_studys_folder(tmp_pat
     other.mkdir()
     (other / "study.json").write_text(json.dumps({"name": "cpu_ladder"}))
     before = tree(tmp_path)
-    refused(tool("mltrain-study", "study=smoke", f"dir={a_file}", "--status", cwd=tmp_path), "is not a folder")
+    refused(tool_here("mltrain-study", "study=smoke", f"dir={a_file}", "--status", cwd=tmp_path), "is not a folder")
     for where, says in ((empty, "holds no study.json"), (other, "is the folder of study 'cpu_ladder', not of 'smoke'")):
         assert says in one_line(capsys, "study=smoke", f"dir={where}", "--status")
     assert tree(tmp_path) == before and not any(p.name.startswith(".mltrain") for p in tmp_path.rglob("*"))

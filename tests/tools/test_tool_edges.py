@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TOOL_SMOKE, edited_copy, fake_runs, made_once, refused, smoke_run, tool
+from helpers import TOOL_SMOKE, edited_copy, fake_runs, made_once, refused, smoke_run, tool, tool_here
 
 # ---------------------------------------------------------------------------------------------
 # Partial results said as partial
@@ -34,13 +34,13 @@ def with_summary(run: Path, tmp_path: Path, **fields) -> Path:
 ])
 def test_export_and_sample_say_when_the_weights_are_not_a_finished_runs(finished, tmp_path, fields, status, says):
     run = with_summary(finished, tmp_path, **fields)
-    exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
+    exported = tool_here("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
     assert exported.returncode == 0 and "Traceback" not in exported.stderr, exported.stderr
     warned = [line for line in exported.stderr.splitlines() if line.startswith("mltrain-export: warning:")]
     assert len(warned) == 1 and says in warned[0]
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["mltrain_run_status"] == status and says in config["mltrain_run_note"]
-    sampled = tool("mltrain-sample", str(run), "--max-new-tokens", "3", cwd=tmp_path)
+    sampled = tool_here("mltrain-sample", str(run), "--max-new-tokens", "3", cwd=tmp_path)
     assert sampled.returncode == 0 and sum(line.startswith("mltrain-sample: warning:") for line in
                                            sampled.stderr.splitlines()) == 1
 
@@ -50,7 +50,7 @@ def test_a_finished_run_or_weights_without_a_summary_export_without_a_word(finis
     run = with_summary(finished, tmp_path)
     if not summary:  # weights saved by a script: they speak for themselves
         (run / "summary.json").unlink()
-    exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
+    exported = tool_here("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
     assert exported.returncode == 0 and "warning" not in exported.stderr
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["mltrain_run_status"] == status and "mltrain_run_note" not in config
@@ -70,14 +70,14 @@ def _summary_as(run: Path, how: str) -> None:
 def test_a_summary_that_cannot_be_read_is_said_and_recorded_in_the_export(finished, tmp_path, how, why):
     run = with_summary(finished, tmp_path)
     _summary_as(run, how)
-    exported = tool("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
+    exported = tool_here("mltrain-export", str(run), str(tmp_path / "hf"), cwd=tmp_path)
     assert exported.returncode == 0 and "Traceback" not in exported.stderr, exported.stderr
     warned = [line for line in exported.stderr.splitlines() if "warning" in line.lower()]
     assert len(warned) == 1 and warned[0].startswith("mltrain-export: warning: ") and why in warned[0], warned
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["mltrain_run_status"].startswith("unknown (summary.json unreadable: ") and why in config["mltrain_run_status"]
     if how == "a list":  # sample says it too, and still samples
-        sampled = tool("mltrain-sample", str(run), "--max-new-tokens", "3", cwd=tmp_path)
+        sampled = tool_here("mltrain-sample", str(run), "--max-new-tokens", "3", cwd=tmp_path)
         assert sampled.returncode == 0 and sampled.stdout, sampled.stderr
         assert [line for line in sampled.stderr.splitlines() if "warning" in line.lower()] == [
             line for line in sampled.stderr.splitlines() if line.startswith("mltrain-sample: warning: ") and why in line]
@@ -97,7 +97,7 @@ def test_a_tokenizer_that_does_not_fit_the_weights_is_one_line(tmp_path, edit, s
     info.update({k: v for k, v in edit.items() if k != "model"})
     (run / "model.json").write_text(json.dumps(info))
     for name, args in (("mltrain-sample", ["--prompt", "hi", "--max-new-tokens", "2"]), ("mltrain-export", [str(tmp_path / "hf")])):
-        line = refused(tool(name, str(run), *args, cwd=tmp_path), says)
+        line = refused(tool_here(name, str(run), *args, cwd=tmp_path), says)
         assert line.startswith(f"{name}: error: {run / 'model.json'}: ") and ("7" in line or "7" not in str(edit))
     assert not (tmp_path / "hf").exists()
 
@@ -125,15 +125,15 @@ def test_an_error_in_a_study_yaml_names_the_key_and_the_file(tmp_path, name, say
     own = tmp_path / "mine" / "study"
     own.mkdir(parents=True)
     (own / f"{name}.yaml").write_text(f"# @package _global_\ndefaults: [smoke]\nname: {name}\n{STUDIES[name]}")
-    line = refused(tool("mltrain-study", f"study={name}", f"dir={tmp_path / 'study'}",
-                        f"hydra.searchpath=[file://{tmp_path / 'mine'}]", cwd=tmp_path), says[0])
+    line = refused(tool_here("mltrain-study", f"study={name}", f"dir={tmp_path / 'study'}",
+                             f"hydra.searchpath=[file://{tmp_path / 'mine'}]", cwd=tmp_path), says[0])
     assert all(s in line for s in says), line
     assert not line.rstrip().endswith("while composing config:")
     assert not (tmp_path / "study").exists()
 
 
 def test_a_malformed_override_is_named_as_itself(tmp_path):
-    line = refused(tool("mltrain-study", "study=smoke", "common=[scale=smoke,hydra.job.chdir=true]", cwd=tmp_path),
+    line = refused(tool_here("mltrain-study", "study=smoke", "common=[scale=smoke,hydra.job.chdir=true]", cwd=tmp_path),
                    "cannot parse override 'common=[scale=smoke,hydra.job.chdir=true]'")
     assert "no viable alternative" in line
 
@@ -142,7 +142,7 @@ def test_a_malformed_override_is_named_as_itself(tmp_path):
                                    "coarsening=evenodd,+data.path=/x#y", "coarsening=evenodd,+note=a|b\r\n# c"])
 def test_a_label_cannot_break_the_tables_of_comparison_md(tmp_path, label):
     runs = fake_runs(tmp_path, ("default", label))
-    proc = tool("mltrain-compare", str(runs), "--out", str(tmp_path / "r"), cwd=tmp_path)
+    proc = tool_here("mltrain-compare", str(runs), "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "r" / "comparison.md").read_text()
     assert not [line for line in md.splitlines() if line.startswith("|") and not line.rstrip().endswith("|")]

@@ -11,7 +11,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from helpers import compose_config, one_error, tool, typed
+from helpers import compose_config, one_error, tool_here, typed
 
 from mltrain.data.sampler import BatchSampler
 from mltrain.method.cost import plan_cost
@@ -105,6 +105,6 @@ def test_ranks_split_the_held_out_set_and_their_gathered_losses_are_the_whole_se
 
 
 def test_train_eval_batches_is_refused_in_one_line_naming_eval_tokens(tmp_path):
-    line = one_error(tool("mltrain", "scale=smoke", "train.eval_batches=2", cwd=tmp_path))
+    line = one_error(tool_here("mltrain", "scale=smoke", "train.eval_batches=2", cwd=tmp_path))
     assert "train.eval_batches=2" in line and "train.eval_tokens" in line
     assert not list(tmp_path.rglob("metrics.jsonl"))
