@@ -26,7 +26,7 @@ def params_text(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _ladder_multiplier(m: Optional[Multiplier]) -> tuple[str, str]:
+def multiplier_text(m: Optional[Multiplier]) -> tuple[str, str]:
     """The rung's headline M and saving (compare's `headline`: a bound, the interpolated, the joint fit's or
     the per-run M), with its interval."""
     if m is None:
@@ -66,7 +66,7 @@ def _ladder_row(ladder: Ladder, rung: Rung, row: RungArm, first: bool, extra: bo
     head = (f"{rung.scale} |{x} {rung.n_params:,} | {rung.tokens_per_param:.1f} | {rung.max_steps:,} "
             f"| {_ladder_fit_error(rung.fit_error)}" if first else " |" + (" |" if extra else "") + " | | |")
     result = row.result
-    m, saving = (_ladder_multiplier(result.multiplier if result else None) if row.arm != ladder.frontier_arm
+    m, saving = (multiplier_text(result.multiplier if result else None) if row.arm != ladder.frontier_arm
                  else ("the frontier", "—"))
     if result is not None and result.within_fit_error:
         m += " ‡"

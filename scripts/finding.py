@@ -1,0 +1,114 @@
+"""The finding's numbers, rendered from a finished study's ladder report (results/<study>/ladder.json): the
+block README.md's "What we found" shows, so that the README's numbers are the reports' and nothing else.
+
+    python scripts/finding.py results/depth_ladder                    # print the block
+    python scripts/finding.py results/depth_ladder --check README.md  # is README.md's block the same?
+    python scripts/finding.py results/depth_ladder --write README.md  # replace README.md's block with it
+
+The block sits between `<!-- finding: results/<study> -->` and `<!-- /finding -->`: one row per rung (its
+value on the ladder's axis, its parameters), one column per arm measured against the frontier (its M with
+the 95% interval, as ladder.md prints it), then each arm's trend sentence along the axis, as the study wrote
+it. The prose around the block (what the numbers mean, what the control explains) is written by hand.
+`--check` exits 1 naming the first differing line (or the block's absence); tests/docs/test_finding.py runs
+it on every results/<study>/ladder.json of the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from mltrain.tools.study.axes import AXES
+from mltrain.tools.study.ladder_md import multiplier_text
+from mltrain.tools.study.rungs import Ladder, Rung
+
+END = "<!-- /finding -->"
+
+
+def opening(study: str) -> str:
+    return f"<!-- finding: {study} -->"
+
+
+def _cell(rung: Rung, arm: str) -> str:
+    row = next((r for r in rung.arms if r.arm == arm), None)
+    if row is None or row.result is None:
+        return "no result"
+    text, _ = multiplier_text(row.result.multiplier)
+    return text + (" ‡" if row.result.within_fit_error else "")
+
+
+def render(folder: Path, name: str) -> str:
+    """The block for the study in `folder` (its ladder.json), `name` its path as the README names it."""
+    path = folder / "ladder.json"
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found: the study has not written its ladder report (is it finished?)")
+    ladder = Ladder.from_json(json.loads(path.read_text()))
+    axis = AXES[ladder.axis]
+    arms = [a.arm for a in ladder.rungs[0].arms if a.arm != ladder.frontier_arm] if ladder.rungs else []
+    lines = [opening(name),
+             f"| {axis.unit} | parameters | fine steps | " + " | ".join(f"{a}: M [95%]" for a in arms) + " |",
+             "|---|---|---|" + "---|" * len(arms)]
+    lines += [f"| {r.x:g} | {r.n_params:,} | {r.max_steps:,} | " + " | ".join(_cell(r, a) for a in arms) + " |"
+              for r in ladder.rungs]
+    lines += [""] + [f"- {t.sentence}" for t in ladder.trends]
+    missing = [f"{r.scale}: {r.why_no_verdict}" for r in ladder.rungs if r.why_no_verdict]
+    if missing:
+        lines += [f"- No verdict at {m}" for m in missing]
+    return "\n".join(lines + [END]) + "\n"
+
+
+def block_in(text: str, name: str) -> str | None:
+    """The block for `name` in `text` (from its opening line to its end marker), or None."""
+    found = re.search(re.escape(opening(name)) + r".*?" + re.escape(END) + r"\n?", text, flags=re.S)
+    if found is None:
+        return None
+    block = found.group(0)
+    return block if block.endswith("\n") else block + "\n"
+
+
+def difference(expected: str, found: str | None) -> str | None:
+    """Where the README's block differs from the rendered one (None: identical)."""
+    if found is None:
+        return "no block: the README does not show this study's finding"
+    for n, (a, b) in enumerate(zip(expected.splitlines(), found.splitlines()), 1):
+        if a != b:
+            return f"line {n} of the block: the report gives {a!r}, the README has {b!r}"
+    if expected != found:
+        return f"the block has {len(found.splitlines())} lines, the report gives {len(expected.splitlines())}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("study", type=Path, help="the study's folder (holding ladder.json), e.g. results/depth_ladder")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--check", type=Path, metavar="README", help="exit 1 if README's block differs")
+    what.add_argument("--write", type=Path, metavar="README", help="replace README's block (it must have one)")
+    args = parser.parse_args(argv)
+    name = args.study.as_posix().rstrip("/")
+    block = render(args.study, name)
+    if args.check is None and args.write is None:
+        sys.stdout.write(block)
+        return 0
+    readme = args.check or args.write
+    text = readme.read_text()
+    found = block_in(text, name)
+    if args.write is not None:
+        if found is None:
+            raise SystemExit(f"error: {readme} has no line {opening(name)!r} ... {END!r} to replace: add them first")
+        readme.write_text(text.replace(found, block))
+        return 0
+    why = difference(block, found)
+    if why is not None:
+        print(f"{readme}: {name}: {why}")
+        return 1
+    print(f"{readme}: {name}: the same numbers as {args.study / 'ladder.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

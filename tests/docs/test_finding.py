@@ -1,0 +1,91 @@
+"""The README's finding is the reports' (scripts/finding.py): every finished study committed under results/
+(its ladder.json) has its block in README.md with the same numbers; a changed number, a missing block and
+an unfinished study are each caught and named."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from mltrain.tools.compare import Arm, Multiplier
+from mltrain.tools.compare.results import Headline
+from mltrain.tools.study.rungs import Ladder, Rung, RungArm, Step, Trend
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "finding.py"
+spec = importlib.util.spec_from_file_location("finding", SCRIPT)
+assert spec is not None and spec.loader is not None
+finding = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(finding)
+
+FINISHED = sorted(p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "results").glob("*/ladder.json"))
+
+
+@pytest.mark.parametrize("study", FINISHED or [pytest.param(None, marks=pytest.mark.skip("no finished study yet"))])
+def test_the_readme_shows_each_finished_study_with_its_reports_numbers(study, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert finding.main([study, "--check", "README.md"]) == 0, capsys.readouterr().out
+
+
+def _arm(name: str, m: float, lo: float, hi: float, within: bool = False) -> RungArm:
+    head = Headline("interpolated", m, lo, hi)
+    return RungArm(name, name, Arm(name=name, multiplier=Multiplier(True, M=m, M_lo=lo, M_hi=hi, headline=head),
+                                   within_fit_error=within, eval_seeds=(1, 2, 3)))
+
+
+def _study(folder: Path) -> Path:
+    """A two-rung depth ladder written as the study writes it (ladder.json), in `folder`."""
+    rungs = tuple(Rung(f"L{d}", float(d), n, steps, 8.0,
+                       arms=(RungArm("single", "single"), _arm("multilevel", m, m - 0.1, m + 0.1, within=d == 4)),
+                       verdict="comparison.json")
+                  for d, n, steps, m in ((4, 58_368, 1_824, 1.125), (8, 107_520, 3_360, 1.25)))
+    trend = Trend(arm="multilevel", n_scales=2, verdict="cannot tell", steps=(Step(4, 8, 0.1, 0.1, "unresolved"),),
+                  sentence="multilevel: cannot tell whether the compute multiplier changes with depth: too few scales.")
+    ladder = Ladder("toy_ladder", "depth", "depth: blocks (model.n_layer)", "single", 0.05, 3, 4, rungs, (trend,))
+    folder.mkdir(parents=True)
+    (folder / "ladder.json").write_text(json.dumps(ladder.to_json()))
+    return folder
+
+
+def test_the_block_has_a_row_per_rung_an_m_per_arm_and_the_trend_sentences(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    block = finding.render(_study(tmp_path / "results" / "toy"), "results/toy")
+    lines = block.splitlines()
+    assert lines[0] == "<!-- finding: results/toy -->" and lines[-1] == "<!-- /finding -->"
+    assert lines[1] == "| blocks | parameters | fine steps | multilevel: M [95%] |"
+    assert lines[3] == "| 4 | 58,368 | 1,824 | 1.125 [1.025, 1.225] (interpolated) ‡ |"
+    assert lines[4] == "| 8 | 107,520 | 3,360 | 1.250 [1.150, 1.350] (interpolated) |"
+    assert "- multilevel: cannot tell whether the compute multiplier changes with depth: too few scales." in lines
+
+
+def test_write_then_check_passes_and_a_changed_number_is_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _study(tmp_path / "results" / "toy")
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n## What we found\n\n<!-- finding: results/toy -->\nold\n<!-- /finding -->\n\nafter\n")
+    assert finding.main(["results/toy", "--write", "README.md"]) == 0
+    text = readme.read_text()
+    assert text.startswith("# x\n\n## What we found\n\n<!-- finding: results/toy -->\n| blocks |")
+    assert text.endswith("<!-- /finding -->\n\nafter\n") and "old" not in text
+    assert finding.main(["results/toy", "--check", "README.md"]) == 0
+    readme.write_text(text.replace("1.250 [1.150", "1.260 [1.150"))
+    capsys.readouterr()
+    assert finding.main(["results/toy", "--check", "README.md"]) == 1
+    out = capsys.readouterr().out
+    assert "line 5 of the block" in out and "1.250 [1.150" in out and "1.260 [1.150" in out
+
+
+def test_a_missing_block_and_an_unfinished_study_are_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _study(tmp_path / "results" / "toy")
+    (tmp_path / "README.md").write_text("# x\n\nNothing yet.\n")
+    assert finding.main(["results/toy", "--check", "README.md"]) == 1
+    assert "no block" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="has no line"):
+        finding.main(["results/toy", "--write", "README.md"])
+    (tmp_path / "results" / "running").mkdir()
+    with pytest.raises(SystemExit, match="ladder.json not found"):
+        finding.main(["results/running"])
