@@ -84,6 +84,20 @@ def test_status_does_not_believe_a_hand_edited_selection_and_the_next_run_choose
     assert "choose again" not in status(root)
 
 
+@pytest.mark.slow
+def test_status_says_a_finished_study_is_complete_and_what_it_took_and_names_what_a_copy_lacks(finished_study, tmp_path):
+    root = copy_of(finished_study, tmp_path)
+    out = status(root)
+    ended = sum(1 for d in root.glob("d16/*/*/*") if (d / "summary.json").is_file())
+    assert f"complete: all {ended} runs ended" in out and "not complete" not in out
+    took = next(line for line in out.splitlines() if line.startswith("study smoke took "))
+    assert f"took {ended} finished runs" in took and "FLOPs" in took and " plans " not in out
+    shutil.rmtree(root / "d16" / "verdict")
+    (root / "ladder.md").unlink()
+    out = status(root)
+    assert "not complete: d16's verdict, the ladder report not yet written" in out and " plans " in out
+
+
 def _holding(lock: Path) -> subprocess.Popen:
     """Another process that holds `lock` as a live run holds its folder's lock."""
     code = ("import fcntl, sys, time\nf = open(sys.argv[1], 'a')\nfcntl.flock(f, fcntl.LOCK_EX)\n"

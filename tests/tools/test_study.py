@@ -201,11 +201,20 @@ def test_status_reads_the_folders_and_runs_nothing(tmp_path, capsys):
         run.dir.mkdir(parents=True)
         (run.dir / "summary.json").write_text(json.dumps({"status": status}))
     single[4].dir.mkdir()  # started, killed before a summary
+    edge = single[0].dir.parent / "optim.lr=3.0,seed=0"  # a run a tuning rule added: not in the grid
+    edge.mkdir()
+    (edge / "summary.json").write_text(json.dumps({"status": "finished"}))
     code, out, _ = run_main("study=smoke", f"dir={tmp_path}", "--status", capsys=capsys)
     assert code == 0
     row = next(line for line in out.splitlines() if "d16" in line and TUNE in line and "single" in line)
     assert "2/6 finished, 1 diverged, 2 to resume, 1 not started" in row
+    added = next(line for line in out.splitlines() if "d16" in line and " added " in line)
+    assert "1/1 finished" in added and "tuning rules added" in added
     assert "waits for stage 1" in out and "not yet written" in out
+    last = [line for line in out.splitlines() if line.startswith(("complete", "not complete"))]
+    assert len(last) == 1 and last[0].startswith("not complete: ") and "runs not ended" in last[0]
+    assert "wait for stage 1" in last[0] and "d16's verdict, d32's verdict, the ladder report not yet written" in last[0]
+    assert "plans" in out and " took " not in out  # an unfinished study's cost is a plan
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d16"]  # nothing written, no lock taken
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mltrain.core.errors import ConfigError, composition_line, report, tool_main
-from mltrain.tools.study import compose, sanity, schema
+from mltrain.tools.study import compose, planned, sanity, schema
 from mltrain.tools.study.compose import one_line
 from mltrain.tools.study.schema import StudyConfig
 
@@ -136,8 +136,12 @@ def _status(cfg: StudyConfig, out: Any) -> int:
     read = {scale: read_choices(cfg, layout, scale) for scale in cfg.ladder}
     choices = {scale: found for scale, (found, _) in read.items()}
     distrusted = {scale: arms for scale, (_, arms) in read.items()}
-    print("\n".join(status_lines(cfg, layout, choices, distrusted)), file=out, flush=True)
-    print("\n".join(sanity.status_cost_lines(cfg, layout.root)), file=out, flush=True)  # every run it can add
+    view = status_lines(cfg, layout, choices, distrusted)
+    print("\n".join(view.lines), file=out, flush=True)
+    if view.complete:  # what it took, not a plan
+        print(planned.took_line(cfg.name, layout.root), file=out, flush=True)
+    else:  # every run it can still add
+        print("\n".join(sanity.status_cost_lines(cfg, layout.root)), file=out, flush=True)
     return 0
 
 

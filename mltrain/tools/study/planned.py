@@ -179,9 +179,9 @@ class Rate:
         return f"{per_run:.3g} FLOP/s a run and {self.start_s:g} s start-up{both} ({self.source})"
 
 
-def finished_rate(root: Path) -> Optional[tuple[float, int]]:
-    """(seconds per FLOP, runs) of the finished runs under a study's folder (<scale>/<stage>/<arm>/<run>);
-    None where none has finished."""
+def finished_totals(root: Path) -> tuple[float, float, int]:
+    """(seconds, FLOPs, runs) of the finished runs under a study's folder (<scale>/<stage>/<arm>/<run>), each
+    run's own clock and count."""
     seconds = flops = 0.0
     n = 0
     for summary_file in sorted(root.glob("*/*/*/*/summary.json")) if root.is_dir() else []:
@@ -189,7 +189,20 @@ def finished_rate(root: Path) -> Optional[tuple[float, int]]:
         taken = measured(summary) if summary and summary.get("status", "finished") == "finished" else None
         if taken is not None:
             seconds, flops, n = seconds + taken[0], flops + taken[1], n + 1
+    return seconds, flops, n
+
+
+def finished_rate(root: Path) -> Optional[tuple[float, int]]:
+    """(seconds per FLOP, runs) of the finished runs under a study's folder; None where none has finished."""
+    seconds, flops, n = finished_totals(root)
     return (seconds / flops, n) if flops > 0 and seconds > 0 else None
+
+
+def took_line(name: str, root: Path) -> str:
+    """A complete study's cost, as its finished runs measured it: runs, FLOPs, the runs' hours summed."""
+    seconds, flops, n = finished_totals(root)
+    return (f"study {name} took {n:,} finished runs, {flops:.3g} FLOPs, {_hours(seconds / 3600)} of run time "
+            "(each run's own clock, summed; the machines' wall-clock is shorter where runs ran side by side)")
 
 
 def study_rate(study: StudyConfig, root: Path) -> Rate:

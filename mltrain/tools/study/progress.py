@@ -202,48 +202,110 @@ def _failed_line(run: Run, log_text: str) -> Optional[str]:
 # --status
 
 
-def _count(runs: list[Run]) -> str:
+def _states(dirs: Iterable[Path]) -> dict[str, int]:
+    """How many of the run folders `dirs` are in each state (a folder need not exist: not started)."""
     states = {"finished": 0, "diverged": 0, "running": 0, "to resume": 0, "not started": 0}
-    for run in runs:
-        summary = run_status(run.dir)
+    for d in dirs:
+        summary = run_status(d)
         if summary is not None and summary.get("status", "finished") in ENDED:
             states[summary.get("status", "finished")] += 1
-        elif run.dir.is_dir() and rundir.live_holder(run.dir) is not None:
+        elif d.is_dir() and rundir.live_holder(d) is not None:
             states["running"] += 1  # a live process holds the run's folder: it is training now
-        elif summary is not None or run.dir.exists():
+        elif summary is not None or d.exists():
             states["to resume"] += 1
         else:
             states["not started"] += 1
-    head = f"{states.pop('finished')}/{len(runs)} finished"
-    return ", ".join([head, *(f"{n} {what}" for what, n in states.items() if n)])
+    return states
+
+
+def _count(states: dict[str, int]) -> str:
+    rest = dict(states)
+    head = f"{rest.pop('finished')}/{sum(states.values())} finished"
+    return ", ".join([head, *(f"{n} {what}" for what, n in rest.items() if n)])
+
+
+class StatusView:
+    """`--status`: one line per scale, stage and arm (`lines`), and whether the study is complete: every run
+    on its folders ended, every arm chose its setting, every verdict and the ladder report written."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.states = {"finished": 0, "diverged": 0, "running": 0, "to resume": 0, "not started": 0}
+        self.waiting = 0  # arms waiting for stage 1's choice
+        self.reports_missing: list[str] = []
+
+    def count(self, dirs: Iterable[Path]) -> str:
+        states = _states(dirs)
+        for what, n in states.items():
+            self.states[what] += n
+        return _count(states)
+
+    @property
+    def complete(self) -> bool:
+        return not (self.not_ended or self.waiting or self.reports_missing)
+
+    @property
+    def not_ended(self) -> int:
+        return sum(n for what, n in self.states.items() if what not in ENDED)
+
+    def verdict_line(self) -> str:
+        """The last line: complete, or what is left."""
+        ended_runs = self.states["finished"] + self.states["diverged"]
+        diverged = f", {self.states['diverged']} of them diverged" if self.states["diverged"] else ""
+        if self.complete:
+            return (f"complete: all {ended_runs:,} runs ended{diverged}; every arm chose its setting; every verdict "
+                    "and the ladder report written")
+        left = [f"{self.not_ended:,} of {ended_runs + self.not_ended:,} runs not ended" if self.not_ended else "",
+                f"{self.waiting} arm(s) wait for stage 1" if self.waiting else "",
+                f"{', '.join(self.reports_missing)} not yet written" if self.reports_missing else ""]
+        return "not complete: " + "; ".join(x for x in left if x)
 
 
 def status_lines(study: StudyConfig, layout: Layout, choices: dict[str, Optional[dict[str, Choice]]],
-                 distrusted: Optional[dict[str, list[str]]] = None) -> list[str]:
+                 distrusted: Optional[dict[str, list[str]]] = None) -> StatusView:
     """What is done, per scale, stage and arm; `choices[scale]` is what selection.json records and this
     config's tuning runs bear out (None: stage 1 has not chosen yet), `distrusted[scale]` the arms whose
-    record they do not. Reads folders only: no file is written, no lock taken."""
+    record they do not. The runs the tuning rules add as they go (edges, neighbours, later budgets, the
+    control's schedule, bracketing) are counted from the folders, in one line per scale. Reads folders
+    only: no file is written, no lock taken."""
+    view = StatusView()
+    lines = view.lines
     holder = rundir.live_holder(layout.root) if layout.root.is_dir() else None
     running = f" (running now: process {holder})" if holder else " (running now)" if holder == 0 else ""
-    lines = [f"study {study.name} in {layout.root}{running}"]
+    lines.append(f"study {study.name} in {layout.root}{running}")
     for scale in study.ladder:
+        shown: set[Path] = set()
         for sweep in tuning_sweeps(study, layout, scale):
-            lines.append(f"  {scale:<10} {TUNE:<8} {sweep.arm:<18} {_count(sweep.runs())}")
+            dirs = [r.dir for r in sweep.runs()]
+            shown.update(dirs)
+            lines.append(f"  {scale:<10} {TUNE:<8} {sweep.arm:<18} {view.count(dirs)}")
         chosen = choices.get(scale)
         for arm in study.arms:
             if arm in (distrusted or {}).get(scale, []):
+                view.waiting += 1
                 lines.append(f"  {scale:<10} {EVAL:<8} {arm:<18} waits for stage 1 to choose again: its record in "
                              f"{layout.selection(scale).name} does not follow from this config's tuning runs (edited, "
                              f"or the grid or the runs changed since)")
                 continue
             if chosen is None or arm not in chosen:
+                view.waiting += 1
                 lines.append(f"  {scale:<10} {EVAL:<8} {arm:<18} waits for stage 1 to choose its setting")
                 continue
-            runs = [r for s in evaluation_sweeps(study, layout, scale, {arm: chosen[arm]}) for r in s.runs()]
-            lines.append(f"  {scale:<10} {EVAL:<8} {arm:<18} {_count(runs)}")
+            dirs = [r.dir for s in evaluation_sweeps(study, layout, scale, {arm: chosen[arm]}) for r in s.runs()]
+            shown.update(dirs)
+            lines.append(f"  {scale:<10} {EVAL:<8} {arm:<18} {view.count(dirs)}")
+        added = sorted(d for stage in (TUNE, EVAL) for d in layout.scale(scale).glob(f"{stage}/*/*")
+                       if d.is_dir() and not d.is_symlink() and d not in shown)
+        if added:
+            lines.append(f"  {scale:<10} {'added':<8} {'':<18} {view.count(added)} (the runs the tuning rules added, "
+                         "or that this config no longer asks for)")
         report = layout.verdict(scale) / "comparison.md"
+        if not report.exists():
+            view.reports_missing.append(f"{scale}'s verdict")
         lines.append(f"  {scale:<10} {'verdict':<8} {'':<18} {report if report.exists() else 'not yet written'}")
     ladder = layout.ladder.with_suffix(".md")
+    if not ladder.exists():
+        view.reports_missing.append("the ladder report")
     lines.append(f"  {'ladder':<10} {'':<8} {'':<18} {ladder if ladder.exists() else 'not yet written'}")
-    return lines
-
+    lines.append(view.verdict_line())
+    return view
