@@ -6,9 +6,16 @@ block README.md's "What we found" shows, so that the README's numbers are the re
     python scripts/finding.py results/depth_ladder --write README.md  # replace README.md's block with it
 
 The block sits between `<!-- finding: results/<study> -->` and `<!-- /finding -->`: one row per rung (its
-value on the ladder's axis, its parameters), one column per arm measured against the frontier (its M with
-the 95% interval, as ladder.md prints it), then each arm's trend sentence along the axis, as the study wrote
-it. The prose around the block (what the numbers mean, what the control explains) is written by hand.
+value on the ladder's axis, its parameters, its fine steps), one column per arm measured against the
+frontier (its M with the 95% interval, as ladder.md prints it less its "(interpolated)", the usual reading
+on the frontier's points; a † marks one read beyond them), then, where the study has the LR-schedule control
+(`schedule_control`), each other arm's M over the control's at that rung: what the arm gains beyond the
+schedule. Its 95% interval is Welch's t interval on the difference of the two headline log M (each with
+its standard error and degrees of freedom from the verdict), the two taken as independent. They are not
+quite: both are read on the same seeds against frontiers that share every run but the control's own (the
+control is measured against the frontier without its runs, the other arms against the one with them), so
+the interval is an approximation. Then each arm's trend sentence along the axis, as the study wrote it.
+The prose around the block (what the numbers mean, what the control explains) is written by hand.
 `--check` exits 1 naming the first differing line (or the block's absence); tests/docs/test_finding.py runs
 it on every results/<study>/ladder.json of the repository.
 """
@@ -17,15 +24,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
+
+from scipy import stats
 
 from mltrain.tools.study.axes import AXES
 from mltrain.tools.study.ladder_md import multiplier_text
 from mltrain.tools.study.rungs import Ladder, Rung
 
 END = "<!-- /finding -->"
+CONTROL = "schedule_control"
 
 
 def opening(study: str) -> str:
@@ -36,8 +47,28 @@ def _cell(rung: Rung, arm: str) -> str:
     row = next((r for r in rung.arms if r.arm == arm), None)
     if row is None or row.result is None:
         return "no result"
-    text, _ = multiplier_text(row.result.multiplier)
+    text, _ = multiplier_text(row.result.multiplier)  # as ladder.md prints it, but for the mark of a reading
+    text = text.replace(" (interpolated)", "")  # on the data, the usual case: the README says so once
     return text + (" ‡" if row.result.within_fit_error else "")
+
+
+def _headline(rung: Rung, arm: str):
+    row = next((r for r in rung.arms if r.arm == arm), None)
+    m = row.result.multiplier if row is not None and row.result is not None else None
+    return m.headline if m is not None else None
+
+
+def over_control(rung: Rung, arm: str, control: str = CONTROL) -> str:
+    """The arm's M over the control's at `rung`, with Welch's 95% interval on the difference of their log M;
+    "—" where either is a bound or has no standard error."""
+    a, c = _headline(rung, arm), _headline(rung, control)
+    if a is None or c is None or not all(h.M and h.log_se and h.dof for h in (a, c)):
+        return "—"
+    diff = math.log(a.M) - math.log(c.M)
+    se = math.hypot(a.log_se, c.log_se)
+    dof = se ** 4 / (a.log_se ** 4 / a.dof + c.log_se ** 4 / c.dof)  # Welch-Satterthwaite
+    q = float(stats.t.ppf(0.975, dof))
+    return f"{math.exp(diff):.3f} [{math.exp(diff - q * se):.3f}, {math.exp(diff + q * se):.3f}]"
 
 
 def render(folder: Path, name: str) -> str:
@@ -48,10 +79,12 @@ def render(folder: Path, name: str) -> str:
     ladder = Ladder.from_json(json.loads(path.read_text()))
     axis = AXES[ladder.axis]
     arms = [a.arm for a in ladder.rungs[0].arms if a.arm != ladder.frontier_arm] if ladder.rungs else []
-    lines = [opening(name),
-             f"| {axis.unit} | parameters | fine steps | " + " | ".join(f"{a}: M [95%]" for a in arms) + " |",
-             "|---|---|---|" + "---|" * len(arms)]
-    lines += [f"| {r.x:g} | {r.n_params:,} | {r.max_steps:,} | " + " | ".join(_cell(r, a) for a in arms) + " |"
+    beyond = [a for a in arms if a != CONTROL] if CONTROL in arms else []
+    heads = [f"{a}: M [95%]" for a in arms] + [f"{a} ÷ control" for a in beyond]
+    lines = [opening(name), f"| {axis.unit} | parameters | fine steps | " + " | ".join(heads) + " |",
+             "|---|---|---|" + "---|" * len(heads)]
+    lines += [f"| {r.x:g} | {r.n_params:,} | {r.max_steps:,} | "
+              + " | ".join([_cell(r, a) for a in arms] + [over_control(r, a) for a in beyond]) + " |"
               for r in ladder.rungs]
     lines += [""] + [f"- {t.sentence}" for t in ladder.trends]
     missing = [f"{r.scale}: {r.why_no_verdict}" for r in ladder.rungs if r.why_no_verdict]
