@@ -1,7 +1,7 @@
 """Re-measure one rung of a study with plain `mltrain -m` sweeps and `mltrain-compare`, on seeds the study
 never used, and set each arm's M beside the study's.
 
-    python scripts/replicate_rung.py results/depth_ladder/L12 --seeds 11,12,13,14,15 [--out DIR] [--run]
+    python scripts/replicate_rung.py results/depth_ladder/L12 --seeds 11,12,13,14,15 [--out DIR] [--run] [--jobs 2]
 
 The rung's evaluation runs in the records (`<rung>/eval/<arm>/<run>/.hydra/overrides.yaml`, what each run
 was launched with) give the configurations: each distinct one, without its seed and the study's bookkeeping
@@ -11,12 +11,20 @@ keys (no selection seeds: every setting here was chosen by the study, on seeds t
 use). Without `--run` the commands are printed, to be run anywhere; with it they run here and, once the
 comparison exists, each arm's M and interval is printed beside the study's, with whether they overlap.
 A seed any run of the rung used is refused before anything runs.
+
+The sweeps run as the study ran its runs: `--jobs N` of them at once through the `local` launcher, each
+with one thread (OMP_NUM_THREADS=1, MKL_NUM_THREADS=1) where N > 1, and with `train.resume=true`, so the
+same command run again (on this machine or on a clone that carries `<out>`) skips the finished runs,
+resumes the interrupted ones and starts the rest. `<out>/.gitignore` keeps what a study's records keep
+(each run's summary.json, metrics.jsonl, run.json and .hydra config and overrides, the verdict): `git add
+<out>` takes those and no weights, checkpoints or logs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -25,6 +33,21 @@ from pathlib import Path
 import yaml
 
 BOOKKEEPING = ("seed=", "train.resume=", "train.progress=", "logger.", "hydra.")
+GITIGNORE = """# Written by scripts/replicate_rung.py: `git add` of this folder takes the replication's records only.
+*
+!*/
+!/.gitignore
+!/*/*/*/summary.json
+!/*/*/*/metrics.jsonl
+!/*/*/*/run.json
+!/*/*/*/.hydra/config.yaml
+!/*/*/*/.hydra/overrides.yaml
+!/verdict/comparison.json
+!/verdict/comparison.md
+!/verdict/comparison.png
+checkpoints/
+wandb/
+"""
 
 
 def configurations(rung: Path) -> dict[tuple[str, tuple[str, ...]], list[int]]:
@@ -51,13 +74,21 @@ def tune_flags(rung: Path) -> list[str]:
     return [w for i, w in enumerate(words) if w == "--tune" or (i and words[i - 1] == "--tune")]
 
 
-def commands(rung: Path, seeds: list[int], out: Path) -> list[list[str]]:
+def commands(rung: Path, seeds: list[int], out: Path, jobs: int = 1) -> list[list[str]]:
     sweeps, counts = [], {}
+    launcher = ["hydra/launcher=local", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
     for (arm, overrides), _ in configurations(rung).items():
         n = counts[arm] = counts.get(arm, -1) + 1
-        sweeps.append(["mltrain", "-m", *overrides, f"seed={','.join(map(str, seeds))}",
-                       f"hydra.sweep.dir={out / arm / str(n)}", "hydra.sweep.subdir=seed=${seed}"])
+        # the subdir quoted for Hydra's parser: an unquoted "=" in a value is refused
+        sweeps.append(["mltrain", "-m", *overrides, f"seed={','.join(map(str, seeds))}", "train.resume=true",
+                       *launcher, f"hydra.sweep.dir={out / arm / str(n)}", 'hydra.sweep.subdir="seed=${seed}"'])
     return [*sweeps, ["mltrain-compare", str(out), "--out", str(out / "verdict"), *tune_flags(rung)]]
+
+
+def _program(name: str) -> str:
+    """The console script `name` of this Python's environment (a venv's bin/, active or not), else PATH's."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else name
 
 
 def intervals(report: Path) -> dict[str, tuple[float, float, float]]:
@@ -90,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="11,12,13,14,15", help="comma-separated seeds the study never used")
     parser.add_argument("--out", type=Path, default=None, help="where the runs go (default outputs/replicate/<study>/<rung>)")
     parser.add_argument("--run", action="store_true", help="run the commands here, then print the side-by-side table")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (1: one run at a time)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: at least 1")
     rung = args.rung.resolve()
     if not (rung / "verdict" / "comparison.json").is_file() or not configurations(rung):
         parser.error(f"{args.rung}: no evaluated rung there (eval/*/*/.hydra/overrides.yaml and verdict/comparison.json)")
@@ -101,13 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     if clash := sorted(set(seeds) & used_seeds(rung)):
         parser.error(f"--seeds: the study's runs at {rung.name} used {clash}: a replication needs seeds it never used")
     out = (args.out or Path("outputs") / "replicate" / rung.parent.name / rung.name).resolve()
-    todo = commands(rung, seeds, out)
+    todo = commands(rung, seeds, out, args.jobs)
+    threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if args.jobs > 1 else {}
+    prefix = " ".join(f"{k}={v}" for k, v in threads.items())
     for cmd in todo:
-        print(shlex.join(cmd))
+        print(f"{prefix} {shlex.join(cmd)}" if prefix and cmd[0] == "mltrain" else shlex.join(cmd))
     if not args.run:
         return 0
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ".gitignore").write_text(GITIGNORE)
     for cmd in todo:
-        if subprocess.run(cmd).returncode != 0:
+        env = {**os.environ, **threads} if cmd[0] == "mltrain" else None
+        if subprocess.run([_program(cmd[0]), *cmd[1:]], env=env).returncode != 0:
             print(f"replicate_rung: failed: {shlex.join(cmd)}", file=sys.stderr)
             return 1
     print("\n".join(side_by_side(rung / "verdict" / "comparison.json", out / "verdict" / "comparison.json")))

@@ -54,12 +54,63 @@ def test_each_evaluated_configuration_is_one_sweep_on_the_new_seeds_then_one_com
     assert len(sweeps) == 3  # two frontier budgets and the multilevel arm; tuning runs are not replicated
     for cmd in sweeps:
         assert cmd[:2] == ["mltrain", "-m"] and cmd[2:5] == COMMON and "seed=11,12" in cmd
-        assert not any(w.startswith(("train.resume", "train.progress", "logger.")) or w in ("seed=1", "seed=2")
+        assert not any(w.startswith(("train.progress", "logger.", "hydra/launcher")) or w in ("seed=1", "seed=2")
                        for w in cmd)
+        # the study's own resume flag is dropped; the replication's own makes a second invocation continue
+        assert [w for w in cmd if w.startswith("train.resume")] == ["train.resume=true"]
     dirs = sorted(w.split("=", 1)[1] for c in sweeps for w in c if w.startswith("hydra.sweep.dir="))
     assert dirs == [str(tmp_path / "rep" / a) for a in ("multilevel/0", "single/0", "single/1")]
     assert compare == ["mltrain-compare", str(tmp_path / "rep"), "--out", str(tmp_path / "rep" / "verdict"),
                        "--tune", "optim.lr", "--tune", "multilevel.coarse_optim.lr"]
+
+
+def test_jobs_run_the_sweeps_through_the_local_launcher_one_thread_each(rung, tmp_path, capsys):
+    sweeps = replicate.commands(rung, [11], tmp_path / "rep", jobs=2)[:-1]
+    assert all("hydra/launcher=local" in c and "hydra.launcher.n_jobs=2" in c for c in sweeps)
+    assert replicate.main([str(rung), "--seeds", "11", "--out", str(tmp_path / "rep"), "--jobs", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.startswith("OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 mltrain -m ") for line in lines[:-1])
+    assert lines[-1].startswith("mltrain-compare ")
+    assert replicate.main([str(rung), "--seeds", "11", "--out", str(tmp_path / "rep1"), "--jobs", "1"]) == 0
+    assert not any("OMP_NUM_THREADS" in line or "hydra/launcher" in line for line in capsys.readouterr().out.splitlines())
+    with pytest.raises(SystemExit):
+        replicate.main([str(rung), "--jobs", "0"])
+
+
+def test_the_records_gitignore_keeps_what_a_study_keeps(tmp_path):
+    import subprocess
+
+    out = tmp_path / "rep"
+    keep = ["multilevel/0/seed=11/summary.json", "multilevel/0/seed=11/.hydra/overrides.yaml",
+            "multilevel/0/seed=11/metrics.jsonl", "verdict/comparison.md"]
+    drop = ["multilevel/0/seed=11/checkpoints/last.pt", "multilevel/0/seed=11/train.log", "multilevel/0/multirun.yaml"]
+    for f in keep + drop:
+        (out / f).parent.mkdir(parents=True, exist_ok=True)
+        (out / f).write_text("x")
+    (out / ".gitignore").write_text(replicate.GITIGNORE)
+    subprocess.run(["git", "init", "-q", str(out)], check=True)
+    listed = subprocess.run(["git", "-C", str(out), "ls-files", "--others", "--exclude-standard"], check=True,
+                            capture_output=True, text=True).stdout.split()
+    assert sorted(listed) == sorted([".gitignore", *keep])
+
+
+def test_a_printed_sweep_runs_as_mltrain_parses_it_and_a_second_invocation_skips_its_finished_runs(tmp_path):
+    from helpers import tool_here
+
+    rung = tmp_path / "study" / "L4"
+    d = rung / "eval" / "single" / "experiment=single,seed=1" / ".hydra"
+    d.mkdir(parents=True)
+    (d / "overrides.yaml").write_text(yaml.safe_dump(["scale=smoke", "experiment=single", "seed=1",
+                                                      "train.resume=True", "train.progress=False"]))
+    verdict(rung / "verdict" / "comparison.json", {"single": (1.0, 1.0, 1.0)})
+    sweep = replicate.commands(rung, [11], tmp_path / "rep")[0]
+    assert sweep[0] == "mltrain" and 'hydra.sweep.subdir="seed=${seed}"' in sweep
+    first = tool_here("mltrain", *sweep[1:], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    summary = tmp_path / "rep" / "single" / "0" / "seed=11" / "summary.json"
+    assert json.loads(summary.read_text())["status"] == "finished"
+    again = tool_here("mltrain", *sweep[1:], cwd=tmp_path)
+    assert again.returncode == 0 and "holds a finished run" in again.stdout + again.stderr
 
 
 def test_a_seed_the_study_used_is_refused_before_anything_runs(rung, capsys):
@@ -69,7 +120,7 @@ def test_a_seed_the_study_used_is_refused_before_anything_runs(rung, capsys):
 
 
 def test_the_printed_commands_are_shell_words(rung, capsys, tmp_path):
-    assert replicate.main([str(rung), "--seeds", "11", "--out", str(tmp_path / "rep")]) == 0
+    assert replicate.main([str(rung), "--seeds", "11", "--out", str(tmp_path / "rep"), "--jobs", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and all(shlex.split(line)[0] in ("mltrain", "mltrain-compare") for line in lines)
 
