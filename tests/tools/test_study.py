@@ -346,6 +346,25 @@ def test_ladder_report_files_table_prediction_and_what_is_missing(tmp_path):
     assert saved["trends"][0]["verdict"] == "shrinking" and saved["trends"][0]["predictions"][0]["M"] < 1.1
 
 
+def test_the_ladder_plot_labels_the_multipliers_it_shows(tmp_path, monkeypatch):
+    """A log axis ticks 1, 2, ..., 9 x 10^k only: over M 0.9 to 1.3 nothing above 1 would be labelled."""
+    from mltrain.core import guarded
+
+    drawn = {}
+
+    def keep(fig, path, **kw):
+        ax = fig.axes[0]
+        lo, hi = ax.get_ylim()
+        drawn["labels"] = [float(t) for t in ax.get_yticks() if lo <= t <= hi]
+
+    monkeypatch.setattr(guarded, "write_figure", keep)
+    results = [scale_result(f"s{i}", n, multiplier(m)) for i, (n, m) in
+               enumerate([(100_000, 0.95), (200_000, 1.1), (400_000, 1.25)])]
+    ladder.plot_ladder(ladder.ladder_report("toy", ["single", "multilevel"], "single", results, []), tmp_path / "l.png")
+    above = [t for t in drawn["labels"] if t > 1.0]
+    assert len(above) >= 2 and min(above) <= 1.15 and 0.95 <= min(drawn["labels"]) <= 1.0, drawn
+
+
 def test_readme_study_commands_compose_and_pass_the_checks():
     from helpers import doc_commands
 

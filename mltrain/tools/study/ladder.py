@@ -384,6 +384,11 @@ def plot_ladder(report: Ladder, path: Path, dpi: int = 120, root: Optional[Path]
         ax.plot([], [], "o--", color=color, label=f"{trend.arm} ({trend.verdict})")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    if hi / lo < 10:  # a log axis ticks only 1, 2, ..., 9 x 10^k: a span like 0.8-1.5 would show 0.8, 0.9, 1 only
+        ticks = [t for t in matplotlib.ticker.MaxNLocator(nbins=8).tick_values(lo, hi) if lo <= t <= hi and t > 0]
+        ax.yaxis.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
+        ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
         set_formatter(ScalarFormatter())  # 1.2, not 1.2 x 10^0
     if report.axis != "params":  # the rungs' own values as the ticks: 4, 8, 12 blocks
