@@ -9,8 +9,9 @@ The block sits between `<!-- finding: results/<study> -->` and `<!-- /finding --
 value on the ladder's axis, its parameters, its fine steps), one column per arm measured against the
 frontier (its M with the 95% interval, as ladder.md prints it less its "(interpolated)", the usual reading
 on the frontier's points; a † marks one read beyond them), then, where the study has the LR-schedule control
-(`schedule_control`), each other arm's M over the control's at that rung: what the arm gains beyond the
-schedule. Its 95% interval is Welch's t interval on the difference of the two headline log M (each with
+(`schedule_control`), the M over the control's of each arm whose coarse phases the control mirrors (the
+same `multilevel.coarse_steps` in its label: the paper's method, random coarsening, the ODE step; not
+stacking or RaPTr) at that rung: what the arm gains beyond the schedule. Its 95% interval is Welch's t interval on the difference of the two headline log M (each with
 its standard error and degrees of freedom from the verdict), the two taken as independent. They are not
 quite: both are read on the same seeds against frontiers that share every run but the control's own (the
 control is measured against the frontier without its runs, the other arms against the one with them), so
@@ -28,6 +29,7 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import Optional
 
 from scipy import stats
 
@@ -71,6 +73,20 @@ def over_control(rung: Rung, arm: str, control: str = CONTROL) -> str:
     return f"{math.exp(diff):.3f} [{math.exp(diff - q * se):.3f}, {math.exp(diff + q * se):.3f}]"
 
 
+def _coarse_steps(label: Optional[str]) -> Optional[str]:
+    found = re.search(r"(?:^|,)multilevel\.coarse_steps=(\d+)(?:,|$)", label or "")
+    return found.group(1) if found else None
+
+
+def mirrored(rung: Rung, arms: list[str], control: str = CONTROL) -> list[str]:
+    """The arms whose coarse phases the control mirrors: the same `multilevel.coarse_steps` in their labels
+    as the control's (the paper's method and its variants: random coarsening, the ODE step); not stacking
+    or RaPTr, which have no coarse phases for the control to replace. None without the control."""
+    labels = {row.arm: row.label for row in rung.arms}
+    steps = _coarse_steps(labels.get(control)) if control in arms else None
+    return [a for a in arms if a != control and steps is not None and _coarse_steps(labels.get(a)) == steps]
+
+
 def render(folder: Path, name: str) -> str:
     """The block for the study in `folder` (its ladder.json), `name` its path as the README names it."""
     path = folder / "ladder.json"
@@ -79,7 +95,7 @@ def render(folder: Path, name: str) -> str:
     ladder = Ladder.from_json(json.loads(path.read_text()))
     axis = AXES[ladder.axis]
     arms = [a.arm for a in ladder.rungs[0].arms if a.arm != ladder.frontier_arm] if ladder.rungs else []
-    beyond = [a for a in arms if a != CONTROL] if CONTROL in arms else []
+    beyond = mirrored(ladder.rungs[0], arms) if ladder.rungs else []
     heads = [f"{a}: M [95%]" for a in arms] + [f"{a} ÷ control" for a in beyond]
     lines = [opening(name), f"| {axis.unit} | parameters | fine steps | " + " | ".join(heads) + " |",
              "|---|---|---|" + "---|" * len(heads)]

@@ -30,9 +30,10 @@ def test_the_readme_shows_each_finished_study_with_its_reports_numbers(study, mo
     assert finding.main([study, "--check", "README.md"]) == 0, capsys.readouterr().out
 
 
-def _arm(name: str, m: float, lo: float, hi: float, within: bool = False, log_se=None, dof=None) -> RungArm:
+def _arm(name: str, m: float, lo: float, hi: float, within: bool = False, log_se=None, dof=None,
+         label: str = "") -> RungArm:
     head = Headline("interpolated", m, lo, hi, log_se=log_se, dof=dof)
-    return RungArm(name, name, Arm(name=name, multiplier=Multiplier(True, M=m, M_lo=lo, M_hi=hi, headline=head),
+    return RungArm(name, label or name, Arm(name=name, multiplier=Multiplier(True, M=m, M_lo=lo, M_hi=hi, headline=head),
                                    within_fit_error=within, eval_seeds=(1, 2, 3)))
 
 
@@ -61,17 +62,23 @@ def test_the_block_has_a_row_per_rung_an_m_per_arm_and_the_trend_sentences(tmp_p
     assert "- multilevel: cannot tell whether the compute multiplier changes with depth: too few scales." in lines
 
 
-def test_with_the_schedule_control_each_arm_gets_its_m_over_the_controls_with_welchs_interval(tmp_path):
+def test_each_arm_the_control_mirrors_gets_its_m_over_the_controls_with_welchs_interval(tmp_path):
     study = _study(tmp_path / "toy")
     ladder = json.loads((study / "ladder.json").read_text())
     rung = Rung.from_json(ladder["scales"][1])
-    arms = (rung.arms[0], _arm("multilevel", 1.25, 1.1, 1.4, log_se=0.05, dof=4),
-            _arm("schedule_control", 1.0, 0.9, 1.1, log_se=0.05, dof=4))
+    coarse = "experiment={},model.n_layer=8,multilevel.coarse_steps=92,multilevel.n_cycles=6"
+    arms = (rung.arms[0], _arm("multilevel", 1.25, 1.1, 1.4, log_se=0.05, dof=4, label=coarse.format("multilevel")),
+            _arm("schedule_control", 1.0, 0.9, 1.1, log_se=0.05, dof=4, label=coarse.format("schedule_control")),
+            _arm("raptr", 1.1, 1.0, 1.2, log_se=0.05, dof=4, label="experiment=raptr,model.n_layer=8"))
     ladder["scales"][1] = Rung.to_json(Rung(**{**rung.__dict__, "arms": arms}))
-    ladder["scales"][0]["arms"].append(_arm("schedule_control", 0.9, 0.8, 1.0).to_json())  # no standard errors
+    first = ladder["scales"][0]["arms"]  # the first rung: the control without standard errors
+    first[1] = _arm("multilevel", 1.125, 1.025, 1.225, label=coarse.format("multilevel")).to_json()
+    first.append(_arm("schedule_control", 0.9, 0.8, 1.0, label=coarse.format("schedule_control")).to_json())
+    first.append(_arm("raptr", 1.0, 0.9, 1.1, label="experiment=raptr,model.n_layer=4").to_json())
     (study / "ladder.json").write_text(json.dumps(ladder))
     lines = finding.render(study, "toy").splitlines()
-    assert lines[1].endswith("| multilevel: M [95%] | schedule_control: M [95%] | multilevel ÷ control |")
+    # RaPTr has no coarse phases for the control to replace: no column of its own over the control
+    assert lines[1].endswith("| multilevel: M [95%] | schedule_control: M [95%] | raptr: M [95%] | multilevel ÷ control |")
     # log(1.25) ± t(0.975, 8 Welch df) x sqrt(0.05² + 0.05²), by hand: [1.062, 1.471]
     assert lines[4].endswith("| 1.250 [1.062, 1.471] |")
     assert lines[3].endswith("| — |")  # a rung without standard errors: no interval, no ratio
