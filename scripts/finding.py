@@ -6,7 +6,7 @@ block README.md's "What we found" shows, so that the README's numbers are the re
     python scripts/finding.py results/depth_ladder --write README.md  # replace README.md's block with it
 
 The block sits between `<!-- finding: results/<study> -->` and `<!-- /finding -->`: one row per rung (its
-value on the ladder's axis, its parameters, its fine steps), one column per arm measured against the
+value on the ladder's axis, its parameters), one column per arm measured against the
 frontier (its M with the 95% interval, as ladder.md prints it less its "(interpolated)", the usual reading
 on the frontier's points; a † marks one read beyond them), then, where the study has the LR-schedule control
 (`schedule_control`), the M over the control's of each arm whose coarse phases the control mirrors (the
@@ -15,7 +15,9 @@ stacking or RaPTr) at that rung: what the arm gains beyond the schedule. Its 95%
 its standard error and degrees of freedom from the verdict), the two taken as independent. They are not
 quite: both are read on the same seeds against frontiers that share every run but the control's own (the
 control is measured against the frontier without its runs, the other arms against the one with them), so
-the interval is an approximation. Then each arm's trend sentence along the axis, as the study wrote it.
+the interval is an approximation. Then three rows of each arm's trend along the axis, as ladder.json
+holds it: the slope of log M against log x with its 95% interval and word, the first-to-last change of log
+M with its interval, and the steps between neighbouring rungs that resolve (up or down).
 The prose around the block (what the numbers mean, what the control explains) is written by hand.
 `--check` exits 1 naming the first differing line (or the block's absence); tests/docs/test_finding.py runs
 it on every results/<study>/ladder.json of the repository.
@@ -35,7 +37,7 @@ from scipy import stats
 
 from mltrain.tools.study.axes import AXES
 from mltrain.tools.study.ladder_md import multiplier_text
-from mltrain.tools.study.rungs import Ladder, Rung
+from mltrain.tools.study.rungs import Ladder, Rung, Trend
 
 END = "<!-- /finding -->"
 CONTROL = "schedule_control"
@@ -87,6 +89,32 @@ def mirrored(rung: Rung, arms: list[str], control: str = CONTROL) -> list[str]:
     return [a for a in arms if a != control and steps is not None and _coarse_steps(labels.get(a)) == steps]
 
 
+def _trend_rows(ladder: Ladder, arms: list[str], blank: int) -> list[str]:
+    """Three rows under the rungs, per arm its trend along the axis: the slope of log M against log x with
+    its word, the first-to-last change of log M, and the steps between neighbouring rungs that resolve."""
+    trends = {t.arm: t for t in ladder.trends}
+    rest = " |" * blank
+
+    def row(title: str, cell) -> str:
+        return f"| {title} | |" + "".join(f" {cell(trends[a]) if a in trends else ''} |" for a in arms) + rest
+
+    def slope(t: Trend) -> str:
+        return f"{t.verdict}: {t.slope:+.3f} [{t.slope_lo:+.3f}, {t.slope_hi:+.3f}]" if t.slope is not None else t.verdict
+
+    def contrast(t: Trend) -> str:
+        return f"{t.contrast:+.3f} [{t.contrast_lo:+.3f}, {t.contrast_hi:+.3f}]" if t.contrast is not None else "—"
+
+    def steps(t: Trend) -> str:
+        told = [f"{s.x_from:g}→{s.x_to:g} {s.word}" for s in t.steps if s.word != "unresolved"]
+        left = sum(1 for s in t.steps if s.word == "unresolved")
+        if not t.steps:
+            return "—"
+        return ", ".join(told) + (f" ({left} unresolved)" if told and left else "") if told else f"all {left} unresolved"
+
+    symbol = AXES[ladder.axis].symbol
+    return [row(f"slope, log M on log {symbol}", slope), row("first → last, log M", contrast), row("steps", steps)]
+
+
 def render(folder: Path, name: str) -> str:
     """The block for the study in `folder` (its ladder.json), `name` its path as the README names it."""
     path = folder / "ladder.json"
@@ -96,16 +124,14 @@ def render(folder: Path, name: str) -> str:
     axis = AXES[ladder.axis]
     arms = [a.arm for a in ladder.rungs[0].arms if a.arm != ladder.frontier_arm] if ladder.rungs else []
     beyond = mirrored(ladder.rungs[0], arms) if ladder.rungs else []
-    heads = [f"{a}: M [95%]" for a in arms] + [f"{a} ÷ control" for a in beyond]
-    lines = [opening(name), f"| {axis.unit} | parameters | fine steps | " + " | ".join(heads) + " |",
-             "|---|---|---|" + "---|" * len(heads)]
-    lines += [f"| {r.x:g} | {r.n_params:,} | {r.max_steps:,} | "
-              + " | ".join([_cell(r, a) for a in arms] + [over_control(r, a) for a in beyond]) + " |"
-              for r in ladder.rungs]
-    lines += [""] + [f"- {t.sentence}" for t in ladder.trends]
+    heads = arms + [f"{a} ÷ control" for a in beyond]
+    lines = [opening(name), f"| {axis.unit} | parameters | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
+    lines += [f"| {r.x:g} | {r.n_params:,} | " + " | ".join([_cell(r, a) for a in arms] + [over_control(r, a) for a in beyond])
+              + " |" for r in ladder.rungs]
+    lines += _trend_rows(ladder, arms, len(beyond))
     missing = [f"{r.scale}: {r.why_no_verdict}" for r in ladder.rungs if r.why_no_verdict]
     if missing:
-        lines += [f"- No verdict at {m}" for m in missing]
+        lines += [""] + [f"- No verdict at {m}" for m in missing]
     return "\n".join(lines + [END]) + "\n"
 
 

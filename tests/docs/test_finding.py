@@ -51,15 +51,30 @@ def _study(folder: Path) -> Path:
     return folder
 
 
-def test_the_block_has_a_row_per_rung_an_m_per_arm_and_the_trend_sentences(tmp_path, monkeypatch):
+def test_the_block_has_a_row_per_rung_an_m_per_arm_and_the_trend_rows(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     block = finding.render(_study(tmp_path / "results" / "toy"), "results/toy")
     lines = block.splitlines()
     assert lines[0] == "<!-- finding: results/toy -->" and lines[-1] == "<!-- /finding -->"
-    assert lines[1] == "| blocks | parameters | fine steps | multilevel: M [95%] |"
-    assert lines[3] == "| 4 | 58,368 | 1,824 | 1.125 [1.025, 1.225] ‡ |"
-    assert lines[4] == "| 8 | 107,520 | 3,360 | 1.250 [1.150, 1.350] |"
-    assert "- multilevel: cannot tell whether the compute multiplier changes with depth: too few scales." in lines
+    assert lines[1] == "| blocks | parameters | multilevel |"
+    assert lines[3] == "| 4 | 58,368 | 1.125 [1.025, 1.225] ‡ |"
+    assert lines[4] == "| 8 | 107,520 | 1.250 [1.150, 1.350] |"
+    assert lines[5:8] == ["| slope, log M on log depth | | cannot tell |", "| first → last, log M | | — |",
+                          "| steps | | — |"]  # no fitted line (too few rungs): no steps either
+
+
+def test_the_trend_rows_give_slope_contrast_and_the_steps_that_resolve(tmp_path):
+    study = _study(tmp_path / "toy")
+    ladder = json.loads((study / "ladder.json").read_text())
+    ladder["trends"][0].update(slope=0.12, slope_lo=0.058, slope_hi=0.181, intercept=0.0, cov=[[1, 0], [0, 1]],
+                               quantile=2.0, method="wls", n_min=4.0, n_max=8.0, contrast=0.152,
+                               contrast_lo=0.058, contrast_hi=0.247, verdict="growing",
+                               steps=[{"x_from": 4, "x_to": 8, "diff": 0.3, "se": 0.1, "word": "up"},
+                                      {"x_from": 8, "x_to": 12, "diff": 0.1, "se": 0.1, "word": "unresolved"}])
+    (study / "ladder.json").write_text(json.dumps(ladder))
+    lines = finding.render(study, "toy").splitlines()
+    assert lines[5:8] == ["| slope, log M on log depth | | growing: +0.120 [+0.058, +0.181] |",
+                          "| first → last, log M | | +0.152 [+0.058, +0.247] |", "| steps | | 4→8 up (1 unresolved) |"]
 
 
 def test_each_arm_the_control_mirrors_gets_its_m_over_the_controls_with_welchs_interval(tmp_path):
@@ -78,7 +93,7 @@ def test_each_arm_the_control_mirrors_gets_its_m_over_the_controls_with_welchs_i
     (study / "ladder.json").write_text(json.dumps(ladder))
     lines = finding.render(study, "toy").splitlines()
     # RaPTr has no coarse phases for the control to replace: no column of its own over the control
-    assert lines[1].endswith("| multilevel: M [95%] | schedule_control: M [95%] | raptr: M [95%] | multilevel ÷ control |")
+    assert lines[1].endswith("| multilevel | schedule_control | raptr | multilevel ÷ control |")
     # log(1.25) ± t(0.975, 8 Welch df) x sqrt(0.05² + 0.05²), by hand: [1.062, 1.471]
     assert lines[4].endswith("| 1.250 [1.062, 1.471] |")
     assert lines[3].endswith("| — |")  # a rung without standard errors: no interval, no ratio
