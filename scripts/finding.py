@@ -111,8 +111,8 @@ def _trend_rows(ladder: Ladder, arms: list[str], blank: int) -> list[str]:
             return "—"
         return ", ".join(told) + (f" ({left} unresolved)" if told and left else "") if told else f"all {left} unresolved"
 
-    symbol = AXES[ladder.axis].symbol
-    return [row(f"slope, log M on log {symbol}", slope), row("first → last, log M", contrast), row("steps", steps)]
+    # "on log x": the first column names the axis
+    return [row("slope of log M", slope), row("first → last, log M", contrast), row("steps", steps)]
 
 
 def render(folder: Path, name: str) -> str:

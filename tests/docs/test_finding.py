@@ -59,7 +59,7 @@ def test_the_block_has_a_row_per_rung_an_m_per_arm_and_the_trend_rows(tmp_path, 
     assert lines[1] == "| blocks | parameters | multilevel |"
     assert lines[3] == "| 4 | 58,368 | 1.125 [1.025, 1.225] ‡ |"
     assert lines[4] == "| 8 | 107,520 | 1.250 [1.150, 1.350] |"
-    assert lines[5:8] == ["| slope, log M on log depth | | cannot tell |", "| first → last, log M | | — |",
+    assert lines[5:8] == ["| slope of log M | | cannot tell |", "| first → last, log M | | — |",
                           "| steps | | — |"]  # no fitted line (too few rungs): no steps either
 
 
@@ -73,7 +73,7 @@ def test_the_trend_rows_give_slope_contrast_and_the_steps_that_resolve(tmp_path)
                                       {"x_from": 8, "x_to": 12, "diff": 0.1, "se": 0.1, "word": "unresolved"}])
     (study / "ladder.json").write_text(json.dumps(ladder))
     lines = finding.render(study, "toy").splitlines()
-    assert lines[5:8] == ["| slope, log M on log depth | | growing: +0.120 [+0.058, +0.181] |",
+    assert lines[5:8] == ["| slope of log M | | growing: +0.120 [+0.058, +0.181] |",
                           "| first → last, log M | | +0.152 [+0.058, +0.247] |", "| steps | | 4→8 up (1 unresolved) |"]
 
 
