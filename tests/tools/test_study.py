@@ -692,3 +692,20 @@ def test_a_study_invoked_again_over_its_finished_runs_plans_nothing_new(tmp_path
     assert {r.dir for s in again for r in s.runs()} == {r.dir for s in sweeps for r in s.runs()}
     found, distrusted = stages.read_choices(cfg, study.layout, "d16")
     assert distrusted == [] and found == choices
+
+
+def test_the_planned_evaluation_counts_every_frontier_budget_though_stage_1_composed_only_the_first(tmp_path):
+    """Under successive halving only budget 0.5's single-level settings are composed before stage 1 chooses;
+    the ETA's planned evaluation FLOPs still hold each budget of the frontier's grid (a run's cost follows
+    its budget), as the run count does, and every other arm at its mean setting."""
+    cfg = wide_study(tmp_path, "frontier.halving_from=0.5")
+    study = stages.Study(cfg, Layout(tmp_path / "study", {"d16": 100}), {}, {}, {}, None)
+    costs = [("single", {"optim.lr": lr, "train.budget": "0.5", "schedule.warmup_steps": w}, 5.0)
+             for lr in ("0.03", "0.3") for w in ("1", "4")]
+    costs += [("multilevel", {"optim.lr": "0.03"}, 6.0), ("multilevel", {"optim.lr": "0.3"}, 8.0),
+              ("control", {"optim.lr": "0.03"}, 7.0), ("control", {"optim.lr": "0.3"}, 7.0)]
+    for arm, setting, cost in costs:
+        key = ("d16", *compose.setting_key(arm, setting))
+        study.configs[key], study.costs[key] = None, cost  # type: ignore[assignment]  # the cost alone is read
+    seeds = 2  # the smoke study's evaluation seeds
+    assert stages._evaluation_cost(study, "d16") == seeds * (10.0 * (0.5 + 1.0 + 2.0) + 7.0 + 7.0)

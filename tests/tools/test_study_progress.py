@@ -45,3 +45,10 @@ def test_a_summary_without_numbers_measures_nothing():
     assert measured({"total_flops": "many", "wall_time_s": 3}) is None
     assert measured({"total_flops": 1e9, "train_time_s": 2.0}) == (2.0, 1e9)
     assert measured(summary(4.0, 1e9, eval_flops=1e8, diag_flops=1e8)) == (4.0, 1.2e9)
+
+
+def test_the_eta_adds_each_run_lefts_start_up_which_a_summarys_wall_time_leaves_out():
+    out = io.StringIO()
+    progress = Progress(out, total=4, done=0, cost_left=4e12, parallel=4, start_s=5.0)
+    progress.ended(run("a"), summary(seconds=60.0, flops=1e12), cost=1e12)
+    assert eta(out.getvalue().splitlines()[-1]) == "49 s"  # (3e12 at 60 s per 1e12 + 3 start-ups of 5 s) / 4

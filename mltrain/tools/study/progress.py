@@ -70,12 +70,14 @@ def _amount(x: object) -> TypeGuard[float]:
 
 class Progress:
     """Counts runs and their planned FLOPs; prints a line for every run that ends or fails. The ETA is
-    the FLOPs left at the seconds per FLOP the finished runs took (their summaries), over the runs that
-    train at once (`parallel`); before any run has finished there is no ETA."""
+    the FLOPs left at the seconds per FLOP the finished runs took (their summaries), plus each run left's
+    start-up (`start_s`: a summary's wall time begins after it), over the runs that train at once
+    (`parallel`); before any run has finished there is no ETA."""
 
-    def __init__(self, out: TextIO, total: int, done: int, cost_left: float, parallel: int = 1):
+    def __init__(self, out: TextIO, total: int, done: int, cost_left: float, parallel: int = 1,
+                 start_s: float = 0.0):
         self.out, self.total, self.done, self.parallel = out, total, done, max(1, parallel)
-        self.cost_left = cost_left
+        self.cost_left, self.start_s = cost_left, start_s
         self.seconds, self.flops = 0.0, 0.0  # what the finished runs measured
         self._lock = threading.Lock()
 
@@ -89,8 +91,8 @@ class Progress:
     def _eta(self) -> str:
         if self.flops <= 0:
             return "ETA after the first run"
-        rate = self.seconds / self.flops
-        return f"ETA {_duration(rate * max(self.cost_left, 0.0) / self.parallel)}"
+        rate, runs_left = self.seconds / self.flops, max(self.total - self.done, 0)
+        return f"ETA {_duration((rate * max(self.cost_left, 0.0) + self.start_s * runs_left) / self.parallel)}"
 
     def settle(self, run: Run, cost: float, what: str) -> None:
         with self._lock:

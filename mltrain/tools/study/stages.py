@@ -40,6 +40,7 @@ from mltrain.tools.study.launch import STOPPED, Interrupts, Stopped, multirun, o
 from mltrain.tools.study.plan import (AT_FRONTIER, COARSE_STEPS, EVAL, RUNNER_UP, TUNE, Choice, Layout, Run, Sweep,
                                       evaluation_run_count, evaluation_sweeps, possible_evaluation_runs,
                                       setting_text, tuning_sweeps)
+from mltrain.tools.study.planned import MEASURED_START_S
 from mltrain.tools.study.progress import Progress, Watcher, ended, failure_reason, measured, run_status
 from mltrain.tools.study.sanity import check_held_out, repeated_data, run_cost
 from mltrain.tools.study.schema import BUDGET, StudyConfig, eval_seeds, frontier_arm, selection_seeds, varied_keys
@@ -227,7 +228,7 @@ def _base_tuning(study: Study, scale: str, budgets: Optional[list[str]] = None) 
 def _progress(study: Study, out: TextIO) -> Progress:
     """The runs to count and their planned FLOPs; the finished ones' summaries give the first rate."""
     cfg, total, done, cost_left = study.cfg, 0, 0, 0.0
-    progress = Progress(out, 0, 0, 0.0, _parallel(cfg))
+    progress = Progress(out, 0, 0, 0.0, _parallel(cfg), start_s=MEASURED_START_S)
     for scale in cfg.ladder:
         runs = [r for s in _base_tuning(study, scale) for r in s.runs()]
         study.counted |= {r.dir for r in runs}
@@ -257,16 +258,19 @@ def _measure(progress: Progress, summary: dict) -> None:
 
 
 def _evaluation_cost(study: Study, scale: str) -> float:
-    """Planned FLOPs of a scale's evaluation runs before stage 1 chooses: per arm and budget, the mean
-    of its tuning settings' costs on every evaluation seed."""
+    """Planned FLOPs of a scale's evaluation runs before stage 1 chooses (the runs
+    plan.evaluation_run_count counts): per arm, the mean cost of its composed settings per unit of budget,
+    on every evaluation seed, at each budget of the frontier's grid for the frontier arm (at 1 for the
+    others). Per unit of budget, because before stage 1 only the first budget's settings may be composed
+    (successive halving adds the others' tuning runs as it chooses)."""
     cfg, seeds, flops = study.cfg, len(eval_seeds(study.cfg, scale)), 0.0
+    frontier = frontier_arm(cfg)
     for arm in cfg.arms:
-        by_budget: dict[float, list[float]] = {}
-        for (s, a, setting), _ in study.configs.items():
-            if (s, a) == (scale, arm):
-                by_budget.setdefault(float(dict(setting).get(BUDGET, 1.0)), []).append(
-                    study.setting_cost(scale, arm, dict(setting)))
-        flops += seeds * sum(sum(c) / len(c) for c in by_budget.values())
+        per_budget = [study.setting_cost(scale, arm, dict(setting)) / float(dict(setting).get(BUDGET, 1.0))
+                      for (s, a, setting) in study.configs if (s, a) == (scale, arm)]
+        if per_budget:
+            budgets = [float(b) for b in cfg.arms[arm].grid[BUDGET]] if arm == frontier else [1.0]
+            flops += seeds * sum(per_budget) / len(per_budget) * sum(budgets)
     return flops
 
 
