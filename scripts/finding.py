@@ -15,8 +15,8 @@ stacking or RaPTr) at that rung: what the arm gains beyond the schedule. Its 95%
 its standard error and degrees of freedom from the verdict), the two taken as independent. They are not
 quite: both are read on the same seeds against frontiers that share every run but the control's own (the
 control is measured against the frontier without its runs, the other arms against the one with them), so
-the interval is an approximation. Then three rows of each arm's trend along the axis, as ladder.json
-holds it: the slope of log M against log x with its 95% interval and word, the first-to-last change of log
+the interval is an approximation. Then, for a ladder of two rungs or more, three rows of each arm's trend
+along the axis, as ladder.json holds it: the slope of log M against log x with its 95% interval and word, the first-to-last change of log
 M with its interval, and the steps between neighbouring rungs that resolve (up or down).
 The prose around the block (what the numbers mean, what the control explains) is written by hand.
 `--check` exits 1 naming the first differing line (or the block's absence); tests/docs/test_finding.py runs
@@ -128,7 +128,8 @@ def render(folder: Path, name: str) -> str:
     lines = [opening(name), f"| {axis.unit} | parameters | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
     lines += [f"| {r.x:g} | {r.n_params:,} | " + " | ".join([_cell(r, a) for a in arms] + [over_control(r, a) for a in beyond])
               + " |" for r in ladder.rungs]
-    lines += _trend_rows(ladder, arms, len(beyond))
+    if len(ladder.rungs) > 1:  # one rung has no trend to tell (ladder.md says "one rung: none to tell")
+        lines += _trend_rows(ladder, arms, len(beyond))
     missing = [f"{r.scale}: {r.why_no_verdict}" for r in ladder.rungs if r.why_no_verdict]
     if missing:
         lines += [""] + [f"- No verdict at {m}" for m in missing]

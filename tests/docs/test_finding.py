@@ -63,6 +63,16 @@ def test_the_block_has_a_row_per_rung_an_m_per_arm_and_the_trend_rows(tmp_path, 
                           "| steps | | — |"]  # no fitted line (too few rungs): no steps either
 
 
+def test_a_one_rung_study_has_its_row_and_no_trend_rows(tmp_path):
+    study = _study(tmp_path / "toy")
+    ladder = json.loads((study / "ladder.json").read_text())
+    ladder["scales"] = ladder["scales"][1:]
+    (study / "ladder.json").write_text(json.dumps(ladder))
+    lines = finding.render(study, "toy").splitlines()
+    assert lines[1:] == ["| blocks | parameters | multilevel |", "|---|---|---|", "| 8 | 107,520 | 1.250 [1.150, 1.350] |",
+                         "<!-- /finding -->"]
+
+
 def test_the_trend_rows_give_slope_contrast_and_the_steps_that_resolve(tmp_path):
     study = _study(tmp_path / "toy")
     ladder = json.loads((study / "ladder.json").read_text())
