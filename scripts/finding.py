@@ -1,5 +1,5 @@
-"""The finding's numbers, rendered from a finished study's ladder report (results/<study>/ladder.json): the
-block README.md's "What we found" shows, so that the README's numbers are the reports' and nothing else.
+"""The finding's numbers, rendered from a finished study's reports (results/<study>/ladder.json and its rungs'
+verdicts): the block README.md's "What we found" shows, so that the README's numbers are the reports' and nothing else.
 
     python scripts/finding.py results/depth_ladder                    # print the block
     python scripts/finding.py results/depth_ladder --check README.md  # is README.md's block the same?
@@ -11,12 +11,15 @@ frontier (its M with the 95% interval, as ladder.md prints it less its "(interpo
 on the frontier's points; a † marks one read beyond them), then, where the study has the LR-schedule control
 (`schedule_control`), the M over the control's of each arm whose coarse phases the control mirrors (the
 same `multilevel.coarse_steps` in its label: the paper's method, random coarsening, the ODE step; not
-stacking or RaPTr) at that rung: what the arm gains beyond the schedule. Its 95% interval is Welch's t interval on the difference of the two headline log M (each with
-its standard error and degrees of freedom from the verdict), the two taken as independent. They are not
-quite: both are read on the same seeds against frontiers that share every run but the control's own (the
-control is measured against the frontier without its runs, the other arms against the one with them), so
-the interval is an approximation. Then, for a ladder of two rungs or more, three rows of each arm's trend
-along the axis, as ladder.json holds it: the slope of log M against log x with its 95% interval and word, the first-to-last change of log
+stacking or RaPTr) at that rung: what the arm gains beyond the schedule. Both M are read against the same
+frontier, the one without the control's runs (the control's own M is read there; each other arm's
+reading there is in the rung's comparison.json, its tuning space's "schedule control" gain). Its 95%
+interval is Welch's t interval on the difference of the two log M (each with its standard error and
+degrees of freedom), the two taken as independent: they share that frontier and the seeds, so the
+interval is an approximation. Where the arm's reading is a bound (beyond that frontier's data with 97.5%
+confidence), the cell is that bound over the control's upper limit ("> x", at least 95% by Bonferroni).
+Then, for a ladder of two rungs or more, three rows of each arm's trend along the axis, as ladder.json
+holds it: the slope of log M against log x with its 95% interval and word, the first-to-last change of log
 M with its interval, and the steps between neighbouring rungs that resolve (up or down).
 The prose around the block (what the numbers mean, what the control explains) is written by hand.
 `--check` exits 1 naming the first differing line (or the block's absence); tests/docs/test_finding.py runs
@@ -35,8 +38,12 @@ from typing import Optional
 
 from scipy import stats
 
+from mltrain.tools.compare import Report
+from mltrain.tools.compare.dimensions import CONTROL_DIMENSION
+from mltrain.tools.compare.results import GainReading
 from mltrain.tools.study.axes import AXES
 from mltrain.tools.study.ladder_md import multiplier_text
+from mltrain.tools.study.plan import Layout
 from mltrain.tools.study.rungs import Ladder, Rung, Trend
 
 END = "<!-- /finding -->"
@@ -56,17 +63,30 @@ def _cell(rung: Rung, arm: str) -> str:
     return text + (" ‡" if row.result.within_fit_error else "")
 
 
-def _headline(rung: Rung, arm: str):
-    row = next((r for r in rung.arms if r.arm == arm), None)
-    m = row.result.multiplier if row is not None and row.result is not None else None
-    return m.headline if m is not None else None
+def control_frontier(folder: Path, rung: Rung) -> dict[str, GainReading]:
+    """Each arm's M against the frontier without the schedule control's runs, the one the control's own M is
+    read on, by the arm's label (the ladder's rows carry the verdict's labels): the rung's comparison.json
+    (its tuning space's gains); {} without it."""
+    path = Layout(folder, {}).verdict(rung.scale) / "comparison.json"
+    if not path.is_file():
+        return {}
+    report = Report.from_json(json.loads(path.read_text()))
+    gain = next((g for g in report.frontier.gains if g.dimension == CONTROL_DIMENSION), None) if report.frontier else None
+    return {a.label: gain.arms[a.name] for a in report.arms if a.name in gain.arms} if gain is not None else {}
 
 
-def over_control(rung: Rung, arm: str, control: str = CONTROL) -> str:
-    """The arm's M over the control's at `rung`, with Welch's 95% interval on the difference of their log M;
-    "—" where either is a bound or has no standard error."""
-    a, c = _headline(rung, arm), _headline(rung, control)
-    if a is None or c is None or not all(h.M and h.log_se and h.dof for h in (a, c)):
+def over_control(rung: Rung, arm: str, readings: dict[str, GainReading], control: str = CONTROL) -> str:
+    """The arm's M over the control's at `rung`, both against the frontier without the control's runs
+    (`readings`), with Welch's 95% interval on the difference of their log M; where the arm's is a bound
+    (a 97.5% lower limit), the bound over the control's upper limit (Bonferroni: at least 95%); "—" where
+    either has no interval."""
+    labels = {r.arm: r.label for r in rung.arms if r.result is not None and r.label}
+    a, c = (readings.get(labels.get(x, "")) for x in (arm, control))
+    if a is None or c is None:
+        return "—"
+    if a.bound is not None and c.M_hi:
+        return f"> {a.bound / c.M_hi:.3f}"
+    if not (a.M and a.log_se and a.dof and c.M and c.log_se and c.dof):
         return "—"
     diff = math.log(a.M) - math.log(c.M)
     se = math.hypot(a.log_se, c.log_se)
@@ -126,7 +146,8 @@ def render(folder: Path, name: str) -> str:
     beyond = mirrored(ladder.rungs[0], arms) if ladder.rungs else []
     heads = arms + [f"{a} ÷ control" for a in beyond]
     lines = [opening(name), f"| {axis.unit} | parameters | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
-    lines += [f"| {r.x:g} | {r.n_params:,} | " + " | ".join([_cell(r, a) for a in arms] + [over_control(r, a) for a in beyond])
+    lines += [f"| {r.x:g} | {r.n_params:,} | " + " | ".join([_cell(r, a) for a in arms]
+                                                            + [over_control(r, a, control_frontier(folder, r)) for a in beyond])
               + " |" for r in ladder.rungs]
     if len(ladder.rungs) > 1:  # one rung has no trend to tell (ladder.md says "one rung: none to tell")
         lines += _trend_rows(ladder, arms, len(beyond))

@@ -87,7 +87,19 @@ def test_the_trend_rows_give_slope_contrast_and_the_steps_that_resolve(tmp_path)
                           "| first → last, log M | | +0.152 [+0.058, +0.247] |", "| steps | | 4→8 up (1 unresolved) |"]
 
 
-def test_each_arm_the_control_mirrors_gets_its_m_over_the_controls_with_welchs_interval(tmp_path):
+def _control_frontier(study: Path, scale: str, readings: dict) -> None:
+    """The rung's verdict as far as finding.py reads it: its arms' names and labels (the ladder's), and each
+    arm's reading against the frontier without the control's runs (its tuning space's "schedule control" gain)."""
+    gain = {"dimension": "schedule control", "restricted_to": "single-level runs without the schedule control's",
+            "arms": {f"{arm} · its name": r for arm, r in readings.items()}}
+    ladder = json.loads((study / "ladder.json").read_text())
+    (rung,) = [r for r in ladder["scales"] if r["scale"] == scale]
+    arms = [{"arm": f"{row['arm']} · its name", "label": row["label"]} for row in rung["arms"]]
+    (study / scale / "verdict").mkdir(parents=True)
+    (study / scale / "verdict" / "comparison.json").write_text(json.dumps({"arms": arms, "frontier": {"gains": [gain]}}))
+
+
+def test_each_arm_the_control_mirrors_gets_its_m_over_the_controls_on_the_controls_frontier(tmp_path):
     study = _study(tmp_path / "toy")
     ladder = json.loads((study / "ladder.json").read_text())
     rung = Rung.from_json(ladder["scales"][1])
@@ -96,17 +108,38 @@ def test_each_arm_the_control_mirrors_gets_its_m_over_the_controls_with_welchs_i
             _arm("schedule_control", 1.0, 0.9, 1.1, log_se=0.05, dof=4, label=coarse.format("schedule_control")),
             _arm("raptr", 1.1, 1.0, 1.2, log_se=0.05, dof=4, label="experiment=raptr,model.n_layer=8"))
     ladder["scales"][1] = Rung.to_json(Rung(**{**rung.__dict__, "arms": arms}))
-    first = ladder["scales"][0]["arms"]  # the first rung: the control without standard errors
+    first = ladder["scales"][0]["arms"]
     first[1] = _arm("multilevel", 1.125, 1.025, 1.225, label=coarse.format("multilevel")).to_json()
     first.append(_arm("schedule_control", 0.9, 0.8, 1.0, label=coarse.format("schedule_control")).to_json())
     first.append(_arm("raptr", 1.0, 0.9, 1.1, label="experiment=raptr,model.n_layer=4").to_json())
     (study / "ladder.json").write_text(json.dumps(ladder))
+    control = {"M": 1.0, "bound": None, "kind": "interpolated", "M_lo": 0.9, "M_hi": 1.1, "log_se": 0.05, "dof": 4}
+    # at 8 blocks, against the control's frontier (not the arm's own headline 1.25): multilevel reads 1.3
+    _control_frontier(study, "L8", {"multilevel": {**control, "M": 1.3, "M_lo": 1.15, "M_hi": 1.45},
+                                    "schedule_control": control, "raptr": {**control, "M": 1.2}})
+    # at 4 blocks, multilevel lies beyond that frontier's data: a bound, over the control's upper limit
+    _control_frontier(study, "L4", {"multilevel": {"M": None, "bound": 1.32, "kind": "bound"},
+                                    "schedule_control": control})
     lines = finding.render(study, "toy").splitlines()
     # RaPTr has no coarse phases for the control to replace: no column of its own over the control
     assert lines[1].endswith("| multilevel | schedule_control | raptr | multilevel ÷ control |")
-    # log(1.25) ± t(0.975, 8 Welch df) x sqrt(0.05² + 0.05²), by hand: [1.062, 1.471]
-    assert lines[4].endswith("| 1.250 [1.062, 1.471] |")
-    assert lines[3].endswith("| — |")  # a rung without standard errors: no interval, no ratio
+    # log(1.3) ± t(0.975, 8 Welch df) x sqrt(0.05² + 0.05²), by hand: [1.104, 1.530]
+    assert lines[4].endswith("| 1.250 [1.100, 1.400] | 1.000 [0.900, 1.100] | 1.100 [1.000, 1.200] | 1.300 [1.104, 1.530] |")
+    assert lines[3].endswith("| > 1.200 |")  # 1.32 / 1.1
+
+
+def test_a_rung_without_its_verdict_or_a_reading_has_no_ratio(tmp_path):
+    study = _study(tmp_path / "toy")
+    ladder = json.loads((study / "ladder.json").read_text())
+    coarse = "experiment={},model.n_layer=8,multilevel.coarse_steps=92"
+    for rung in ladder["scales"]:
+        rung["arms"][1] = _arm("multilevel", 1.25, 1.1, 1.4, label=coarse.format("multilevel")).to_json()
+        rung["arms"].append(_arm("schedule_control", 1.0, 0.9, 1.1, label=coarse.format("schedule_control")).to_json())
+    (study / "ladder.json").write_text(json.dumps(ladder))
+    _control_frontier(study, "L8", {"multilevel": {"M": 1.3, "bound": None, "kind": "joint"},
+                                    "schedule_control": {"M": 1.0, "bound": None, "kind": "interpolated"}})
+    lines = finding.render(study, "toy").splitlines()
+    assert lines[3].endswith("| — |") and lines[4].endswith("| — |")  # no comparison.json; a fitted reading: no interval
 
 
 def test_write_then_check_passes_and_a_changed_number_is_named(tmp_path, monkeypatch, capsys):

@@ -87,6 +87,28 @@ def test_the_gains_table_prints_a_bound_only_where_the_data_decide_one(tmp_path,
     assert arm(report, "multilevel")["multiplier"]["headline"]["kind"] == "interpolated"
 
 
+def test_an_interpolated_gain_reading_has_its_interval_and_the_controls_is_its_own_headline(tmp_path):
+    """Against the frontier without the schedule control, each arm's reading inside the data has the
+    headline's interval, log-M standard error and degrees of freedom; the control's own headline is read on
+    that same frontier, so its reading there is its headline (what sets an arm over the control)."""
+    lawful_frontier(tmp_path, range(5))
+    for s in range(5):
+        linear_run(tmp_path, f"ctrl_{s}", "schedule_control", CONTROL, s, flops=6e13, val=law(5e13) + 0.002 * (s - 2))
+        multilevel(tmp_path, s, law(4.5e13) + 0.003 * (s - 2))
+    report = compare_dirs([tmp_path], select_seeds=[0], out=tmp_path / "out", plot=False)
+    (gain,) = [g for g in report["frontier"]["gains"] if g["dimension"] == "schedule control"]
+    ctrl, ml = arm(report, "schedule_control"), arm(report, "multilevel")
+    head = ctrl["multiplier"]["headline"]
+    assert head["kind"] == "interpolated"
+    assert gain["arms"][ctrl["arm"]] == {"M": head["M"], "bound": None, "kind": "interpolated", "M_lo": head["M_lo"],
+                                         "M_hi": head["M_hi"], "log_se": head["log_se"], "dof": head["dof"]}
+    reading = gain["arms"][ml["arm"]]
+    assert reading["kind"] == "interpolated" and reading["M_lo"] < reading["M"] < reading["M_hi"]
+    assert reading["M"] == pytest.approx(4.5e13 / C_RUN, rel=0.05) and reading["log_se"] > 0 and reading["dof"] == 3
+    row = md_row(tmp_path / "out", "| schedule control |", "| without | keeps |")
+    assert f"[{reading['M_lo']:.3g}, {reading['M_hi']:.3g}]" in row
+
+
 # ---------------------------------------------------------------------------------------------
 # the per-configuration verdict table
 

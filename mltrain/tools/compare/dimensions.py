@@ -29,6 +29,7 @@ from mltrain.tools.compare.results import BudgetTried, Gain, GainReading, TriedS
 from mltrain.tools.compare.verdict import DATA_ONLY_WHAT, Draws, fit_error, headline, multiplier, on_data
 
 CONTROL = "schedule_control"
+CONTROL_DIMENSION = "schedule control"  # the gain whose frontier is the one the control is measured against
 
 
 def family(c: Configuration) -> str:
@@ -58,7 +59,7 @@ def _restrictions(configs: list[Configuration], tuned: Sequence[str]) -> list[tu
     """(dimension, what the restricted frontier keeps, which configurations it keeps)."""
     out = []
     if any(c.run_kind == CONTROL for c in configs):
-        out.append(("schedule control", "single-level runs without the schedule control's",
+        out.append((CONTROL_DIMENSION, "single-level runs without the schedule control's",
                     lambda c: c.run_kind != CONTROL))
     plain = [c for c in configs if c.run_kind != CONTROL]
     budgets = {c.budget for c in plain}
@@ -99,6 +100,8 @@ def _reading(fr: frontiers.Frontier, fit: Fit, runs) -> GainReading:
         return GainReading()
     if head.kind == "bound":
         return GainReading(None, head.M_lo, "data_only_bound" if m.bound is not None and m.bound.what == DATA_ONLY_WHAT else "bound")
+    if head.kind == "interpolated":  # its t interval on the frontier's points (no bootstrap: none is drawn here)
+        return GainReading(head.M, None, head.kind, head.M_lo, head.M_hi, head.log_se, head.dof)
     return GainReading(head.M, None, head.kind)
 
 

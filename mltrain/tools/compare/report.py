@@ -426,7 +426,8 @@ def _gain_cell(r: GainReading) -> str:
     """An arm's M against a restricted frontier: "M > x" only where its data decide a bound."""
     if r.bound is not None:
         return f"M > {r.bound:.3g}" + (" (data only)" if r.kind == "data_only_bound" else "")
-    return TIMES(r.M) + (" (fit)" if r.kind in ("joint", "per_run") else "")
+    interval = f" [{r.M_lo:.3g}, {r.M_hi:.3g}]" if r.M_lo is not None and r.M_hi is not None else ""
+    return TIMES(r.M) + interval + (" (fit)" if r.kind in ("joint", "per_run") else "")
 
 
 def _fixed_flops_section(report: Report) -> list[str]:

@@ -265,11 +265,17 @@ class BudgetTried(Jsonable):
 class GainReading(Jsonable):
     """An arm's M against a restricted frontier: a point reading, or only a bound (M > bound) where its data
     decide one; `kind` which reading leads, as a headline's: "interpolated", "joint", "per_run", "bound"
-    (beyond the data with confidence) or "data_only_bound"; None with no reading."""
+    (beyond the data with confidence) or "data_only_bound"; None with no reading. An interpolated reading
+    has its headline's 95% interval, the standard error of its log M and its t quantile's degrees of
+    freedom (what sets two arms against the same frontier, e.g. an arm over the schedule control)."""
 
     M: Optional[float] = None
     bound: Optional[float] = None
     kind: Optional[str] = None
+    M_lo: Optional[float] = key(default=None, omit_none=True)
+    M_hi: Optional[float] = key(default=None, omit_none=True)
+    log_se: Optional[float] = key(default=None, omit_none=True)
+    dof: Optional[int] = key(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)
