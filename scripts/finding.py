@@ -1,5 +1,6 @@
 """The finding's numbers, rendered from a finished study's reports (results/<study>/ladder.json and its rungs'
-verdicts): the block README.md's "What we found" shows, so that the README's numbers are the reports' and nothing else.
+verdicts): the block README.md's "What we found" shows for a ladder (docs/results-cpu.md for a one-rung
+study), so that the numbers there are the reports' and nothing else.
 
     python scripts/finding.py results/depth_ladder                    # print the block
     python scripts/finding.py results/depth_ladder --check README.md  # is README.md's block the same?
