@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -91,27 +92,34 @@ def _program(name: str) -> str:
     return str(beside) if beside.is_file() else name
 
 
-def intervals(report: Path) -> dict[str, tuple[float, float, float]]:
-    """label -> (M, lower, upper) of each arm's headline (upper inf when unbounded)."""
+def intervals(report: Path) -> dict[str, tuple[str, float, float, float]]:
+    """label -> (the arm's readable name, M, lower, upper) of each arm's headline (M nan for a bound, where
+    only the lower limit is decided; upper inf when unbounded)."""
     out = {}
     for arm in json.loads(report.read_text())["arms"]:
         head = (arm.get("multiplier") or {}).get("headline") or {}
         if head.get("M_lo") is not None and not arm.get("is_frontier"):
             hi = head.get("M_hi")
-            out[arm["label"]] = (head.get("M") or float("nan"), head["M_lo"], float("inf") if hi is None else hi)
+            out[arm["label"]] = (arm.get("arm") or arm["label"], head.get("M") or float("nan"), head["M_lo"],
+                                 float("inf") if hi is None else hi)
     return out
 
 
+def _m(m: float, lo: float, hi: float) -> str:
+    return f"> {lo:.3g}×" if math.isnan(m) else f"{m:.3g}× [{lo:.3g}×, {hi:.3g}×]"
+
+
 def side_by_side(study: Path, replication: Path) -> list[str]:
+    """One row per arm of the study's verdict (by its readable name there): its M beside the replication's
+    and whether the two intervals overlap (a bound: its lower limit to infinity)."""
     mine, theirs = intervals(replication), intervals(study)
     lines = ["| arm | study M [interval] | replication M [interval] | overlap |", "|---|---|---|---|"]
-    for label, (m, lo, hi) in theirs.items():
+    for label, (name, m, lo, hi) in theirs.items():
         if label not in mine:
-            lines.append(f"| {label} | {m:.3g}× [{lo:.3g}×, {hi:.3g}×] | not measured | — |")
+            lines.append(f"| {name} | {_m(m, lo, hi)} | not measured | — |")
             continue
-        r, rlo, rhi = mine[label]
-        lines.append(f"| {label} | {m:.3g}× [{lo:.3g}×, {hi:.3g}×] | {r:.3g}× [{rlo:.3g}×, {rhi:.3g}×] | "
-                     f"{'yes' if rlo <= hi and lo <= rhi else 'NO'} |")
+        _, r, rlo, rhi = mine[label]
+        lines.append(f"| {name} | {_m(m, lo, hi)} | {_m(r, rlo, rhi)} | {'yes' if rlo <= hi and lo <= rhi else 'NO'} |")
     return lines
 
 

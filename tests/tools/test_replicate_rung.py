@@ -132,3 +132,14 @@ def test_the_table_says_whether_the_intervals_overlap(tmp_path):
     rows = {r.split(" | ")[0].strip("| "): r for r in replicate.side_by_side(study, rep)[2:]}
     assert rows["ml"].endswith("| yes |") and "∞" not in rows["ml"] and "inf×]" in rows["ml"]
     assert rows["ctrl"].endswith("| NO |") and "not measured" in rows["gone"] and "single" not in rows
+
+
+def test_a_bound_is_printed_as_one_and_each_arm_by_its_readable_name(tmp_path):
+    study, rep = tmp_path / "s.json", tmp_path / "r.json"
+    verdict(study, {"single": (1.0, 1.0, 1.0), "ml": (None, 1.3, None)})  # a bound: beyond the data, M > 1.3
+    verdict(rep, {"single": (1.0, 1.0, 1.0), "ml": (1.25, 1.05, 1.5)})
+    named = json.loads(study.read_text())
+    named["arms"][1]["arm"] = "multilevel · coarse lr 0.1"
+    study.write_text(json.dumps(named))
+    (row,) = replicate.side_by_side(study, rep)[2:]
+    assert row == "| multilevel · coarse lr 0.1 | > 1.3× | 1.25× [1.05×, 1.5×] | yes |"
