@@ -64,6 +64,17 @@ def _cell(rung: Rung, arm: str) -> str:
     return text + (" ‡" if row.result.within_fit_error else "")
 
 
+def _read(path: Path) -> dict:
+    """A report's JSON; one error line, not a traceback, for a file that is not one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SystemExit(f"error: {path}: not a readable report ({err})") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"error: {path}: not a readable report (a JSON {type(data).__name__}, not an object)")
+    return data
+
+
 def control_frontier(folder: Path, rung: Rung) -> dict[str, GainReading]:
     """Each arm's M against the frontier without the schedule control's runs, the one the control's own M is
     read on, by the arm's label (the ladder's rows carry the verdict's labels): the rung's comparison.json
@@ -71,7 +82,7 @@ def control_frontier(folder: Path, rung: Rung) -> dict[str, GainReading]:
     path = Layout(folder, {}).verdict(rung.scale) / "comparison.json"
     if not path.is_file():
         return {}
-    report = Report.from_json(json.loads(path.read_text()))
+    report = Report.from_json(_read(path))
     gain = next((g for g in report.frontier.gains if g.dimension == CONTROL_DIMENSION), None) if report.frontier else None
     return {a.label: gain.arms[a.name] for a in report.arms if a.name in gain.arms} if gain is not None else {}
 
@@ -141,7 +152,7 @@ def render(folder: Path, name: str) -> str:
     path = folder / "ladder.json"
     if not path.is_file():
         raise SystemExit(f"error: {path} not found: the study has not written its ladder report (is it finished?)")
-    ladder = Ladder.from_json(json.loads(path.read_text()))
+    ladder = Ladder.from_json(_read(path))
     axis = AXES[ladder.axis]
     arms = [a.arm for a in ladder.rungs[0].arms if a.arm != ladder.frontier_arm] if ladder.rungs else []
     beyond = mirrored(ladder.rungs[0], arms) if ladder.rungs else []

@@ -175,3 +175,15 @@ def test_a_missing_block_and_an_unfinished_study_are_refused(tmp_path, monkeypat
     (tmp_path / "results" / "running").mkdir()
     with pytest.raises(SystemExit, match="ladder.json not found"):
         finding.main(["results/running"])
+
+
+def test_a_damaged_report_is_one_error_line(tmp_path):
+    study = _study(tmp_path / "toy")
+    (study / "L8" / "verdict").mkdir(parents=True)
+    (study / "L8" / "verdict" / "comparison.json").write_text('{"frontier": 3')
+    rung = Rung.from_json(json.loads((study / "ladder.json").read_text())["scales"][1])
+    with pytest.raises(SystemExit, match=r"comparison.json: not a readable report"):
+        finding.control_frontier(study, rung)
+    (study / "ladder.json").write_text("[]")
+    with pytest.raises(SystemExit, match=r"ladder.json: not a readable report \(a JSON list"):
+        finding.render(study, "toy")
