@@ -140,10 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds {args.seeds!r}: comma-separated integers")
-    if clash := sorted(set(seeds) & used_seeds(rung)):
-        parser.error(f"--seeds: the study's runs at {rung.name} used {clash}: a replication needs seeds it never used")
     out = (args.out or Path("outputs") / "replicate" / rung.parent.name / rung.name).resolve()
-    todo = commands(rung, seeds, out, args.jobs)
+    try:  # the rung's records, read before anything runs: a damaged one is one line
+        used, todo = used_seeds(rung), commands(rung, seeds, out, args.jobs)
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as err:
+        parser.error(f"{args.rung}: a record there is not readable ({type(err).__name__}: {err})")
+    if clash := sorted(set(seeds) & used):
+        parser.error(f"--seeds: the study's runs at {rung.name} used {clash}: a replication needs seeds it never used")
     threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if args.jobs > 1 else {}
     prefix = " ".join(f"{k}={v}" for k, v in threads.items())
     for cmd in todo:

@@ -143,3 +143,11 @@ def test_a_bound_is_printed_as_one_and_each_arm_by_its_readable_name(tmp_path):
     study.write_text(json.dumps(named))
     (row,) = replicate.side_by_side(study, rep)[2:]
     assert row == "| multilevel · coarse lr 0.1 | > 1.3× | 1.25× [1.05×, 1.5×] | yes |"
+
+
+def test_a_damaged_record_is_one_line_before_anything_runs(rung, capsys, tmp_path):
+    (rung / "verdict" / "comparison.json").write_text('{"command": ')
+    with pytest.raises(SystemExit) as out:
+        replicate.main([str(rung), "--seeds", "11", "--out", str(tmp_path / "rep"), "--run"])
+    assert out.value.code == 2 and "a record there is not readable (JSONDecodeError" in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()
