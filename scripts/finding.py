@@ -158,9 +158,10 @@ def render(folder: Path, name: str) -> str:
     beyond = mirrored(ladder.rungs[0], arms) if ladder.rungs else []
     heads = arms + [f"{a} ÷ control" for a in beyond]
     lines = [opening(name), f"| {axis.unit} | parameters | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
-    lines += [f"| {r.x:g} | {r.n_params:,} | " + " | ".join([_cell(r, a) for a in arms]
-                                                            + [over_control(r, a, control_frontier(folder, r)) for a in beyond])
-              + " |" for r in ladder.rungs]
+    for r in ladder.rungs:
+        readings = control_frontier(folder, r) if beyond else {}  # the rung's verdict, read once
+        cells = [_cell(r, a) for a in arms] + [over_control(r, a, readings) for a in beyond]
+        lines.append(f"| {r.x:g} | {r.n_params:,} | " + " | ".join(cells) + " |")
     if len(ladder.rungs) > 1:  # one rung has no trend to tell (ladder.md says "one rung: none to tell")
         lines += _trend_rows(ladder, arms, len(beyond))
     missing = [f"{r.scale}: {r.why_no_verdict}" for r in ladder.rungs if r.why_no_verdict]
