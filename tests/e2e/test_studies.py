@@ -4,11 +4,14 @@ ladder along each axis."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from helpers import made_smoke_study, run_main
 from omegaconf import OmegaConf
 
 from mltrain.tools.compare import Report
-from mltrain.tools.study import compose, ladder, progress, stages
+from mltrain.tools.study import compose, ladder, launch, progress, stages
 from mltrain.tools.study.axes import AXES
 from mltrain.tools.study.cli import compose_study
 
@@ -154,30 +157,52 @@ def test_progress_counts_the_evaluation_of_a_new_choice_when_stage_1_chooses_aga
 
 def test_ctrl_c_stops_with_one_line_and_the_same_command_continues(smoke_study, verdict, tmp_path, monkeypatch):
     """The first scale's tuning runs copied from the smoke study, its 8 evaluation runs and every report
-    left to make: Ctrl-C comes while the 5th evaluation run trains."""
+    left to make: Ctrl-C comes once 4 of them have ended. The runs are 0.1 s long, so the sweep's processes
+    are frozen (SIGSTOP) from the moment the 4th is seen ended until the study has handed the Ctrl-C on:
+    the stop lands with runs left however loaded the machine is (the study's own progress line can see the
+    4th end only after the sweep, when its watcher is late)."""
     root = tmp_path / "study"
     shutil.copytree(smoke_study[0] / "d16" / "tune", root / "d16" / "tune")
     argv = ["study=smoke", f"dir={root}", "~ladder.d32"]
-    real_ended = stages.Progress.ended
-    seen = []
 
-    def interrupt_after_a_few(self, run, summary, cost):  # Ctrl-C while the 5th run trains (or just after)
-        real_ended(self, run, summary, cost)
-        seen.append(run)
-        if len(seen) == 4:
-            os.kill(os.getpid(), signal.SIGINT)
+    def ended_runs() -> list[Path]:
+        return [d for d in (root / "d16" / "eval").glob("*/*") if progress.ended(progress.run_status(d))]
 
-    monkeypatch.setattr(stages.Progress, "ended", interrupt_after_a_few)
+    handed_on, stopped_at = threading.Event(), []
+    real_hand_on, real_started = launch._hand_on, launch._Handoff.started
+
+    def hand_on(proc, signum):
+        real_hand_on(proc, signum)
+        handed_on.set()
+
+    def ctrl_c_after_four(proc):
+        while proc.returncode is None:
+            if len(done := ended_runs()) >= 4:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGSTOP)
+                stopped_at.extend(done)
+                os.kill(os.getpid(), signal.SIGINT)  # to the study, as from its terminal
+                handed_on.wait(60)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGCONT)
+                return
+            time.sleep(0.005)
+
+    def started(self, proc):
+        real_started(self, proc)
+        threading.Thread(target=ctrl_c_after_four, args=(proc,), daemon=True).start()
+
+    monkeypatch.setattr(launch, "_hand_on", hand_on)
+    monkeypatch.setattr(launch._Handoff, "started", started)
     code, out, _ = run_main(*argv)
     assert code == 130
     assert out.splitlines()[-1] == ("mltrain-study: stopped; every finished run is kept and interrupted ones resume: "
                                     f"continue with the same command: {shlex.join(['mltrain-study', *argv])}")
-    # The runs are 0.1 s long, so the stop can land after the 5th run's last step (and the watcher's thread
-    # can report it before the main thread handles the signal): count what is left
-    done = [d for d in (root / "d16" / "eval").glob("*/*") if progress.ended(progress.run_status(d))]
+    done = ended_runs()
     left = 8 - len(done)
-    assert len(seen) >= 4 and 1 <= left <= 4, done
-    monkeypatch.setattr(stages.Progress, "ended", real_ended)
+    assert handed_on.is_set() and 4 <= len(stopped_at) <= len(done) and left >= 1, done
+    monkeypatch.setattr(launch, "_hand_on", real_hand_on)
+    monkeypatch.setattr(launch._Handoff, "started", real_started)
     code, out, _ = run_main(*argv)
     assert code == 0, out
     assert sum(line.startswith("[") for line in out.splitlines()) == left  # the ones stopped or not started
