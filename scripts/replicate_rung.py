@@ -109,12 +109,23 @@ def _m(m: float, lo: float, hi: float) -> str:
     return f"> {lo:.3g}×" if math.isnan(m) else f"{m:.3g}× [{lo:.3g}×, {hi:.3g}×]"
 
 
+def short_names(names: list[str]) -> list[str]:
+    """The readable names (parts joined by " · ", the arm's kind first) without what every row shares and
+    without the `experiment=` part that repeats the kind: what tells the rows apart."""
+    parts = [name.split(" · ") for name in names]
+    shared = set.intersection(*(set(p[1:]) for p in parts)) if len(parts) > 1 else set()
+    return [" · ".join([p[0], *(x for x in p[1:] if x not in shared and x != f"experiment={p[0]}")]) for p in parts]
+
+
 def side_by_side(study: Path, replication: Path) -> list[str]:
-    """One row per arm of the study's verdict (by its readable name there): its M beside the replication's
-    and whether the two intervals overlap (a bound: its lower limit to infinity)."""
+    """One row per arm of the study's verdict (by its readable name there, less what every row shares):
+    its M beside the replication's and whether the two intervals overlap (a bound: its lower limit to
+    infinity)."""
     mine, theirs = intervals(replication), intervals(study)
+    names = dict(zip(theirs, short_names([name for name, *_ in theirs.values()])))
     lines = ["| arm | study M [interval] | replication M [interval] | overlap |", "|---|---|---|---|"]
-    for label, (name, m, lo, hi) in theirs.items():
+    for label, (_, m, lo, hi) in theirs.items():
+        name = names[label]
         if label not in mine:
             lines.append(f"| {name} | {_m(m, lo, hi)} | not measured | — |")
             continue

@@ -145,6 +145,17 @@ def test_a_bound_is_printed_as_one_and_each_arm_by_its_readable_name(tmp_path):
     assert row == "| multilevel · coarse lr 0.1 | > 1.3× | 1.25× [1.05×, 1.5×] | yes |"
 
 
+def test_the_rows_are_named_by_what_tells_them_apart():
+    common = "multilevel.eval_every_cycle=False · multilevel.n_cycles=6"
+    names = [f"multilevel · experiment=multilevel · multilevel.coarse_steps=352 · {common}",
+             f"schedule_control · experiment=schedule_control · multilevel.coarse_steps=352 · {common}",
+             f"schedule_control · experiment=schedule_control · steps × 0.5 · multilevel.coarse_steps=176 · {common}"]
+    assert replicate.short_names(names) == ["multilevel · multilevel.coarse_steps=352",
+                                            "schedule_control · multilevel.coarse_steps=352",
+                                            "schedule_control · steps × 0.5 · multilevel.coarse_steps=176"]
+    assert replicate.short_names(["ml · experiment=ml · lr 0.1"]) == ["ml · lr 0.1"]  # one row: only the repeat goes
+
+
 def test_a_damaged_record_is_one_line_before_anything_runs(rung, capsys, tmp_path):
     (rung / "verdict" / "comparison.json").write_text('{"command": ')
     with pytest.raises(SystemExit) as out:
