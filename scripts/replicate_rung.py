@@ -76,7 +76,8 @@ def tune_flags(rung: Path) -> list[str]:
 
 
 def commands(rung: Path, seeds: list[int], out: Path, jobs: int = 1) -> list[list[str]]:
-    sweeps, counts = [], {}
+    sweeps: list[list[str]] = []
+    counts: dict[str, int] = {}
     launcher = ["hydra/launcher=local", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else []
     for (arm, overrides), _ in configurations(rung).items():
         n = counts[arm] = counts.get(arm, -1) + 1
