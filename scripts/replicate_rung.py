@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds {args.seeds!r}: comma-separated integers")
+    if len(set(seeds)) < len(seeds):
+        parser.error(f"--seeds {args.seeds!r}: a seed named twice (each seed is one run per configuration)")
     out = (args.out or Path("outputs") / "replicate" / rung.parent.name / rung.name).resolve()
     try:  # the rung's records, read before anything runs: a damaged one is one line
         used, todo = used_seeds(rung), commands(rung, seeds, out, args.jobs)

@@ -119,6 +119,12 @@ def test_a_seed_the_study_used_is_refused_before_anything_runs(rung, capsys):
     assert out.value.code == 2 and "used [0]" in capsys.readouterr().err
 
 
+def test_a_seed_named_twice_is_refused_before_anything_runs(rung, capsys):
+    with pytest.raises(SystemExit) as out:
+        replicate.main([str(rung), "--seeds", "11,12,11", "--run"])
+    assert out.value.code == 2 and "'11,12,11': a seed named twice" in capsys.readouterr().err
+
+
 def test_the_printed_commands_are_shell_words(rung, capsys, tmp_path):
     assert replicate.main([str(rung), "--seeds", "11", "--out", str(tmp_path / "rep"), "--jobs", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
