@@ -1,2 +1,2 @@
 """The core utilities every layer may use: one-line errors, config choices and plain trees, atomic and
-guarded writes, Ctrl-C handling, range checks, FLOP accounting. Nothing here imports another layer."""
+guarded writes, Ctrl-C handling, range checks, FLOP accounting, the tools' dataclass <-> JSON conversion. Nothing here imports another layer."""

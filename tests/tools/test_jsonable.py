@@ -1,4 +1,4 @@
-"""The one dataclass <-> JSON conversion (compare/jsonable.py): keys renamed and left out as a field says,
+"""The one dataclass <-> JSON conversion (mltrain/core/jsonable.py): keys renamed and left out as a field says,
 nested results, tuples and dicts read back by the fields' types, a missing key or a null read as the
 field's default or its type's neutral value; and a shipped comparison.json reads back as the same bytes."""
 
@@ -12,7 +12,8 @@ from typing import Any, Optional
 import pytest
 
 from mltrain.runs.files import json_default
-from mltrain.tools.compare import Jsonable, Report, key
+from mltrain.core.jsonable import Jsonable, ShapeError, key
+from mltrain.tools.compare import Report
 
 SHIPPED = Path(__file__).resolve().parents[2] / "results" / "depth_ladder" / "L4" / "verdict" / "comparison.json"
 
@@ -69,3 +70,24 @@ def test_the_shipped_comparison_reads_back_as_the_same_bytes():
     text = SHIPPED.read_text()
     again = json.dumps(Report.from_json(json.loads(text)).to_json(), indent=2, sort_keys=True, default=json_default)
     assert again + "\n" == text
+
+
+@pytest.mark.parametrize("entry, where", [
+    ([], "expected an object, found a list"),
+    ({"count": "2"}, "count: expected a number, found a string"),
+    ({"count": True}, "count: expected a number, found true or false"),
+    ({"inners": {"kind": "x"}}, "inners: expected a list, found an object"),
+    ({"inners": [{"kind": "x"}, 3]}, r"inners\[1\]: expected an object, found a number"),
+    ({"inners": [{"kind": 1}]}, r"inners\[0\].kind: expected a string, found a number"),
+    ({"by_name": {"k": {"value": "high"}}}, "by_name.k.value: expected a number, found a string"),
+    ({"first": [1]}, "first: expected an object, found a list"),
+    ({"settings": []}, "settings: expected an object, found a list"),
+])
+def test_json_of_another_shape_is_one_error_naming_where(entry, where):
+    with pytest.raises(ShapeError, match=f"^{where}$"):
+        Outer.from_json(entry)
+
+
+def test_a_float_field_reads_an_integer_and_an_any_field_anything():
+    assert Outer.from_json({"first": {"kind": "x", "value": 2}}).first == Inner("x", 2)
+    assert Outer.from_json({"settings": {"seed": [1, "a", None]}}).settings == {"seed": [1, "a", None]}

@@ -14,7 +14,8 @@ from test_compare_tuned import frontier_runs, law, multilevel
 from test_study import multiplier, scale_result
 
 import mltrain.tools.compare as compare
-from mltrain.tools.compare import Jsonable, Multiplier, Report, compare_report, markdown_safe
+from mltrain.core.jsonable import Jsonable
+from mltrain.tools.compare import Multiplier, Report, compare_report, markdown_safe
 from mltrain.tools.study import ladder
 from mltrain.tools.study.rungs import ArmTuning, Ladder, RunnerUp, RungTuning, SettingLosses
 

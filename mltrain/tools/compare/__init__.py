@@ -11,8 +11,8 @@ training with less compute? Reads run directories (or W&B runs); never the train
 
 This package's names are its public API (what the study and scripts use): the command, the pipeline, the
 report's types a consumer reads (`Report`, `Arm`, `Multiplier`, `FitError`; the rest of the report's
-parts are reached through them) and the JSON conversion they share (`Jsonable`, `key`); its modules
-are its own.
+parts are reached through them); its modules are its own. The results are `Jsonable` dataclasses
+(mltrain/core/jsonable.py, the one dataclass <-> JSON conversion the study's ladder uses too).
 
 The verdict: runs are grouped into *arms* (a method with its tuned keys left free, `arms`); each arm
 keeps its best setting on the selection seeds; the single-level runs form one tuned frontier
@@ -24,7 +24,7 @@ Modules, one way down: `cli` (arguments) → `api` (the pipeline, `compare_dirs`
 `analysis` (per-configuration tables) → `frontier`, `arms`, `powerlaw`, `statistics` (arrays, and the
 interval over seeds the report holds) and `loading` (runs, their status and provenance); `names` makes
 readable names; `results` holds the typed results the pipeline builds (the report, its arms and
-frontier) and writes as JSON through `jsonable` (`tables`: the per-configuration tables among them);
+frontier) and writes as JSON (`tables`: the per-configuration tables among them);
 `report` renders comparison.md and `plot` the figure, both from those results.
 
 Trust: only runs that finished with finite losses count. A run without summary.json, one whose summary
@@ -37,10 +37,9 @@ from mltrain.tools.compare.api import compare_dirs, compare_report
 from mltrain.tools.compare.arms import TUNED_KEYS
 from mltrain.tools.compare.cells import markdown_safe
 from mltrain.tools.compare.cli import main
-from mltrain.tools.compare.jsonable import Jsonable, key
 from mltrain.tools.compare.loading import CompareError
 from mltrain.tools.compare.results import Arm, FitError, Multiplier, Report
 from mltrain.tools.compare.verdict import MIN_SEEDS_FOR_INTERVAL
 
 __all__ = ["main", "compare_dirs", "compare_report", "CompareError", "Report", "Arm", "Multiplier", "FitError",
-           "Jsonable", "key", "markdown_safe", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL"]
+           "markdown_safe", "TUNED_KEYS", "MIN_SEEDS_FOR_INTERVAL"]

@@ -11,7 +11,7 @@ the `Headline` it leads with, its savings read on the frontier's points, one `Ru
 tuned single-level `Frontier` (its points, the power law fitted to them and that fit's own error
 `FitError`, its envelopes, its tuning space and what each dimension of it gained); the per-configuration
 tables of `analysis` are typed in `tables`. Each class is a `Jsonable` dataclass whose fields are
-comparison.json's keys in their order (jsonable.py), read back from a file an earlier version wrote too.
+comparison.json's keys in their order (mltrain/core/jsonable.py), read back from a file an earlier version wrote too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
-from mltrain.tools.compare.jsonable import Jsonable, key
+from mltrain.core.jsonable import Jsonable, key
 from mltrain.tools.compare.tables import (Baseline, BootstrapRecord, ConfigurationRow, ConfigVerdict, FixedFlops, HeldOut,
                                           LeftOut, Outputs, Outside, UncountedCost, VsFrontier, VsReference)
 

@@ -13,7 +13,7 @@ import numpy as np
 from scipy import stats
 from scipy.interpolate import PchipInterpolator
 
-from mltrain.tools.compare.jsonable import Jsonable
+from mltrain.core.jsonable import Jsonable
 
 CONFIDENCE = 0.95
 MIN_SEEDS = 3

@@ -5,7 +5,7 @@ one baseline and the schedule control (`VsReference`), against the tuned frontie
 uncounted costs (`UncountedCost`) and one line per configuration (`ConfigVerdict`); beside them what
 `Report` records of how it was made (`LeftOut`, `Baseline`, `BootstrapRecord`, `Outputs`).
 
-Each is a `Jsonable` dataclass: its fields are comparison.json's keys in their order (jsonable.py).
+Each is a `Jsonable` dataclass: its fields are comparison.json's keys in their order (mltrain/core/jsonable.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mltrain.tools.compare.jsonable import Jsonable, key
+from mltrain.core.jsonable import Jsonable, key
 from mltrain.tools.compare.statistics import SeedInterval
 
 

@@ -3,7 +3,7 @@
 (`RungTuning`: per arm `ArmTuning`, with its `SettingLosses` and `RunnerUp`), and one `Trend` per arm
 along the ladder's axis (its `Step`s, `Prediction`s and the rungs it left out, `ExcludedRung`).
 
-Each is a `Jsonable` dataclass of mltrain-compare's: its fields are ladder.json's keys in their order.
+Each is a `Jsonable` dataclass (mltrain/core/jsonable.py, as comparison.json's results are): its fields are ladder.json's keys in their order.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from mltrain.tools.compare import Arm, FitError, Jsonable, Multiplier, key
+from mltrain.core.jsonable import Jsonable, key
+from mltrain.tools.compare import Arm, FitError, Multiplier
 
 # What a ladder keeps of each arm's verdict (the keys and values of comparison.json)
 ROW_KEYS = ("settings_tried", "selected", "selected_by_budget", "final_val_loss", "multiplier", "saving_interpolated",
@@ -214,8 +215,9 @@ class Ladder(Jsonable):
 
     @classmethod
     def from_json(cls, entry: Optional[dict[str, Any]]) -> Ladder:
+        ladder = super().from_json(entry)  # the shape checked first (ShapeError): then `scales` is a list of objects
         scales = (entry or {}).get("scales") or ()
-        return replace(super().from_json(entry), with_tuning=any("tuning" in s for s in scales))
+        return replace(ladder, with_tuning=any("tuning" in s for s in scales))
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()

@@ -6,7 +6,9 @@ own name or the one `key(...)` gives, and leaves out a field whose `when` says n
 by the fields' types (nested results, tuples, dicts of results, Optional); a key the dict lacks, or a
 null where the field's type has no None, takes the field's default, else its type's neutral value
 (0, "", False, an empty tuple or dict, a result read from {}), so a file written by an earlier version
-reads back.
+reads back. A value of the wrong shape (a list where a result's object belongs, a string for a number) is a
+`ShapeError` naming where it is ("arms[0].multiplier.M: expected a number, found a string"), not a
+traceback from deep inside whoever reads it next.
 """
 
 from __future__ import annotations
@@ -17,8 +19,30 @@ import typing
 from typing import Any, Callable, Optional, TypeVar, Union
 
 T = TypeVar("T", bound="Jsonable")
+# What each plain field type accepts from JSON (a float field takes an int: JSON has one kind of number)
+SCALARS: dict[Any, tuple[type, ...]] = {float: (int, float), int: (int,), str: (str,), bool: (bool,),
+                                        list: (list,), tuple: (list,), dict: (dict,)}
+NAMES = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a number",
+         float: "a number", type(None): "null"}
 _HINTS: dict[type, dict[str, Any]] = {}
 NEUTRAL: dict[Any, Callable[[], Any]] = {int: int, str: str, bool: bool, tuple: tuple, dict: dict}
+
+
+class ShapeError(ValueError):
+    """JSON that parses but is not the shape of the result read from it: `where` (a path of keys and list
+    indices, "arms[0].multiplier") and `what` (what was expected and found)."""
+
+    def __init__(self, what: str, where: str = "") -> None:
+        self.what, self.where = what, where
+        super().__init__(f"{where}: {what}" if where else what)
+
+    def at(self, step: str) -> "ShapeError":
+        """The same error one step further out (a key, or "[i]" for an index)."""
+        return ShapeError(self.what, step + ("" if not self.where or self.where.startswith("[") else ".") + self.where)
+
+
+def _expected(what: str, value: Any) -> ShapeError:
+    return ShapeError(f"expected {what}, found {NAMES.get(type(value), type(value).__name__)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +74,17 @@ class Jsonable:
 
     @classmethod
     def from_json(cls: type[T], entry: Optional[dict[str, Any]]) -> T:
-        e, hints = entry or {}, _hints(cls)
-        return cls(**{f.name: _field(f, hints[f.name], e.get(_key(f))) for f in dataclasses.fields(cls)  # type: ignore
-                      if f.init})
+        e, hints = {} if entry is None else entry, _hints(cls)
+        if not isinstance(e, dict):
+            raise _expected("an object", e)
+        values = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.init:
+                try:
+                    values[f.name] = _field(f, hints[f.name], e.get(_key(f)))
+                except ShapeError as err:
+                    raise err.at(_key(f)) from None
+        return cls(**values)
 
 
 def write(value: Any) -> Any:
@@ -106,17 +138,33 @@ def _optional(tp: Any) -> Any:
 
 
 def read(tp: Any, value: Any) -> Any:
-    """`value` (from JSON) as the type `tp`."""
+    """`value` (from JSON) as the type `tp` (ShapeError: not of its shape)."""
     inner = _optional(tp)
     tp = inner or tp
     origin, args = typing.get_origin(tp) or tp, typing.get_args(tp)
     if isinstance(origin, type) and issubclass(origin, Jsonable):
-        return origin.from_json(value) if value or (value is not None and inner is None) else None
+        if value is None or (inner is not None and value == {}):  # an optional result written as {} is none
+            return None
+        return origin.from_json(value)
     if value is None:
         return None
+    accepted = SCALARS.get(origin)
+    if accepted is not None and (not isinstance(value, accepted) or (bool not in accepted and isinstance(value, bool))):
+        raise _expected(NAMES[accepted[-1]], value)
     if origin is tuple:
         item = args[0] if args else Any
-        return tuple(read(item, v) for v in value) if len(args) != 2 or args[1] is Ellipsis else tuple(value)
+        if len(args) == 2 and args[1] is not Ellipsis:
+            return tuple(value)
+        return tuple(_each(lambda i, v: read(item, v), enumerate(value)))
     if origin is dict and len(args) == 2:
-        return {str(k): read(args[1], v) for k, v in value.items()}
+        return dict(_each(lambda k, v: (str(k), read(args[1], v)), value.items()))
     return value
+
+
+def _each(read_one: Callable[[Any, Any], Any], items: Any) -> Any:
+    """Each (index or key, value) read, a ShapeError named by where it was."""
+    for at, v in items:
+        try:
+            yield read_one(at, v)
+        except ShapeError as err:
+            raise err.at(f"[{at}]" if isinstance(at, int) else str(at)) from None
