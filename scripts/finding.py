@@ -35,10 +35,11 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypeVar
 
 from scipy import stats
 
+from mltrain.core.jsonable import Jsonable, ShapeError
 from mltrain.tools.compare import Report
 from mltrain.tools.compare.dimensions import CONTROL_DIMENSION
 from mltrain.tools.compare.results import GainReading
@@ -47,6 +48,7 @@ from mltrain.tools.study.ladder_md import multiplier_text
 from mltrain.tools.study.plan import Layout
 from mltrain.tools.study.rungs import Ladder, Rung, Trend
 
+R = TypeVar("R", bound=Jsonable)
 END = "<!-- /finding -->"
 CONTROL = "schedule_control"
 
@@ -64,15 +66,17 @@ def _cell(rung: Rung, arm: str) -> str:
     return text + (" ‡" if row.result.within_fit_error else "")
 
 
-def _read(path: Path) -> dict:
-    """A report's JSON; one error line, not a traceback, for a file that is not one."""
+def _read(path: Path, kind: type[R]) -> R:
+    """A report (a `Report` or a `Ladder`) from its JSON; one error line, not a traceback, for a file that is
+    not one: unreadable, not JSON, or JSON of another shape (where, and what was found there)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise SystemExit(f"error: {path}: not a readable report ({err})") from None
-    if not isinstance(data, dict):
-        raise SystemExit(f"error: {path}: not a readable report (a JSON {type(data).__name__}, not an object)")
-    return data
+    try:
+        return kind.from_json(data)
+    except ShapeError as err:
+        raise SystemExit(f"error: {path}: not a readable report (not a {kind.__name__}: {err})") from None
 
 
 def control_frontier(folder: Path, rung: Rung) -> dict[str, GainReading]:
@@ -82,7 +86,7 @@ def control_frontier(folder: Path, rung: Rung) -> dict[str, GainReading]:
     path = Layout(folder, {}).verdict(rung.scale) / "comparison.json"
     if not path.is_file():
         return {}
-    report = Report.from_json(_read(path))
+    report = _read(path, Report)
     gain = next((g for g in report.frontier.gains if g.dimension == CONTROL_DIMENSION), None) if report.frontier else None
     return {a.label: gain.arms[a.name] for a in report.arms if a.name in gain.arms} if gain is not None else {}
 
@@ -152,7 +156,9 @@ def render(folder: Path, name: str) -> str:
     path = folder / "ladder.json"
     if not path.is_file():
         raise SystemExit(f"error: {path} not found: the study has not written its ladder report (is it finished?)")
-    ladder = Ladder.from_json(_read(path))
+    ladder = _read(path, Ladder)
+    if ladder.axis not in AXES:
+        raise SystemExit(f"error: {path}: not a readable report (axis {ladder.axis!r}: not one of {', '.join(AXES)})")
     axis = AXES[ladder.axis]
     arms = [a.arm for a in ladder.rungs[0].arms if a.arm != ladder.frontier_arm] if ladder.rungs else []
     beyond = mirrored(ladder.rungs[0], arms) if ladder.rungs else []

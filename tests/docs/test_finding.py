@@ -184,6 +184,12 @@ def test_a_damaged_report_is_one_error_line(tmp_path):
     rung = Rung.from_json(json.loads((study / "ladder.json").read_text())["scales"][1])
     with pytest.raises(SystemExit, match=r"comparison.json: not a readable report"):
         finding.control_frontier(study, rung)
+    # valid JSON of another shape: where, and what was found there
+    (study / "L8" / "verdict" / "comparison.json").write_text('{"frontier": {"gains": [{"arms": {"a": 3}}]}}')
+    with pytest.raises(SystemExit, match=r"comparison.json: not a readable report \(not a Report: "
+                                         r"frontier.gains\[0\].arms.a: expected an object, found a number\)$"):
+        finding.control_frontier(study, rung)
     (study / "ladder.json").write_text("[]")
-    with pytest.raises(SystemExit, match=r"ladder.json: not a readable report \(a JSON list"):
+    with pytest.raises(SystemExit, match=r"ladder.json: not a readable report \(not a Ladder: expected an object, "
+                                         r"found a list\)$"):
         finding.render(study, "toy")

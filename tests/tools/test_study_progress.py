@@ -1,12 +1,15 @@
 """The study's ETA: the planned FLOPs left at the seconds per FLOP the finished runs measured
-(summary.json), over the runs that train at once; none before a run has finished."""
+(summary.json), over the runs that train at once; none before a run has finished. A run has ended only
+when its summary.json is a JSON object that says so."""
 
 from __future__ import annotations
 
 import io
 from types import SimpleNamespace
 
-from mltrain.tools.study.progress import Progress, measured
+import pytest
+
+from mltrain.tools.study.progress import Progress, ended, measured, run_status
 
 
 def run(name: str):
@@ -52,3 +55,11 @@ def test_the_eta_adds_each_run_lefts_start_up_which_a_summarys_wall_time_leaves_
     progress = Progress(out, total=4, done=0, cost_left=4e12, parallel=4, start_s=5.0)
     progress.ended(run("a"), summary(seconds=60.0, flops=1e12), cost=1e12)
     assert eta(out.getvalue().splitlines()[-1]) == "49 s"  # (3e12 at 60 s per 1e12 + 3 start-ups of 5 s) / 4
+
+
+@pytest.mark.parametrize("text", ["[]", '"finished"', "3", '{"status": "fin', ""])
+def test_a_summary_that_is_no_json_object_is_a_run_that_did_not_end(tmp_path, text):
+    (tmp_path / "summary.json").write_text(text)
+    assert run_status(tmp_path) is None and not ended(run_status(tmp_path))
+    (tmp_path / "summary.json").write_text('{"status": "finished"}')
+    assert ended(run_status(tmp_path))

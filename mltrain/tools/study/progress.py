@@ -9,13 +9,13 @@ mltrain/method/cost.py) and times them at the rate per FLOP the runs finished so
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TextIO, TypeGuard
 
 from mltrain.runs import rundir
+from mltrain.runs.files import read_summary
 from mltrain.tools.study.plan import EVAL, TUNE, Choice, Layout, Run, evaluation_sweeps, tuning_sweeps
 from mltrain.tools.study.schema import StudyConfig
 
@@ -23,9 +23,10 @@ ENDED = ("finished", "diverged")
 
 
 def run_status(run_dir: Path) -> Optional[dict]:
-    """The run's summary.json (None when it has none, or an unreadable one: the run did not end)."""
+    """The run's summary.json (None when it has none, or an unreadable one or one that is no JSON object: the
+    run did not end)."""
     try:
-        return json.loads((run_dir / "summary.json").read_text())
+        return read_summary(run_dir)
     except (OSError, ValueError):
         return None
 
