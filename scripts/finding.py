@@ -6,9 +6,9 @@ study), so that the numbers there are the reports' and nothing else.
     python scripts/finding.py results/depth_ladder --check README.md  # is README.md's block the same?
     python scripts/finding.py results/depth_ladder --write README.md  # replace README.md's block with it
 
-The block sits between `<!-- finding: results/<study> -->` and `<!-- /finding -->`: one row per rung (its
-value on the ladder's axis, its parameters), one column per arm measured against the
-frontier (its M with the 95% interval, as ladder.md prints it less its "(interpolated)", the usual reading
+The block sits between `<!-- finding: results/<study> -->` (the study's path from the folder above the
+README that holds it) and `<!-- /finding -->`: one row per rung (its value on the ladder's axis, its
+parameters), one column per arm measured against the frontier (its M with the 95% interval, as ladder.md prints it less its "(interpolated)", the usual reading
 on the frontier's points; a † marks one read beyond them), then, where the study has the LR-schedule control
 (`schedule_control`), the M over the control's of each arm whose coarse phases the control mirrors (the
 same `multilevel.coarse_steps` in its label: the paper's method, random coarsening, the ODE step; not
@@ -197,6 +197,18 @@ def difference(expected: str, found: str | None) -> str | None:
     return None
 
 
+def block_name(study: Path, readme: Optional[Path]) -> str:
+    """The study as its block names it: its path from the nearest folder at or above the README's that holds
+    it (results/depth_ladder for README.md and docs/results-cpu.md alike), so that the check gives the same
+    answer from any working folder; as given where none holds it."""
+    if readme is not None:
+        folder, target = readme.resolve().parent, study.resolve()
+        for above in (folder, *folder.parents):
+            if target.is_relative_to(above):
+                return target.relative_to(above).as_posix()
+    return study.as_posix().rstrip("/")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -205,13 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--check", type=Path, metavar="README", help="exit 1 if README's block differs")
     what.add_argument("--write", type=Path, metavar="README", help="replace README's block (it must have one)")
     args = parser.parse_args(argv)
-    name = args.study.as_posix().rstrip("/")
+    readme = args.check or args.write
+    name = block_name(args.study, readme)
     block = render(args.study, name)
-    if args.check is None and args.write is None:
+    if readme is None:
         sys.stdout.write(block)
         return 0
-    readme = args.check or args.write
-    text = readme.read_text()
+    try:
+        text = readme.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SystemExit(f"error: {readme}: cannot be read ({err})") from None
     found = block_in(text, name)
     if args.write is not None:
         if found is None:

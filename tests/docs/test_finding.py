@@ -164,6 +164,26 @@ def test_write_then_check_passes_and_a_changed_number_is_named(tmp_path, monkeyp
     assert "line 5 of the block" in out and "1.250 [1.150" in out and "1.260 [1.150" in out
 
 
+def test_the_check_names_the_study_from_the_readmes_folder_whatever_the_working_folder(tmp_path, monkeypatch, capsys):
+    repo = tmp_path / "repo"
+    _study(repo / "results" / "toy")
+    (repo / "README.md").write_text("# x\n\n<!-- finding: results/toy -->\nold\n<!-- /finding -->\n")
+    monkeypatch.chdir(repo)
+    assert finding.main(["results/toy/", "--write", "README.md"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    (repo / "docs").mkdir()
+    (repo / "docs" / "results.md").write_text((repo / "README.md").read_text())  # a page below: named from above
+    for study, readme in ((repo / "results" / "toy", repo / "README.md"), ("../repo/results/toy", "../repo/README.md"),
+                          ("../repo/results/toy", "../repo/docs/results.md")):
+        capsys.readouterr()
+        assert finding.main([str(study), "--check", str(readme)]) == 0, capsys.readouterr().out
+        assert "results/toy: the same numbers as" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"^error: .*nope.md: cannot be read \("):
+        finding.main([str(repo / "results" / "toy"), "--check", str(repo / "nope.md")])
+
+
 def test_a_missing_block_and_an_unfinished_study_are_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _study(tmp_path / "results" / "toy")
