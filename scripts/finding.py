@@ -8,8 +8,9 @@ study), so that the numbers there are the reports' and nothing else.
 
 The block sits between `<!-- finding: results/<study> -->` (the study's path from the folder above the
 README that holds it) and `<!-- /finding -->`: one row per rung (its value on the ladder's axis, its
-parameters), one column per arm measured against the frontier (its M with the 95% interval, as ladder.md prints it less its "(interpolated)", the usual reading
-on the frontier's points; a † marks one read beyond them), then, where the study has the LR-schedule control
+parameters), one column per arm measured against the frontier (its M with the 95% interval, as ladder.md
+prints it less its "(interpolated)", the usual reading on the frontier's points; a † marks one read beyond
+them), then, where the study has the LR-schedule control
 (`schedule_control`), the M over the control's of each arm whose coarse phases the control mirrors (the
 same `multilevel.coarse_steps` in its label: the paper's method, random coarsening, the ODE step; not
 stacking or RaPTr) at that rung: what the arm gains beyond the schedule. Both M are read against the same
