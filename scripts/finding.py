@@ -205,7 +205,7 @@ def block_name(study: Path, readme: Optional[Path]) -> str:
     if readme is not None:
         folder, target = readme.resolve().parent, study.resolve()
         for above in (folder, *folder.parents):
-            if target.is_relative_to(above):
+            if target.is_relative_to(above) and above != Path(above.anchor):  # not the filesystem's root
                 return target.relative_to(above).as_posix()
     return study.as_posix().rstrip("/")
 

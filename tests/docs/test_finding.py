@@ -180,6 +180,7 @@ def test_the_check_names_the_study_from_the_readmes_folder_whatever_the_working_
         capsys.readouterr()
         assert finding.main([str(study), "--check", str(readme)]) == 0, capsys.readouterr().out
         assert "results/toy: the same numbers as" in capsys.readouterr().out
+    assert finding.block_name(Path("/elsewhere/results/toy"), repo / "README.md") == "/elsewhere/results/toy"
     with pytest.raises(SystemExit, match=r"^error: .*nope.md: cannot be read \("):
         finding.main([str(repo / "results" / "toy"), "--check", str(repo / "nope.md")])
 

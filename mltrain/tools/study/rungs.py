@@ -3,7 +3,8 @@
 (`RungTuning`: per arm `ArmTuning`, with its `SettingLosses` and `RunnerUp`), and one `Trend` per arm
 along the ladder's axis (its `Step`s, `Prediction`s and the rungs it left out, `ExcludedRung`).
 
-Each is a `Jsonable` dataclass (mltrain/core/jsonable.py, as comparison.json's results are): its fields are ladder.json's keys in their order.
+Each is a `Jsonable` dataclass (mltrain/core/jsonable.py, as comparison.json's results are): its fields are
+ladder.json's keys in their order.
 """
 
 from __future__ import annotations
