@@ -33,6 +33,8 @@ from pathlib import Path
 
 import yaml
 
+from mltrain.tools.compare import Report
+
 BOOKKEEPING = ("seed=", "train.resume=", "train.progress=", "logger.", "hydra.")
 GITIGNORE = """# Written by scripts/replicate_rung.py: `git add` of this folder takes the replication's records only.
 *
@@ -97,12 +99,11 @@ def intervals(report: Path) -> dict[str, tuple[str, float, float, float]]:
     """label -> (the arm's readable name, M, lower, upper) of each arm's headline (M nan for a bound, where
     only the lower limit is decided; upper inf when unbounded)."""
     out = {}
-    for arm in json.loads(report.read_text())["arms"]:
-        head = (arm.get("multiplier") or {}).get("headline") or {}
-        if head.get("M_lo") is not None and not arm.get("is_frontier"):
-            hi = head.get("M_hi")
-            out[arm["label"]] = (arm.get("arm") or arm["label"], head.get("M") or float("nan"), head["M_lo"],
-                                 float("inf") if hi is None else hi)
+    for arm in Report.from_json(json.loads(report.read_text())).arms:  # the typed verdict, as mltrain-compare reads it
+        head = arm.multiplier.headline if arm.multiplier is not None else None
+        if head is not None and head.M_lo is not None and not arm.is_frontier:
+            out[arm.label] = (arm.name or arm.label, float("nan") if head.M is None else head.M, head.M_lo,
+                              float("inf") if head.M_hi is None else head.M_hi)
     return out
 
 
